@@ -1,0 +1,29 @@
+"""The HTTP API: ``create_api(node)`` builds the FastAPI app (OpenAPI at /openapi.json, /docs)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import FastAPI
+
+from dispatcher.api import jobs, ops, problems
+from dispatcher.api.body_limit import BodyLimit
+
+if TYPE_CHECKING:
+    from dispatcher.node import Node
+
+
+def create_api(node: Node) -> FastAPI:
+    from dispatcher import __version__
+
+    app = FastAPI(
+        title="Delay dispatcher",
+        version=__version__,
+        description="Schedule jobs; each is published to RabbitMQ when it is due.",
+    )
+    app.state.node = node
+    problems.install(app)
+    app.include_router(jobs.router)
+    app.include_router(ops.router)
+    app.add_middleware(BodyLimit, max_bytes=node.settings.max_body_bytes)
+    return app

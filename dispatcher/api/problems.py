@@ -1,0 +1,88 @@
+"""Exceptions to JSON error answers. Every answer names the field or the state at fault."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from dispatcher import errors
+
+logger = logging.getLogger(__name__)
+
+
+def field_name(location: Sequence[int | str]) -> str:
+    """("body", "jobs", 3, "routing_key") -> "jobs[3].routing_key"."""
+    name = ""
+    for part in location:
+        if part in ("body", "query", "path") and not name:
+            continue
+        if isinstance(part, int):
+            name += f"[{part}]"
+        else:
+            name += f".{part}" if name else str(part)
+    return name or "body"
+
+
+def problem(
+    status: int,
+    error: str,
+    message: str,
+    *,
+    fields: list[dict[str, str]] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {"error": error, "message": message, "fields": fields or []}
+    body.update(extra)
+    return JSONResponse(body, status_code=status)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    fields = []
+    for error in exc.errors():
+        location = error.get("loc", ())
+        if error.get("type") == "json_invalid":
+            # The location is a character offset into the body, not a field.
+            message = f"not valid JSON near character {location[-1] if location else 0}"
+            fields = [{"field": "body", "message": message}]
+            return problem(400, "malformed_json", f"body: {message}", fields=fields)
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        fields.append({"field": field_name(location), "message": message})
+    summary = "; ".join(f"{item['field']}: {item['message']}" for item in fields)
+    return problem(422, "invalid_request", summary, fields=fields)
+
+
+async def _dispatcher_error(request: Request, exc: Exception) -> JSONResponse:
+    match exc:
+        case errors.InvalidField():
+            fields = [{"field": exc.field, "message": exc.detail}]
+            return problem(422, "invalid_request", str(exc), fields=fields)
+        case errors.PayloadTooLarge():
+            fields = [{"field": exc.field, "message": str(exc)}]
+            return problem(413, "payload_too_large", str(exc), fields=fields)
+        case errors.JobNotFound():
+            return problem(404, "not_found", str(exc))
+        case errors.JobStateConflict():
+            return problem(409, "conflict", str(exc), state=exc.state)
+        case errors.StoreUnavailable():
+            logger.warning("answering 503: %s", exc)
+            return problem(503, "unavailable", "the job store is unavailable; retry later")
+    logger.exception("unexpected dispatcher error", exc_info=exc)
+    return problem(500, "internal", "internal error")
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return problem(exc.status_code, "http_error", str(exc.detail))
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(errors.DispatcherError, _dispatcher_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -1,0 +1,196 @@
+"""Request and response models. Their constraints are the validation rules of the API; limits that
+the configuration can change are checked by ``check_limits`` against the same field names."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime, timedelta
+from typing import Annotated
+
+import orjson
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationInfo,
+    field_validator,
+)
+
+from consumers_sdk import contract
+from dispatcher import errors, models
+from dispatcher.settings import Settings
+
+# Topic-exchange words: no wildcards (a job is published, not bound), no empty words.
+ROUTING_KEY = re.compile(r"^[A-Za-z0-9_\-:]+(\.[A-Za-z0-9_\-:]+)*$")
+AMQP_SHORTSTR_BYTES = 255
+
+HeaderValue = StrictStr | StrictBool | StrictInt | StrictFloat
+
+
+class JobCreate(BaseModel):
+    """A job to schedule. Give ``delay_ms`` or ``run_at`` (or neither: due now)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    routing_key: Annotated[StrictStr, Field(min_length=1, max_length=AMQP_SHORTSTR_BYTES)]
+    payload: JsonValue = Field(description="any JSON value; published as the message body")
+    delay_ms: Annotated[StrictInt, Field(ge=0)] | None = None
+    run_at: AwareDatetime | None = Field(
+        None, description="RFC 3339 with offset; in the past means as soon as possible"
+    )
+    idempotency_key: Annotated[StrictStr, Field(min_length=1, max_length=255)] | None = None
+    headers: dict[str, HeaderValue] = Field(default_factory=dict)
+    priority: Annotated[StrictInt, Field(ge=0, le=9)] | None = None
+    ttl_ms: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        None, description="expire the job if it cannot be dispatched by run_at + ttl_ms"
+    )
+
+    @field_validator("routing_key")
+    @classmethod
+    def _routing_key_words(cls, value: str) -> str:
+        if not ROUTING_KEY.match(value):
+            raise ValueError(
+                "must be dot-separated words of letters, digits, '_', '-' or ':' (no wildcards)"
+            )
+        if len(value.encode()) > AMQP_SHORTSTR_BYTES:
+            raise ValueError(f"must be at most {AMQP_SHORTSTR_BYTES} bytes")
+        return value
+
+    @field_validator("headers")
+    @classmethod
+    def _headers_not_reserved(cls, value: dict[str, HeaderValue]) -> dict[str, HeaderValue]:
+        for name in value:
+            if not name:
+                raise ValueError("header names must not be empty")
+            if contract.is_reserved_header(name):
+                raise ValueError(f"header {name!r} is reserved for the dispatcher and RabbitMQ")
+        return value
+
+    @field_validator("run_at")
+    @classmethod
+    def _not_with_delay(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        if value is not None and info.data.get("delay_ms") is not None:
+            raise ValueError("give delay_ms or run_at, not both")
+        return value
+
+
+class JobBatchCreate(BaseModel):
+    """Up to ``max_batch`` jobs, stored all or nothing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobCreate] = Field(min_length=1)
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    state: models.JobState
+    routing_key: str
+    payload: JsonValue
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    dispatched_at: datetime | None
+    idempotency_key: str | None
+    headers: dict[str, HeaderValue]
+    priority: int | None
+    ttl_ms: int | None
+    publish_attempts: int
+
+    @classmethod
+    def of(cls, job: models.Job) -> JobOut:
+        return cls(
+            id=job.id,
+            state=job.state,
+            routing_key=job.routing_key,
+            payload=orjson.loads(job.payload),
+            run_at=job.run_at,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            dispatched_at=job.dispatched_at,
+            idempotency_key=job.idempotency_key,
+            headers=dict(job.headers),
+            priority=job.priority,
+            ttl_ms=job.ttl_ms,
+            publish_attempts=job.publish_attempts,
+        )
+
+
+class JobSubmitted(JobOut):
+    created: bool = Field(description="false when the idempotency key found an existing job")
+
+
+class BatchOut(BaseModel):
+    jobs: list[JobSubmitted]
+
+
+class JobPage(BaseModel):
+    jobs: list[JobOut]
+    next_after: uuid.UUID | None = Field(description="pass as `after` for the next page")
+
+
+class Problem(BaseModel):
+    """Every error answer."""
+
+    error: str
+    message: str
+    fields: list[dict[str, str]] = Field(default_factory=list)
+    state: str | None = None
+
+
+def to_spec(
+    job: JobCreate, settings: Settings, *, now: datetime, field_prefix: str = ""
+) -> models.JobSpec:
+    """Check the configurable limits and turn a request into what the intake stores."""
+    payload = orjson.dumps(job.payload)
+    if len(payload) > settings.max_payload_bytes:
+        raise errors.PayloadTooLarge(
+            f"{field_prefix}payload", len(payload), settings.max_payload_bytes
+        )
+    if len(job.routing_key.encode()) > settings.max_routing_key_bytes:
+        raise errors.InvalidField(
+            f"{field_prefix}routing_key", f"must be at most {settings.max_routing_key_bytes} bytes"
+        )
+    if len(job.headers) > settings.max_headers:
+        raise errors.InvalidField(
+            f"{field_prefix}headers", f"at most {settings.max_headers} headers"
+        )
+    for name, value in job.headers.items():
+        if len(name.encode()) + len(str(value).encode()) > settings.max_header_bytes:
+            raise errors.InvalidField(
+                f"{field_prefix}headers.{name}",
+                f"name and value must fit in {settings.max_header_bytes} bytes",
+            )
+    if job.idempotency_key is not None and (
+        len(job.idempotency_key) > settings.max_idempotency_key_length
+    ):
+        raise errors.InvalidField(
+            f"{field_prefix}idempotency_key",
+            f"must be at most {settings.max_idempotency_key_length} characters",
+        )
+    if job.run_at is not None:
+        run_at = job.run_at
+    else:
+        run_at = now + timedelta(milliseconds=job.delay_ms or 0)
+    latest = now + timedelta(days=settings.max_delay_days)
+    if run_at > latest:
+        field = "run_at" if job.run_at is not None else "delay_ms"
+        raise errors.InvalidField(
+            f"{field_prefix}{field}", f"must be within {settings.max_delay_days} days from now"
+        )
+    return models.JobSpec(
+        routing_key=job.routing_key,
+        payload=payload,
+        run_at=run_at,
+        idempotency_key=job.idempotency_key,
+        headers=job.headers,
+        priority=job.priority,
+        ttl_ms=job.ttl_ms,
+    )

@@ -1,0 +1,1 @@
+"""Who owns which shards: one interface, single-node and ZooKeeper implementations."""

@@ -1,0 +1,56 @@
+"""The dispatcher's exceptions. Each docstring is the default message; ``api.problems`` maps them
+to HTTP answers. Driver errors (asyncpg, aiormq, kazoo) are translated where the driver is owned."""
+
+from __future__ import annotations
+
+
+class DispatcherError(Exception):
+    """The dispatcher failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class StoreUnavailable(DispatcherError):
+    """PostgreSQL is unreachable or did not answer in time."""
+
+
+class JobNotFound(DispatcherError):
+    """No job has this id."""
+
+
+class JobStateConflict(DispatcherError):
+    """The job is no longer in a state that allows this."""
+
+    def __init__(self, state: str, message: str | None = None) -> None:
+        super().__init__(message or f"the job is {state}")
+        self.state = state
+
+
+class PayloadTooLarge(DispatcherError):
+    """The payload exceeds the configured limit."""
+
+    def __init__(self, field: str, size: int, limit: int) -> None:
+        super().__init__(f"{field} is {size} bytes encoded; the limit is {limit}")
+        self.field = field
+
+
+class InvalidField(DispatcherError):
+    """A field breaks a configured limit."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.detail = message
+
+
+class ShardCountMismatch(DispatcherError):
+    """The configured shard count differs from the one this database was created with."""
+
+
+class MigrationError(DispatcherError):
+    """A migration could not be applied."""
+
+
+class PublishFailed(DispatcherError):
+    """RabbitMQ did not confirm the publish."""

@@ -1,0 +1,119 @@
+"""Domain records and enums. Frozen, no I/O; built from rows (``store``) and requests (``api``).
+
+Job states and their transitions (the database enforces the set, ``store`` the transitions):
+
+    scheduled   --claim-->        dispatching   (fenced by the shard's epoch, leased)
+    dispatching --confirm-->      dispatched    (RabbitMQ confirmed the publish)
+    dispatching --publish fails-> scheduled     (released; or re-claimed once the lease runs out)
+    dispatching --ttl passed-->   expired       (never published)
+    scheduled   --DELETE-->       cancelled     (never published)
+
+``dispatched`` is terminal for the dispatcher; consumer outcomes (succeeded, dead) are events
+reported by the SDK and recorded later without changing these transitions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import NamedTuple
+
+ShardId = int
+Epoch = int
+HeaderValue = str | int | float | bool
+
+
+class JobState(StrEnum):
+    SCHEDULED = "scheduled"
+    DISPATCHING = "dispatching"
+    DISPATCHED = "dispatched"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """A validated request: what to publish, where and when. Intake adds the id and the shard."""
+
+    routing_key: str
+    payload: bytes
+    run_at: datetime
+    idempotency_key: str | None
+    headers: Mapping[str, HeaderValue]
+    priority: int | None
+    ttl_ms: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """A validated job about to be stored; ``payload`` is the JSON body exactly as published."""
+
+    id: uuid.UUID
+    shard: ShardId
+    routing_key: str
+    payload: bytes
+    run_at: datetime
+    idempotency_key: str | None = None
+    headers: Mapping[str, HeaderValue]
+    priority: int | None = None
+    ttl_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A stored job."""
+
+    id: uuid.UUID
+    shard: ShardId
+    state: JobState
+    routing_key: str
+    payload: bytes
+    run_at: datetime
+    idempotency_key: str | None
+    headers: Mapping[str, HeaderValue]
+    priority: int | None
+    ttl_ms: int | None
+    created_at: datetime
+    updated_at: datetime
+    dispatched_at: datetime | None
+    publish_attempts: int
+
+    @property
+    def expires_at(self) -> datetime | None:
+        """Past this instant the job is expired instead of published."""
+        if self.ttl_ms is None:
+            return None
+        return self.run_at + timedelta(milliseconds=self.ttl_ms)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Submitted:
+    """The answer to one submission: the job, and whether this request created it."""
+
+    job: Job
+    created: bool
+
+
+class DueEntry(NamedTuple):
+    """What the scheduler keeps of a job: enough to order it and to claim it (about 180 B)."""
+
+    run_at_s: float  # POSIX seconds
+    id: uuid.UUID
+    shard: ShardId
+
+
+def new_job_id() -> uuid.UUID:
+    """A UUIDv7: time-ordered, so inserts append to the primary key and ids sort by creation."""
+    unix_ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (unix_ms & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76  # version
+    value |= ((rand >> 62) & 0xFFF) << 64  # rand_a: 12 bits
+    value |= 0b10 << 62  # variant
+    value |= rand & ((1 << 62) - 1)  # rand_b: 62 bits
+    return uuid.UUID(int=value)

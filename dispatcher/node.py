@@ -1,0 +1,197 @@
+"""The composition root: builds every component from Settings, starts them in order, stops them in
+reverse. Background work runs as named tasks in one TaskGroup; one crash stops the node loudly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+
+import uvicorn
+
+from dispatcher import api, errors, metrics
+from dispatcher.cluster import ownership as ownership_mod
+from dispatcher.intake import Intake
+from dispatcher.publisher import Publisher
+from dispatcher.scheduler.firing import Firer
+from dispatcher.scheduler.heap import Backlog, DueHeap
+from dispatcher.scheduler.loader import Loader
+from dispatcher.settings import Settings
+from dispatcher.store import migrate
+from dispatcher.store.db import Database
+from dispatcher.store.jobs import JobStore
+from dispatcher.store.shards import ShardStore
+
+logger = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S = 10.0
+
+
+class _HttpServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the node owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):  # type: ignore[no-untyped-def]
+        yield
+
+
+class Node:
+    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.metrics = metrics.Metrics()
+        self.db = Database(
+            settings.database_url,
+            min_size=settings.db_pool_min,
+            max_size=settings.db_pool_max,
+            timeout_s=settings.db_timeout_s,
+        )
+        self.store = JobStore(self.db, node_id=settings.node_id, lease_s=settings.lease_s)
+        self.shard_store = ShardStore(self.db)
+        self.ownership: ownership_mod.Ownership = self._build_ownership()
+        self.publisher = Publisher(
+            settings.amqp_url,
+            exchange=settings.exchange,
+            unroutable_exchange=settings.unroutable_exchange,
+            connection_name=f"dispatcher-{settings.node_id}-publisher",
+            timeout_s=settings.publish_timeout_s,
+            metrics=self.metrics,
+        )
+        self.heap = DueHeap()
+        self.backlog = Backlog()
+        self.loader = Loader(
+            self.store,
+            self.heap,
+            self.backlog,
+            lookahead_s=settings.lookahead_s,
+            heap_cap=settings.heap_cap,
+            load_batch=settings.load_batch,
+            lease_sweep_s=min(settings.lease_s / 2, 5.0),
+            clock=clock,
+            on_due=self._on_due,
+        )
+        self.firer = Firer(
+            store=self.store,
+            publisher=self.publisher,
+            ownership=self.ownership,
+            heap=self.heap,
+            backlog=self.backlog,
+            loader=self.loader,
+            metrics=self.metrics,
+            batch=settings.fire_batch,
+            workers=settings.fire_workers,
+            catchup_share=settings.catchup_share,
+            clock=clock,
+        )
+        self.intake = Intake(
+            store=self.store,
+            loader=self.loader,
+            ownership=self.ownership,
+            metrics=self.metrics,
+            shard_count=settings.shard_count,
+            lookahead_s=settings.lookahead_s,
+            clock=clock,
+        )
+        self.app = api.create_api(self)
+        self._http: _HttpServer | None = None
+        self._stop = asyncio.Event()
+        self.started = asyncio.Event()
+
+    def _build_ownership(self) -> ownership_mod.Ownership:
+        if not self.settings.zk_hosts:
+            return ownership_mod.SingleNode(
+                self.shard_store,
+                node_id=self.settings.node_id,
+                shard_count=self.settings.shard_count,
+            )
+        raise errors.DispatcherError(
+            "DISPATCHER_ZK_HOSTS is set, but cluster mode is not built yet"
+        )
+
+    def _on_due(self) -> None:
+        self.firer.notify()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, *, serve_http: bool = True) -> None:
+        """Start everything, run until ``request_stop``, then stop in reverse order."""
+        await self.db.open()
+        try:
+            if self.settings.migrate_on_start:
+                await migrate.apply_migrations(self.settings.database_url)
+            await self.ownership.start()
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.publisher.run(), name="amqp-connect")
+                watch = group.create_task(self._watch_ownership(), name="ownership-watch")
+                loader = group.create_task(self.loader.run(), name="loader")
+                firing = group.create_task(self.firer.run(), name="firing")
+                http = None
+                if serve_http:
+                    http = group.create_task(self._serve_http(), name="http")
+                self.started.set()
+                await self._stop.wait()
+                logger.info("stopping", extra={"action": "stop"})
+                if http is not None and self._http is not None:
+                    self._http.should_exit = True
+                    await http
+                # Release ownership first so in-flight batches see can_fire() false, then let
+                # them finish (their claims are confirmed or released, not left to a lease).
+                await self.ownership.stop()
+                firing.cancel()
+                await asyncio.wait([firing], timeout=DRAIN_TIMEOUT_S)
+                for task in (loader, watch):
+                    task.cancel()
+        finally:
+            await self.ownership.stop()
+            await self.publisher.close()
+            await self.db.close()
+            logger.info("stopped", extra={"action": "stopped"})
+
+    async def _serve_http(self) -> None:
+        config = uvicorn.Config(
+            self.app,
+            host=self.settings.http_host,
+            port=self.settings.http_port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
+        self._http = _HttpServer(config)
+        await self._http.serve()
+        if not self._stop.is_set():
+            raise RuntimeError("the HTTP server stopped on its own")
+
+    async def _watch_ownership(self) -> None:
+        while True:
+            change = await self.ownership.next_change()
+            self.loader.lose(change.lost)
+            self.loader.gain(change.gained.keys())
+            self.metrics.shards_owned.set(len(self.ownership.epochs()))
+            logger.info(
+                "ownership: +%d -%d shards, %d owned",
+                len(change.gained),
+                len(change.lost),
+                len(self.ownership.epochs()),
+                extra={"action": "ownership"},
+            )
+
+    async def readiness(self) -> dict[str, bool]:
+        return {
+            "postgres": await self.db.ping(),
+            "rabbitmq": self.publisher.is_ready(),
+            "shards": bool(self.ownership.epochs()),
+        }
+
+
+async def serve(settings: Settings) -> None:
+    """Run a node until SIGTERM or SIGINT."""
+    node = Node(settings)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, node.request_stop)
+    await node.run()

@@ -1,0 +1,164 @@
+"""The AMQP side of firing: one robust connection, one channel with publisher confirms, the
+exchange and its alternate exchange, and the Message built from a job (``consumers_sdk.contract``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractExchange, AbstractRobustConnection, FieldValue
+
+from consumers_sdk import contract
+from dispatcher import metrics, models
+
+logger = logging.getLogger(__name__)
+
+MIN_EXPIRATION = timedelta(milliseconds=1)
+RECONNECT_MAX_S = 5.0
+
+
+def build_message(job: models.Job, now: datetime) -> aio_pika.Message:
+    """The message contract: see ``consumers_sdk.contract``."""
+    expires_at = job.expires_at
+    expiration = None if expires_at is None else max(expires_at - now, MIN_EXPIRATION)
+    return aio_pika.Message(
+        body=job.payload,
+        content_type=contract.CONTENT_TYPE,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        message_id=str(job.id),
+        timestamp=now,
+        priority=job.priority,
+        expiration=expiration,
+        headers=dict[str, FieldValue](
+            contract.message_headers(
+                job_id=str(job.id),
+                run_at=job.run_at,
+                idempotency_key=job.idempotency_key,
+                user_headers=job.headers,
+            )
+        ),
+    )
+
+
+class Publisher:
+    """Connects (and keeps reconnecting) in ``run``; ``publish_many`` pipelines confirms."""
+
+    def __init__(
+        self,
+        amqp_url: str,
+        *,
+        exchange: str,
+        unroutable_exchange: str,
+        connection_name: str,
+        timeout_s: float,
+        metrics: metrics.Metrics,
+    ) -> None:
+        self._url = amqp_url
+        self._exchange_name = exchange
+        self._unroutable_name = unroutable_exchange
+        self._connection_name = connection_name
+        self._timeout_s = timeout_s
+        self._metrics = metrics
+        self._connection: AbstractRobustConnection | None = None
+        self._exchange: AbstractExchange | None = None
+        self._opened = asyncio.Event()
+
+    async def run(self) -> None:
+        """Connect, retrying until the broker answers; afterwards aio-pika reconnects by itself."""
+        failures = 0
+        while self._connection is None:
+            try:
+                await self._connect()
+            except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as exc:
+                failures += 1
+                delay = min(0.2 * 2**failures, RECONNECT_MAX_S)
+                logger.warning("RabbitMQ not reachable (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+        self._opened.set()
+
+    async def _connect(self) -> None:
+        connection = await aio_pika.connect_robust(
+            self._url,
+            client_properties={"connection_name": self._connection_name},
+            reconnect_interval=1.0,
+        )
+        try:
+            channel = await connection.channel(publisher_confirms=True)
+            unroutable = await channel.declare_exchange(
+                self._unroutable_name, aio_pika.ExchangeType.FANOUT, durable=True
+            )
+            parked = await channel.declare_queue(self._unroutable_name, durable=True)
+            await parked.bind(unroutable)
+            self._exchange = await channel.declare_exchange(
+                self._exchange_name,
+                aio_pika.ExchangeType.TOPIC,
+                durable=True,
+                arguments={"alternate-exchange": self._unroutable_name},
+            )
+        except BaseException:
+            await connection.close()
+            raise
+        self._connection = connection
+        logger.info("connected to RabbitMQ", extra={"action": "amqp_connected"})
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        self._exchange = None
+        self._opened.clear()
+        if connection is not None:
+            await connection.close()
+
+    def is_ready(self) -> bool:
+        connection = self._connection
+        return connection is not None and connection.connected.is_set()
+
+    async def wait_ready(self) -> None:
+        await self._opened.wait()
+        assert self._connection is not None
+        await self._connection.connected.wait()
+
+    async def publish_many(
+        self, jobs: Sequence[models.Job]
+    ) -> tuple[list[models.Job], list[models.Job]]:
+        """Publish all at once and wait for the confirms: (confirmed, not confirmed)."""
+        exchange = self._exchange
+        if exchange is None or not self.is_ready():
+            return [], list(jobs)
+        now = datetime.now(UTC)
+        tasks = [
+            asyncio.ensure_future(
+                exchange.publish(
+                    build_message(job, now), routing_key=job.routing_key, mandatory=False
+                )
+            )
+            for job in jobs
+        ]
+        done, pending = await asyncio.wait(tasks, timeout=self._timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+        confirmed: list[models.Job] = []
+        failed: list[models.Job] = []
+        for job, task in zip(jobs, tasks, strict=True):
+            if task in done and not task.cancelled() and task.exception() is None:
+                confirmed.append(job)
+            else:
+                failed.append(job)
+        if failed:
+            self._metrics.publish_failures.inc(len(failed))
+            first = next(
+                (t for t in tasks if t.done() and not t.cancelled() and t.exception()), None
+            )
+            logger.warning(
+                "%d publishes not confirmed (%s)",
+                len(failed),
+                first.exception() if first else "timeout",
+                extra={"action": "publish_failed"},
+            )
+        return confirmed, failed

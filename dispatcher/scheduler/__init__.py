@@ -1,0 +1,1 @@
+"""In-memory scheduling: the due heap, the loader that fills it, the firing loop that empties it."""

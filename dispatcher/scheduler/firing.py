@@ -1,0 +1,164 @@
+"""Firing: due entries -> fenced claim -> publish with confirms -> mark dispatched.
+
+Several workers run the same loop so that one batch is being claimed while others wait for their
+confirms: the broker's confirm path, not a round trip, bounds the rate. A claim is made before the
+publish because a publish cannot be fenced; a claim whose publish is never confirmed is released,
+or its lease runs out and the loader hands it back (at-least-once, never lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from dispatcher import errors, metrics, models
+from dispatcher.cluster.ownership import Ownership
+from dispatcher.publisher import Publisher
+from dispatcher.scheduler.heap import Backlog, DueHeap
+from dispatcher.scheduler.loader import Loader
+from dispatcher.store.jobs import JobStore
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 5.0
+
+
+class Firer:
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        publisher: Publisher,
+        ownership: Ownership,
+        heap: DueHeap,
+        backlog: Backlog,
+        loader: Loader,
+        metrics: metrics.Metrics,
+        batch: int,
+        workers: int,
+        catchup_share: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._publisher = publisher
+        self._ownership = ownership
+        self._heap = heap
+        self._backlog = backlog
+        self._loader = loader
+        self._metrics = metrics
+        self._batch = batch
+        self._workers = workers
+        self._catchup_share = catchup_share
+        self._clock = clock
+        self._wake = asyncio.Event()
+
+    def notify(self) -> None:
+        """Something became due earlier than the loop was waiting for."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            for number in range(self._workers):
+                group.create_task(self._work(), name=f"fire-worker-{number}")
+
+    async def _work(self) -> None:
+        failures = 0
+        while True:
+            entries = await self._take()
+            try:
+                await self._fire(entries)
+                failures = 0
+                continue
+            except errors.StoreUnavailable as exc:
+                self._loader.put_back(entries)  # unclaimed, or claimed and leased: either is safe
+                reason: Exception = exc
+            except errors.PublishFailed as exc:
+                reason = exc  # _fire already released and put back what was not confirmed
+            failures += 1
+            delay = min(0.1 * 2**failures, MAX_BACKOFF_S)
+            logger.warning("firing paused %.1fs: %s", delay, reason, extra={"action": "fire"})
+            await asyncio.sleep(delay)
+
+    async def _take(self) -> list[models.DueEntry]:
+        """Wait until jobs are due, the broker is there and this node may fire; take a batch."""
+        while True:
+            await self._publisher.wait_ready()
+            await self._ownership.wait_can_fire()
+            entries = self._pop(self._clock())
+            if entries:
+                self._metrics.heap_size.set(len(self._heap))
+                self._loader.heap_drained()
+                return entries
+            next_due = self._heap.next_due_s()
+            timeout = None if next_due is None else max(0.0, next_due - self._clock())
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _pop(self, now_s: float) -> list[models.DueEntry]:
+        """A batch: live jobs due now, with a share kept for the overdue backlog if there is one."""
+        live_quota = self._batch
+        if len(self._backlog):
+            live_quota = max(1, int(self._batch * (1 - self._catchup_share)))
+        entries = self._heap.pop_due(now_s, live_quota)
+        entries.extend(self._backlog.pop(self._batch - len(entries)))
+        return entries
+
+    async def _fire(self, entries: list[models.DueEntry]) -> None:
+        held = self._ownership.epochs()
+        mine = [entry for entry in entries if entry.shard in held]
+        if not mine:
+            return
+        epochs = {entry.shard: held[entry.shard] for entry in mine}
+        claimed = await self._store.claim(list(dict.fromkeys(e.id for e in mine)), epochs)
+        if not claimed:
+            return
+        now = datetime.now(UTC)
+        expired = [job for job in claimed if job.expires_at is not None and job.expires_at <= now]
+        live = [
+            job for job in claimed if not (job.expires_at is not None and job.expires_at <= now)
+        ]
+        if expired:
+            await self._store.mark_expired(job.id for job in expired)
+            self._metrics.jobs_expired.inc(len(expired))
+        if not live:
+            return
+        if not self._ownership.can_fire():
+            # Self-fenced between claim and publish (ownership in doubt): give the claims back.
+            await self._store.release(job.id for job in live)
+            self._loader.put_back(_entries(live))
+            return
+        confirmed, failed = await self._publisher.publish_many(live)
+        if confirmed:
+            await self._mark_dispatched(confirmed)
+            self._observe(confirmed)
+        if failed:
+            await self._store.release(job.id for job in failed)
+            self._loader.put_back(_entries(failed))
+            raise errors.PublishFailed(f"{len(failed)} of {len(live)} publishes not confirmed")
+
+    async def _mark_dispatched(self, jobs: list[models.Job]) -> None:
+        # The publishes are confirmed: retry the mark rather than let leases expire into duplicates.
+        for attempt in range(8):
+            try:
+                await self._store.mark_dispatched(job.id for job in jobs)
+                return
+            except errors.StoreUnavailable as exc:
+                logger.warning("marking %d jobs dispatched failed: %s", len(jobs), exc)
+                await asyncio.sleep(min(0.1 * 2**attempt, MAX_BACKOFF_S))
+        logger.error("%d confirmed jobs stay leased; they will be published again", len(jobs))
+
+    def _observe(self, jobs: list[models.Job]) -> None:
+        now_s = self._clock()
+        self._metrics.jobs_dispatched.inc(len(jobs))
+        for job in jobs:
+            self._metrics.fire_lateness.observe(max(0.0, now_s - job.run_at.timestamp()))
+
+
+def _entries(jobs: list[models.Job]) -> list[models.DueEntry]:
+    return [models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in jobs]

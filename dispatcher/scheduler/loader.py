@@ -1,0 +1,234 @@
+"""Keeps the jobs of the owned shards that fall due within the look-ahead window in memory.
+
+Cursors walk the ``jobs_due`` index in (run_at, id) order. A *live* cursor's ``position`` says
+"every scheduled job of these shards up to here is in the heap"; its ``target`` is the horizon it
+is being loaded to, and a job submitted to this node at or before the target is pushed straight
+into the heap (``offer``), so nothing falls between a running query and a commit. Shards taken
+over (and all shards at start) also get a *backlog* cursor for the jobs already overdue, which go
+to the Backlog lane: they drain oldest first without holding up the jobs falling due meanwhile.
+
+Memory is bounded: the heap holds at most ``heap_cap`` entries (plus the submissions pushed
+between two loads, trimmed back to the cap), the backlog at most ``backlog_cap``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from dispatcher import errors
+from dispatcher.models import DueEntry
+from dispatcher.scheduler.heap import Backlog, DueHeap
+from dispatcher.store.jobs import JobStore
+
+logger = logging.getLogger(__name__)
+
+MIN_ID = uuid.UUID(int=0)
+MAX_ID = uuid.UUID(int=(1 << 128) - 1)
+BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+TRIM_SLACK = 1.1  # trim once submissions have pushed the heap this far past its cap
+
+
+@dataclass(eq=False)
+class Cursor:
+    shards: set[int]
+    position: tuple[datetime, uuid.UUID]
+    target: datetime
+    end: datetime | None = None  # backlog cursors stop here
+    target_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.target_s = self.target.timestamp()
+
+    def aim(self, target: datetime) -> None:
+        self.target = target
+        self.target_s = target.timestamp()
+
+
+def _at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+class Loader:
+    def __init__(
+        self,
+        store: JobStore,
+        heap: DueHeap,
+        backlog: Backlog,
+        *,
+        lookahead_s: float,
+        heap_cap: int,
+        load_batch: int,
+        lease_sweep_s: float,
+        clock: Callable[[], float],
+        on_due: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._heap = heap
+        self._backlog = backlog
+        self._lookahead_s = lookahead_s
+        self._heap_cap = heap_cap
+        self._backlog_cap = max(load_batch, heap_cap // 4)
+        self._load_batch = load_batch
+        self._lease_sweep_s = lease_sweep_s
+        self._clock = clock
+        self._on_due = on_due
+        self._live: list[Cursor] = []
+        self._backlogs: list[Cursor] = []
+        self._wake = asyncio.Event()
+
+    # --- ownership ------------------------------------------------------------------------------
+
+    def gain(self, shards: Collection[int]) -> None:
+        """Start loading newly owned shards: overdue jobs to the backlog, the window to the heap."""
+        if not shards:
+            return
+        now = _at(self._clock())
+        self._backlogs.append(Cursor(set(shards), (BEGINNING, MIN_ID), now, end=now))
+        self._live.append(Cursor(set(shards), (now, MAX_ID), now))
+        self._wake.set()
+
+    def lose(self, shards: Collection[int]) -> None:
+        """Forget shards another node now owns; their entries leave memory."""
+        lost = set(shards)
+        if not lost:
+            return
+        for cursor in (*self._live, *self._backlogs):
+            cursor.shards -= lost
+        self._live = [cursor for cursor in self._live if cursor.shards]
+        self._backlogs = [cursor for cursor in self._backlogs if cursor.shards]
+        self._heap.retain(lambda entry: entry.shard not in lost)
+        self._backlog.retain(lambda entry: entry.shard not in lost)
+
+    # --- intake ---------------------------------------------------------------------------------
+
+    def covers(self, shard: int, run_at_s: float) -> bool:
+        """Whether a job stored now must be pushed here because no load will pick it up."""
+        return any(shard in cursor.shards and run_at_s <= cursor.target_s for cursor in self._live)
+
+    def offer(self, entries: Iterable[DueEntry]) -> None:
+        """Push freshly stored jobs that fall inside the loaded window."""
+        earliest = False
+        for entry in entries:
+            if self.covers(entry.shard, entry.run_at_s):
+                earliest = self._heap.push(entry) or earliest
+        if earliest:
+            self._on_due()
+        if len(self._heap) > self._heap_cap * TRIM_SLACK:
+            self._trim()
+
+    def put_back(self, entries: Iterable[DueEntry]) -> None:
+        """Return entries whose firing failed; they fire again as soon as they can."""
+        self._heap.extend(entries)
+        self._on_due()
+
+    def heap_drained(self) -> None:
+        """Called by the firing loop: a capped heap has room again."""
+        if len(self._heap) < self._heap_cap // 2 or len(self._backlog) < self._backlog_cap // 2:
+            self._wake.set()
+
+    # --- loading --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Load, sweep expired leases, sleep until the window needs extending; forever."""
+        sweep_at = 0.0
+        failures = 0
+        while True:
+            try:
+                await self.fill()
+                if self._clock() >= sweep_at:
+                    await self.rescue_leases()
+                    sweep_at = self._clock() + self._lease_sweep_s
+                failures = 0
+                timeout = min(self._lookahead_s / 4, self._lease_sweep_s)
+            except errors.StoreUnavailable as exc:
+                failures += 1
+                timeout = min(0.25 * 2**failures, 5.0)
+                logger.warning("loader: %s; retrying in %.1fs", exc, timeout)
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    async def fill(self) -> None:
+        horizon = _at(self._clock() + self._lookahead_s)
+        for cursor in list(self._live):
+            if cursor.target < horizon:
+                cursor.aim(horizon)
+            await self._load(cursor, cursor.target, self._heap_cap - len(self._heap), live=True)
+        self._merge_live()
+        for cursor in list(self._backlogs):
+            if len(self._backlog) >= self._backlog_cap // 2:
+                break
+            assert cursor.end is not None
+            done = await self._load(
+                cursor, cursor.end, self._backlog_cap - len(self._backlog), live=False
+            )
+            if done:
+                self._backlogs.remove(cursor)
+
+    async def _load(self, cursor: Cursor, until: datetime, budget: int, *, live: bool) -> bool:
+        """Advance a cursor towards ``until`` within ``budget`` entries; True when it got there."""
+        while budget > 0:
+            limit = min(self._load_batch, budget)
+            entries, last = await self._store.load_due(
+                sorted(cursor.shards), after=cursor.position, until=until, limit=limit
+            )
+            if live:
+                self._heap.extend(entries)
+            else:
+                self._backlog.extend(entries)
+            if entries:
+                self._on_due()
+            if len(entries) < limit or last is None:
+                cursor.position = (until, MAX_ID)
+                return True
+            cursor.position = last
+            budget -= len(entries)
+        return False
+
+    def _merge_live(self) -> None:
+        """A takeover's live cursor joins the main one once it has caught up with it."""
+        if len(self._live) < 2:
+            return
+        main = self._live[0]
+        for cursor in self._live[1:]:
+            if cursor.position >= main.position:
+                main.shards |= cursor.shards
+                self._live.remove(cursor)
+
+    def _trim(self) -> None:
+        kept = self._heap.trim(self._heap_cap)
+        if kept is None:
+            return
+        # Everything after the last kept entry must be loaded again: move the cursors back (a
+        # millisecond early, so float rounding can only cause a harmless duplicate, never a miss).
+        back = (_at(kept.run_at_s - 0.001), MIN_ID)
+        for cursor in self._live:
+            if cursor.position > back:
+                cursor.position = back
+            if cursor.target > back[0]:
+                cursor.aim(back[0])
+        self._wake.set()
+
+    async def rescue_leases(self) -> int:
+        """Claims never confirmed (a crash, an outage) are fired again once their lease ran out."""
+        shards = sorted(set().union(*(cursor.shards for cursor in self._live)))
+        if not shards:
+            return 0
+        entries = await self._store.expired_leases(shards, self._load_batch)
+        if entries:
+            logger.info("re-firing %d jobs whose lease expired", len(entries))
+            self._backlog.extend(entries)
+            self._on_due()
+        return len(entries)
+
+    @property
+    def horizon(self) -> datetime | None:
+        return self._live[0].position[0] if self._live else None

@@ -1,0 +1,66 @@
+"""Configuration: the only reader of the environment. Built once at the edge, then passed down."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class Settings(BaseSettings):
+    """Every option, with the default the embedded configuration of ``make run`` uses."""
+
+    model_config = SettingsConfigDict(env_prefix="DISPATCHER_", frozen=True, extra="forbid")
+
+    # Services
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/dispatcher"
+    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    zk_hosts: str = Field("", description="empty: single-node mode, this node owns every shard")
+    zk_path: str = "/dispatcher"
+    zk_session_timeout_s: float = Field(10.0, gt=0)
+
+    # HTTP
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(8080, ge=0, le=65535)
+    node_id: str = Field(default_factory=_default_node_id, min_length=1, max_length=200)
+
+    # Messaging
+    exchange: str = "dispatcher.jobs"
+    unroutable_exchange: str = "dispatcher.unroutable"
+
+    # Scheduling
+    shard_count: int = Field(256, ge=1, le=65536)
+    lookahead_s: float = Field(60.0, gt=0, description="jobs due this far ahead are kept in memory")
+    heap_cap: int = Field(200_000, ge=100, description="most jobs held in memory")
+    load_batch: int = Field(5000, ge=1, description="rows per loader query")
+    fire_batch: int = Field(500, ge=1, description="jobs claimed and published per round trip")
+    fire_workers: int = Field(4, ge=1, description="batches in flight at once")
+    lease_s: float = Field(30.0, gt=0, description="a claimed, unconfirmed job is re-fired after")
+    publish_timeout_s: float = Field(10.0, gt=0)
+    catchup_share: float = Field(
+        0.5, gt=0, le=1, description="share of a firing batch kept for overdue backlog"
+    )
+
+    # PostgreSQL
+    db_timeout_s: float = Field(2.0, gt=0, description="a request waits this long, then 503")
+    db_pool_min: int = Field(2, ge=1)
+    db_pool_max: int = Field(20, ge=1)
+    migrate_on_start: bool = True
+
+    # Input limits
+    max_payload_bytes: int = Field(256 * 1024, ge=1)
+    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    max_batch: int = Field(1000, ge=1)
+    max_headers: int = Field(32, ge=0)
+    max_header_bytes: int = Field(1024, ge=1)
+    max_routing_key_bytes: int = Field(255, ge=1, le=255)
+    max_idempotency_key_length: int = Field(255, ge=1)
+    max_delay_days: int = Field(3660, ge=1)
+
+    log_level: str = "INFO"

@@ -1,0 +1,1 @@
+"""PostgreSQL access. Nothing above this package imports asyncpg."""

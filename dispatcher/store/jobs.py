@@ -1,0 +1,179 @@
+"""JobStore: the only code that runs SQL on jobs. Every hot path is one round trip per batch."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+import asyncpg
+import orjson
+
+from dispatcher import errors, models
+from dispatcher.store import queries
+from dispatcher.store.db import Database
+
+_CURSOR_START = uuid.UUID(int=0)
+# Scheduler statements may legitimately run longer than an API request is allowed to wait.
+SCHEDULER_TIMEOUT_S = 30.0
+
+
+def job_from_row(row: asyncpg.Record) -> models.Job:
+    return models.Job(
+        id=row["id"],
+        shard=row["shard"],
+        state=models.JobState(row["state"]),
+        routing_key=row["routing_key"],
+        payload=bytes(row["payload"]),
+        run_at=row["run_at"],
+        idempotency_key=row["idempotency_key"],
+        headers=orjson.loads(row["headers"]),
+        priority=row["priority"],
+        ttl_ms=row["ttl_ms"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        dispatched_at=row["dispatched_at"],
+        publish_attempts=row["publish_attempts"],
+    )
+
+
+def entry_from_row(row: asyncpg.Record) -> models.DueEntry:
+    return models.DueEntry(row["run_at"].timestamp(), row["id"], row["shard"])
+
+
+class JobStore:
+    def __init__(self, db: Database, *, node_id: str, lease_s: float) -> None:
+        self._db = db
+        self._node_id = node_id
+        self._lease_s = lease_s
+
+    # --- intake ---------------------------------------------------------------------------------
+
+    async def insert(self, jobs: Sequence[models.NewJob]) -> list[models.Submitted]:
+        """Store a batch atomically; a job whose idempotency key exists returns created=False."""
+        columns = _columns(jobs)
+        async with self._db.connection() as connection, connection.transaction():
+            rows = await connection.fetch(queries.INSERT_JOBS, *columns)
+            inserted = {row["id"]: job_from_row(row) for row in rows}
+            missing_keys = [
+                job.idempotency_key
+                for job in jobs
+                if job.id not in inserted and job.idempotency_key is not None
+            ]
+            existing: dict[str, models.Job] = {}
+            if missing_keys:
+                for row in await connection.fetch(queries.SELECT_BY_IDEMPOTENCY_KEYS, missing_keys):
+                    existing[row["idempotency_key"]] = job_from_row(row)
+        results: list[models.Submitted] = []
+        for job in jobs:
+            if job.id in inserted:
+                results.append(models.Submitted(job=inserted[job.id], created=True))
+            else:
+                assert job.idempotency_key is not None  # only a key conflict skips an insert
+                results.append(models.Submitted(job=existing[job.idempotency_key], created=False))
+        return results
+
+    # --- reads and cancel -----------------------------------------------------------------------
+
+    async def get(self, job_id: uuid.UUID) -> models.Job:
+        async with self._db.connection() as connection:
+            row = await connection.fetchrow(queries.SELECT_JOB, job_id)
+        if row is None:
+            raise errors.JobNotFound()
+        return job_from_row(row)
+
+    async def page(
+        self,
+        *,
+        state: models.JobState | None,
+        routing_key: str | None,
+        after: uuid.UUID | None,
+        limit: int,
+    ) -> list[models.Job]:
+        async with self._db.connection() as connection:
+            rows = await connection.fetch(
+                queries.LIST_JOBS,
+                state.value if state else None,
+                routing_key,
+                after or _CURSOR_START,
+                limit,
+            )
+        return [job_from_row(row) for row in rows]
+
+    async def cancel(self, job_id: uuid.UUID) -> models.Job:
+        """Cancel a scheduled job; JobStateConflict once it is claimed or done."""
+        async with self._db.connection() as connection:
+            row = await connection.fetchrow(queries.CANCEL_JOB, job_id)
+            if row is None:
+                current = await connection.fetchrow(queries.SELECT_JOB, job_id)
+        if row is not None:
+            return job_from_row(row)
+        if current is None:
+            raise errors.JobNotFound()
+        raise errors.JobStateConflict(current["state"])
+
+    # --- scheduler ------------------------------------------------------------------------------
+
+    async def load_due(
+        self,
+        shards: Sequence[int],
+        *,
+        after: tuple[datetime, uuid.UUID],
+        until: datetime,
+        limit: int,
+    ) -> tuple[list[models.DueEntry], tuple[datetime, uuid.UUID] | None]:
+        """Due entries after the keyset cursor, and the exact key of the last one."""
+        async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
+            rows = await connection.fetch(
+                queries.LOAD_DUE, list(shards), after[0], after[1], until, limit
+            )
+        last = (rows[-1]["run_at"], rows[-1]["id"]) if rows else None
+        return [entry_from_row(row) for row in rows], last
+
+    async def expired_leases(self, shards: Sequence[int], limit: int) -> list[models.DueEntry]:
+        async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
+            rows = await connection.fetch(queries.EXPIRED_LEASES, list(shards), limit)
+        return [entry_from_row(row) for row in rows]
+
+    async def claim(self, ids: Sequence[uuid.UUID], epochs: Mapping[int, int]) -> list[models.Job]:
+        """Claim these jobs under the given shard epochs; rows no longer claimable are skipped."""
+        shards = list(epochs)
+        async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
+            rows = await connection.fetch(
+                queries.CLAIM_JOBS,
+                list(ids),
+                shards,
+                [epochs[shard] for shard in shards],
+                self._node_id,
+                self._lease_s,
+            )
+        return [job_from_row(row) for row in rows]
+
+    async def mark_dispatched(self, ids: Iterable[uuid.UUID]) -> None:
+        await self._update(queries.MARK_DISPATCHED, list(ids))
+
+    async def mark_expired(self, ids: Iterable[uuid.UUID]) -> None:
+        await self._update(queries.MARK_EXPIRED, list(ids))
+
+    async def release(self, ids: Iterable[uuid.UUID]) -> None:
+        await self._update(queries.RELEASE_CLAIMS, list(ids), self._node_id)
+
+    async def _update(self, query: str, ids: list[uuid.UUID], *args: object) -> None:
+        if not ids:
+            return
+        async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
+            await connection.execute(query, ids, *args)
+
+
+def _columns(jobs: Sequence[models.NewJob]) -> tuple[list[object], ...]:
+    return (
+        [job.id for job in jobs],
+        [job.shard for job in jobs],
+        [job.routing_key for job in jobs],
+        [job.payload for job in jobs],
+        [orjson.dumps(dict(job.headers)).decode() for job in jobs],
+        [job.priority for job in jobs],
+        [job.ttl_ms for job in jobs],
+        [job.idempotency_key for job in jobs],
+        [job.run_at for job in jobs],
+    )

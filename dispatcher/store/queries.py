@@ -1,0 +1,133 @@
+"""Every SQL statement the service runs, as named constants. Only ``store`` runs them."""
+
+from typing import Final
+
+# --- jobs: intake -------------------------------------------------------------------------------
+
+# Insert a batch in one round trip; an idempotency key seen before inserts nothing.
+# $1 ids, $2 shards, $3 routing keys, $4 payloads, $5 headers (JSON text), $6 priorities,
+# $7 ttl_ms, $8 idempotency keys, $9 run_at: parallel arrays.
+INSERT_JOBS: Final = """
+INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms, idempotency_key,
+                  run_at)
+SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bytea[], $5::jsonb[],
+                     $6::smallint[], $7::bigint[], $8::text[], $9::timestamptz[])
+ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *
+"""
+
+# The jobs already stored under these idempotency keys. $1 keys.
+SELECT_BY_IDEMPOTENCY_KEYS: Final = "SELECT * FROM jobs WHERE idempotency_key = ANY($1::text[])"
+
+# --- jobs: reads and cancel ---------------------------------------------------------------------
+
+# $1 id.
+SELECT_JOB: Final = "SELECT * FROM jobs WHERE id = $1"
+
+# A page in id (= creation) order. $1 state or NULL, $2 routing key or NULL, $3 after id, $4 limit.
+LIST_JOBS: Final = """
+SELECT * FROM jobs
+WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR routing_key = $2) AND id > $3
+ORDER BY id
+LIMIT $4
+"""
+
+# Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already. $1 id.
+CANCEL_JOB: Final = """
+UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = now()
+WHERE id = $1 AND state = 'scheduled'
+RETURNING *
+"""
+
+# --- jobs: scheduler ----------------------------------------------------------------------------
+
+# Scheduled jobs of the owned shards after the keyset cursor, up to a horizon, in due order.
+# $1 shards, $2 cursor run_at, $3 cursor id, $4 horizon, $5 limit.
+LOAD_DUE: Final = """
+SELECT id, shard, run_at FROM jobs
+WHERE state = 'scheduled' AND (run_at, id) > ($2, $3) AND run_at <= $4 AND shard = ANY($1::int[])
+ORDER BY run_at, id
+LIMIT $5
+"""
+
+# Claimed jobs whose publish was never confirmed (crash, outage). $1 shards, $2 limit.
+EXPIRED_LEASES: Final = """
+SELECT id, shard, run_at FROM jobs
+WHERE state = 'dispatching' AND lease_until < now() AND shard = ANY($1::int[])
+ORDER BY lease_until
+LIMIT $2
+"""
+
+# Claim due jobs for publishing, fenced: a row is claimed only while the shard's epoch is the one
+# this node holds, and the epoch rows are share-locked so a concurrent takeover (which bumps them)
+# waits for this claim to commit or happens entirely before it.
+# $1 ids, $2 shards held, $3 their epochs, $4 node id, $5 lease seconds.
+CLAIM_JOBS: Final = """
+WITH fence AS (
+    SELECT se.shard, se.epoch
+    FROM shard_epochs se
+    JOIN unnest($2::int[], $3::bigint[]) AS held(shard, epoch)
+      ON se.shard = held.shard AND se.epoch = held.epoch
+    FOR SHARE OF se
+)
+UPDATE jobs j
+SET state = 'dispatching', lease_until = now() + make_interval(secs => $5),
+    claim_epoch = fence.epoch, claimed_by = $4, publish_attempts = j.publish_attempts + 1,
+    updated_at = now()
+FROM fence
+WHERE j.id = ANY($1::uuid[]) AND j.shard = fence.shard
+  AND (j.state = 'scheduled' OR (j.state = 'dispatching' AND j.lease_until < now()))
+RETURNING j.*
+"""
+
+# RabbitMQ confirmed these. $1 ids.
+MARK_DISPATCHED: Final = """
+UPDATE jobs SET state = 'dispatched', dispatched_at = now(), lease_until = NULL, updated_at = now()
+WHERE id = ANY($1::uuid[]) AND state = 'dispatching'
+"""
+
+# Their ttl ran out before they could be published. $1 ids.
+MARK_EXPIRED: Final = """
+UPDATE jobs SET state = 'expired', lease_until = NULL, updated_at = now()
+WHERE id = ANY($1::uuid[]) AND state = 'dispatching'
+"""
+
+# The publish failed: give the claims back so they fire again. $1 ids, $2 node id.
+RELEASE_CLAIMS: Final = """
+UPDATE jobs SET state = 'scheduled', lease_until = NULL, claimed_by = NULL, updated_at = now()
+WHERE id = ANY($1::uuid[]) AND state = 'dispatching' AND claimed_by = $2
+"""
+
+# --- shards -------------------------------------------------------------------------------------
+
+# Create the epoch rows on first start. $1 shard count.
+ENSURE_SHARDS: Final = """
+INSERT INTO shard_epochs (shard) SELECT generate_series(0, $1::int - 1) ON CONFLICT DO NOTHING
+"""
+
+COUNT_SHARDS: Final = "SELECT count(*) FROM shard_epochs"
+
+# Take shards: a new epoch fences every claim made under the old one. $1 shards, $2 node id.
+BUMP_EPOCHS: Final = """
+UPDATE shard_epochs SET epoch = epoch + 1, owner = $2, updated_at = now()
+WHERE shard = ANY($1::int[])
+RETURNING shard, epoch
+"""
+
+# Current epochs (for status pages). No arguments.
+SELECT_EPOCHS: Final = "SELECT shard, epoch, owner FROM shard_epochs ORDER BY shard"
+
+# --- migrations ---------------------------------------------------------------------------------
+
+MIGRATION_LOCK: Final = "SELECT pg_advisory_lock(hashtext('dispatcher.migrations'))"
+MIGRATION_UNLOCK: Final = "SELECT pg_advisory_unlock(hashtext('dispatcher.migrations'))"
+CREATE_MIGRATIONS_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    text        PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+APPLIED_MIGRATIONS: Final = "SELECT version FROM schema_migrations"
+RECORD_MIGRATION: Final = "INSERT INTO schema_migrations (version) VALUES ($1)"
+
+PING: Final = "SELECT 1"
