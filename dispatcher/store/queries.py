@@ -61,6 +61,8 @@ LIMIT $2
 # Claim due jobs for publishing, fenced: a row is claimed only while the shard's epoch is the one
 # this node holds, and the epoch rows are share-locked so a concurrent takeover (which bumps them)
 # waits for this claim to commit or happens entirely before it.
+# The state test is a CASE so the planner drives the update from the primary key, not from a scan
+# of a partial index whose predicate an OR of states would match.
 # $1 ids, $2 shards held, $3 their epochs, $4 node id, $5 lease seconds.
 CLAIM_JOBS: Final = """
 WITH fence AS (
@@ -76,7 +78,11 @@ SET state = 'dispatching', lease_until = now() + make_interval(secs => $5),
     updated_at = now()
 FROM fence
 WHERE j.id = ANY($1::uuid[]) AND j.shard = fence.shard
-  AND (j.state = 'scheduled' OR (j.state = 'dispatching' AND j.lease_until < now()))
+  AND CASE j.state
+        WHEN 'scheduled' THEN true
+        WHEN 'dispatching' THEN j.lease_until < now()
+        ELSE false
+      END
 RETURNING j.*
 """
 
