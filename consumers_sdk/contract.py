@@ -27,6 +27,12 @@ UNROUTABLE_EXCHANGE: Final = "dispatcher.unroutable"
 UNROUTABLE_QUEUE: Final = "dispatcher.unroutable"
 CONTENT_TYPE: Final = "application/json"
 
+
+def exchange_arguments(unroutable_exchange: str = UNROUTABLE_EXCHANGE) -> dict[str, str]:
+    """Arguments of the jobs exchange; whoever declares it first must use exactly these."""
+    return {"alternate-exchange": unroutable_exchange}
+
+
 HEADER_JOB_ID: Final = "x-job-id"
 HEADER_RUN_AT: Final = "x-run-at"
 HEADER_IDEMPOTENCY_KEY: Final = "x-idempotency-key"

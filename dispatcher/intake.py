@@ -31,6 +31,7 @@ class Intake:
         self._all_shards = list(range(shard_count))
         self._lookahead_s = lookahead_s
         self._clock = clock
+        self._ids = models.JobIds()
 
     async def submit(self, specs: Sequence[models.JobSpec]) -> list[models.Submitted]:
         """Store all or nothing; a 2xx may be answered once this returns."""
@@ -38,7 +39,7 @@ class Intake:
         owned = list(self._ownership.epochs())
         new_jobs = []
         for spec in specs:
-            job_id = models.new_job_id()
+            job_id = self._ids.next()
             # Due soon: a shard this node owns, so it fires from here without a load.
             due_soon = owned and spec.run_at.timestamp() <= window_end_s
             shard = ownership.shard_for(job_id.bytes, owned if due_soon else self._all_shards)

@@ -98,7 +98,7 @@ class Publisher:
                 self._exchange_name,
                 aio_pika.ExchangeType.TOPIC,
                 durable=True,
-                arguments={"alternate-exchange": self._unroutable_name},
+                arguments=dict[str, FieldValue](contract.exchange_arguments(self._unroutable_name)),
             )
         except BaseException:
             await connection.close()

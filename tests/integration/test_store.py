@@ -1,0 +1,193 @@
+"""JobStore and ShardStore against a real PostgreSQL (a fresh database per test)."""
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from dispatcher import errors, models
+from dispatcher.store import migrate, queries
+from dispatcher.store.db import Database
+from dispatcher.store.jobs import JobStore
+from dispatcher.store.shards import ShardStore
+
+IDS = models.JobIds()
+NOW = datetime.now(UTC)
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    database = Database(database_url, min_size=1, max_size=4, timeout_s=5)
+    await database.open()
+    yield database
+    await database.close()
+
+
+@pytest.fixture
+async def shards(db: Database) -> ShardStore:
+    store = ShardStore(db)
+    await store.ensure(8)
+    return store
+
+
+def new_job(shard: int = 0, *, key: str | None = None, run_at: datetime = NOW) -> models.NewJob:
+    return models.NewJob(
+        id=IDS.next(),
+        shard=shard,
+        routing_key="orders.expire",
+        payload=b'{"order": 1}',
+        run_at=run_at,
+        idempotency_key=key,
+        headers={"tenant": "a", "n": 1},
+        priority=None,
+        ttl_ms=None,
+    )
+
+
+async def test_every_query_prepares_against_the_migrated_schema(database_url: str) -> None:
+    connection = await asyncpg.connect(database_url)
+    try:
+        statements = {
+            name: value
+            for name, value in vars(queries).items()
+            if name.isupper() and isinstance(value, str)
+        }
+        for name, sql in statements.items():
+            if name.startswith("MIGRATION") or name == "CREATE_MIGRATIONS_TABLE":
+                continue
+            await connection.prepare(sql)
+    finally:
+        await connection.close()
+
+
+async def test_migrations_are_recorded_and_a_second_run_is_a_no_op(database_url: str) -> None:
+    assert await migrate.apply_migrations(database_url) == []
+    connection = await asyncpg.connect(database_url)
+    try:
+        versions = [r["version"] for r in await connection.fetch(queries.APPLIED_MIGRATIONS)]
+    finally:
+        await connection.close()
+    assert sorted(versions) == [version for version, _ in migrate.migration_files()]
+
+
+async def test_insert_roundtrips_a_job(db: Database) -> None:
+    store = JobStore(db, node_id="n1", lease_s=30)
+    job = new_job()
+    [result] = await store.insert([job])
+    assert result.created
+    stored = await store.get(job.id)
+    assert stored.state is models.JobState.SCHEDULED
+    assert stored.payload == job.payload
+    assert stored.headers == {"tenant": "a", "n": 1}
+
+
+async def test_idempotency_key_returns_the_first_job(db: Database) -> None:
+    store = JobStore(db, node_id="n1", lease_s=30)
+    first = new_job(key="order-1")
+    [created] = await store.insert([first])
+    again = new_job(key="order-1")
+    [existing, other] = await store.insert([again, new_job(key="order-2")])
+    assert created.created
+    assert not existing.created
+    assert other.created
+    assert existing.job.id == first.id
+    with pytest.raises(errors.JobNotFound):
+        await store.get(again.id)
+
+
+async def test_concurrent_submissions_with_one_key_create_one_job(db: Database) -> None:
+    store = JobStore(db, node_id="n1", lease_s=30)
+    results = await asyncio.gather(*(store.insert([new_job(key="same")]) for _ in range(4)))
+    assert sum(r[0].created for r in results) == 1
+    assert len({r[0].job.id for r in results}) == 1
+
+
+async def test_cancel_only_scheduled_jobs(db: Database, shards: ShardStore) -> None:
+    store = JobStore(db, node_id="n1", lease_s=30)
+    a, b = new_job(), new_job()
+    await store.insert([a, b])
+    assert (await store.cancel(a.id)).state is models.JobState.CANCELLED
+    epochs = await shards.bump([0], "n1")
+    assert [j.id for j in await store.claim([a.id, b.id], epochs)] == [b.id]
+    with pytest.raises(errors.JobStateConflict) as caught:
+        await store.cancel(b.id)
+    assert caught.value.state == "dispatching"
+    with pytest.raises(errors.JobNotFound):
+        await store.cancel(uuid.uuid4())
+
+
+async def test_claim_is_fenced_by_the_shard_epoch(db: Database, shards: ShardStore) -> None:
+    old_owner = JobStore(db, node_id="old", lease_s=30)
+    new_owner = JobStore(db, node_id="new", lease_s=30)
+    job = new_job(shard=3)
+    await old_owner.insert([job])
+    stale = await shards.bump([3], "old")
+    await shards.bump([3], "new")  # takeover
+    assert await old_owner.claim([job.id], stale) == []
+    current = {3: (await shards.bump([3], "new"))[3]}
+    [claimed] = await new_owner.claim([job.id], current)
+    assert claimed.state is models.JobState.DISPATCHING
+    assert claimed.publish_attempts == 1
+
+
+async def test_a_claim_is_not_taken_twice_until_its_lease_expires(
+    db: Database, shards: ShardStore
+) -> None:
+    store = JobStore(db, node_id="n1", lease_s=0.3)
+    job = new_job(shard=1)
+    await store.insert([job])
+    epochs = await shards.bump([1], "n1")
+    assert len(await store.claim([job.id], epochs)) == 1
+    assert await store.claim([job.id], epochs) == []
+    assert await store.expired_leases([1], 10) == []
+    await asyncio.sleep(0.5)
+    [expired] = await store.expired_leases([1], 10)
+    assert expired.id == job.id
+    [again] = await store.claim([job.id], epochs)
+    assert again.publish_attempts == 2
+
+
+async def test_mark_release_and_expire(db: Database, shards: ShardStore) -> None:
+    store = JobStore(db, node_id="n1", lease_s=30)
+    a, b, c = new_job(), new_job(), new_job()
+    await store.insert([a, b, c])
+    epochs = await shards.bump([0], "n1")
+    await store.claim([a.id, b.id, c.id], epochs)
+    await store.mark_dispatched([a.id])
+    await store.release([b.id])
+    await store.mark_expired([c.id])
+    assert (await store.get(a.id)).state is models.JobState.DISPATCHED
+    assert (await store.get(a.id)).dispatched_at is not None
+    assert (await store.get(b.id)).state is models.JobState.SCHEDULED
+    assert (await store.get(c.id)).state is models.JobState.EXPIRED
+
+
+async def test_load_due_walks_the_window_in_order_with_a_keyset(db: Database) -> None:
+    store = JobStore(db, node_id="n1", lease_s=30)
+    jobs = [new_job(shard=i % 4, run_at=NOW + timedelta(seconds=i)) for i in range(10)]
+    await store.insert(jobs)
+    start = (datetime(1970, 1, 1, tzinfo=UTC), uuid.UUID(int=0))
+    first, last = await store.load_due([0, 1, 2, 3], after=start, until=NOW + timedelta(1), limit=4)
+    assert [e.id for e in first] == [j.id for j in jobs[:4]]
+    assert last is not None
+    rest, _ = await store.load_due([0, 1], after=last, until=NOW + timedelta(seconds=7), limit=100)
+    assert [e.id for e in rest] == [j.id for j in jobs[4:8] if j.shard in (0, 1)]
+
+
+async def test_shard_count_cannot_change(db: Database, shards: ShardStore) -> None:
+    with pytest.raises(errors.ShardCountMismatch):
+        await ShardStore(db).ensure(16)
+
+
+async def test_page_filters_and_follows_the_cursor(db: Database) -> None:
+    store = JobStore(db, node_id="n1", lease_s=30)
+    jobs = [new_job() for _ in range(5)]
+    await store.insert(jobs)
+    page = await store.page(state=models.JobState.SCHEDULED, routing_key=None, after=None, limit=3)
+    assert [j.id for j in page] == [j.id for j in jobs[:3]]
+    rest = await store.page(state=None, routing_key="orders.expire", after=page[-1].id, limit=3)
+    assert [j.id for j in rest] == [j.id for j in jobs[3:]]
+    assert await store.page(state=None, routing_key="other", after=None, limit=3) == []

@@ -1,0 +1,106 @@
+"""Session-wide services, isolated per test cheaply: a database cloned from a migrated template,
+a RabbitMQ vhost, a ZooKeeper chroot. Services start once; they never skip."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.services.base import service_root
+from tests.services.ports import free_port
+from tests.services.postgres import PostgresServer
+from tests.services.rabbitmq import RabbitServer
+from tests.services.zookeeper import ZooKeeperServer
+
+TEMPLATE = "dispatcher_template"
+_running: list[PostgresServer | RabbitServer | ZooKeeperServer] = []
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
+    root = service_root("postgres")
+    server = PostgresServer(root, free_port())
+    server.start()
+    _running.append(server)
+    yield server
+    _running.remove(server)
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server: PostgresServer) -> str:
+    from dispatcher.store.migrate import apply_migrations
+
+    pg_server.create_database(TEMPLATE)
+    asyncio.run(apply_migrations(pg_server.dsn(TEMPLATE)))
+    return TEMPLATE
+
+
+@pytest.fixture
+def database_url(pg_server: PostgresServer, pg_template: str) -> Iterator[str]:
+    name = f"test_{uuid.uuid4().hex}"
+    if not pg_server.is_running():  # a previous test crashed it on purpose
+        pg_server.start()
+    pg_server.create_database(name, template=pg_template)
+    yield pg_server.dsn(name)
+    if pg_server.is_running():
+        pg_server.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitServer]:
+    server = RabbitServer(
+        tmp_path_factory.mktemp("rabbitmq"),
+        amqp_port=free_port(),
+        mgmt_port=free_port(),
+        dist_port=free_port(),
+        nodename=f"test-{uuid.uuid4().hex[:8]}@localhost",
+    )
+    server.start()
+    _running.append(server)
+    yield server
+    _running.remove(server)
+    server.stop()
+
+
+@pytest.fixture
+def amqp_url(rabbit_server: RabbitServer) -> Iterator[str]:
+    if not rabbit_server.is_running():
+        rabbit_server.start()
+    vhost = f"test-{uuid.uuid4().hex[:12]}"
+    rabbit_server.create_vhost(vhost)
+    yield rabbit_server.url(vhost)
+    if rabbit_server.is_running():
+        rabbit_server.delete_vhost(vhost)
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), free_port())
+    server.start()
+    _running.append(server)
+    yield server
+    _running.remove(server)
+    server.stop()
+
+
+@pytest.fixture
+def zk_hosts(zk_server: ZooKeeperServer) -> str:
+    """A chroot of this test's own; the dispatcher creates its paths below it."""
+    if not zk_server.is_running():
+        zk_server.start()
+    return f"{zk_server.hosts}/test_{uuid.uuid4().hex}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.failed and _running:
+        for server in _running:
+            report.sections.append((f"{type(server).__name__} logs", server.logs()))

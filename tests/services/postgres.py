@@ -1,0 +1,112 @@
+"""A throwaway PostgreSQL cluster from /usr/lib/postgresql/<v>/bin."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.services.base import ServiceError, run_as_postgres, tail
+
+BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+class PostgresServer:
+    def __init__(self, root: Path, port: int) -> None:
+        self.root = root
+        self.port = port
+        self.data = root / "data"
+        self.log = root / "postgres.log"
+
+    def _own_root(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+
+    def start(self) -> None:
+        self._own_root()
+        if not (self.data / "PG_VERSION").exists():
+            self._run([str(BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"])
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+            "-c max_connections=300 -c shared_buffers=256MB"
+        )
+        self._run(
+            [
+                str(BIN / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                options,
+                "start",
+            ]
+        )
+
+    def stop(self) -> None:
+        if self.is_running():
+            self._run([str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"])
+
+    def kill(self) -> None:
+        """A crash: immediate shutdown, no checkpoint."""
+        if self.is_running():
+            self._run([str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"])
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def is_running(self) -> bool:
+        if not (self.data / "postmaster.pid").exists():
+            return False
+        status = subprocess.run(
+            run_as_postgres([str(BIN / "pg_ctl"), "-D", str(self.data), "status"]),
+            capture_output=True,
+        )
+        return status.returncode == 0
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def logs(self) -> str:
+        return tail(self.log)
+
+    def sql(self, statement: str, dbname: str = "postgres") -> str:
+        result = subprocess.run(
+            [
+                "psql",
+                "-X",
+                "-q",
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                self.dsn(dbname),
+                "-c",
+                statement,
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise ServiceError("postgres", f"{statement!r} failed: {result.stderr}", self.logs())
+        return result.stdout
+
+    def create_database(self, name: str, template: str | None = None) -> None:
+        suffix = f' TEMPLATE "{template}"' if template else ""
+        self.sql(f'CREATE DATABASE "{name}"{suffix}')
+
+    def drop_database(self, name: str) -> None:
+        self.sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def _run(self, args: list[str]) -> None:
+        result = subprocess.run(run_as_postgres(args), capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ServiceError(
+                "postgres", f"{args[0]} failed: {result.stdout}{result.stderr}", self.logs()
+            )

@@ -1,0 +1,154 @@
+"""A throwaway RabbitMQ node (with the management plugin) from /usr/lib/rabbitmq/bin, as root."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+
+from tests.services.base import ServiceError, kill_group, tail, wait_until
+from tests.services.ports import wait_port_free
+
+BIN = Path("/usr/lib/rabbitmq/bin")
+READY_S = 90.0
+
+
+class RabbitServer:
+    def __init__(
+        self, root: Path, amqp_port: int, mgmt_port: int, dist_port: int, nodename: str
+    ) -> None:
+        self.root = root
+        self.amqp_port = amqp_port
+        self.mgmt_port = mgmt_port
+        self.dist_port = dist_port
+        self.nodename = nodename
+        self.mgmt_url = f"http://127.0.0.1:{mgmt_port}"
+        self.out = root / "server.out"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "HOME": str(self.root),  # the Erlang cookie lives here; rabbitmqctl needs the same
+            "RABBITMQ_NODENAME": self.nodename,
+            "RABBITMQ_MNESIA_BASE": str(self.root / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.root / "log"),
+            "RABBITMQ_CONFIG_FILE": str(self.root / "rabbitmq"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.root / "enabled_plugins"),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_PID_FILE": str(self.root / "rabbitmq.pid"),
+        }
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = 127.0.0.1:{self.amqp_port}\n"
+            f"management.tcp.port = {self.mgmt_port}\n"
+            "management.tcp.ip = 127.0.0.1\n"
+            "loopback_users = none\n"
+            # Tests restart nodes often: do not wait for long-gone peers or big disk headroom.
+            "disk_free_limit.absolute = 50MB\n"
+        )
+        (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
+        with self.out.open("ab") as out:
+            self._process = subprocess.Popen(
+                [str(BIN / "rabbitmq-server")],
+                env=self.env,
+                cwd=self.root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if not wait_until(self._ready, READY_S):
+            self.kill()
+            raise ServiceError("rabbitmq", f"not ready after {READY_S}s", self.logs())
+
+    def _amqp_answers(self) -> bool:
+        with socket.socket() as sock:
+            sock.settimeout(1)
+            if sock.connect_ex(("127.0.0.1", self.amqp_port)) != 0:
+                return False
+            sock.sendall(b"AMQP\x00\x00\x09\x01")
+            try:
+                return sock.recv(8)[:1] == b"\x01"  # a Connection.Start frame
+            except OSError:
+                return False
+
+    def _ready(self) -> bool:
+        if self._process is not None and self._process.poll() is not None:
+            raise ServiceError("rabbitmq", "exited during start", self.logs())
+        if not self._amqp_answers():
+            return False
+        try:
+            response = httpx.get(f"{self.mgmt_url}/api/overview", auth=("guest", "guest"))
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    def ctl(self, *args: str, check: bool = True) -> str:
+        result = subprocess.run(
+            [str(BIN / "rabbitmqctl"), "-n", self.nodename, *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        if check and result.returncode != 0:
+            raise ServiceError(
+                "rabbitmq", f"rabbitmqctl {args} failed: {result.stderr}", self.logs()
+            )
+        return result.stdout
+
+    def stop(self) -> None:
+        if self.is_running():
+            self.ctl("stop", check=False)
+            kill_group(self._process, signal.SIGTERM)
+        self._process = None
+        wait_port_free(self.amqp_port)
+
+    def kill(self) -> None:
+        """A crash: SIGKILL to the node's process group (epmd, shared by nodes, is left alone)."""
+        kill_group(self._process)
+        self._process = None
+        wait_port_free(self.amqp_port)
+
+    def stop_app(self) -> None:
+        """A broker outage that keeps the Erlang process."""
+        self.ctl("stop_app")
+
+    def start_app(self) -> None:
+        self.ctl("start_app")
+        if not wait_until(self._ready, READY_S):
+            raise ServiceError("rabbitmq", "not ready after start_app", self.logs())
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def url(self, vhost: str = "/") -> str:
+        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/{quote(vhost, safe='')}"
+
+    def create_vhost(self, name: str) -> None:
+        vhost = quote(name, safe="")
+        with httpx.Client(base_url=self.mgmt_url, auth=("guest", "guest"), timeout=30) as http:
+            http.put(f"/api/vhosts/{vhost}").raise_for_status()
+            http.put(
+                f"/api/permissions/{vhost}/guest",
+                json={"configure": ".*", "write": ".*", "read": ".*"},
+            ).raise_for_status()
+
+    def delete_vhost(self, name: str) -> None:
+        with httpx.Client(base_url=self.mgmt_url, auth=("guest", "guest"), timeout=30) as http:
+            http.delete(f"/api/vhosts/{quote(name, safe='')}")
+
+    def logs(self) -> str:
+        logs = sorted((self.root / "log").glob("*.log")) if (self.root / "log").exists() else []
+        return "\n".join([tail(self.out, 20), *(tail(path, 40) for path in logs)])

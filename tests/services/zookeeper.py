@@ -1,0 +1,87 @@
+"""A throwaway standalone ZooKeeper from Debian's jars."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+from tests.services.base import ServiceError, kill_group, tail, wait_until
+from tests.services.ports import wait_port_free
+
+CLASSPATH = "/usr/share/java/*:/etc/zookeeper/conf"
+
+
+class ZooKeeperServer:
+    def __init__(self, root: Path, client_port: int) -> None:
+        self.root = root
+        self.client_port = client_port
+        self.hosts = f"127.0.0.1:{client_port}"
+        self.log = root / "zookeeper.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        (self.root / "data").mkdir(parents=True, exist_ok=True)
+        config = self.root / "zoo.cfg"
+        config.write_text(
+            "tickTime=500\n"  # short ticks let tests use sessions of a second or two
+            f"dataDir={self.root / 'data'}\n"
+            f"clientPort={self.client_port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "4lw.commands.whitelist=*\n"
+            "minSessionTimeout=1000\n"
+            "maxSessionTimeout=60000\n"
+        )
+        with self.log.open("ab") as out:
+            self._process = subprocess.Popen(
+                [
+                    "java",
+                    "-Xmx256m",
+                    "-cp",
+                    CLASSPATH,
+                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                    str(config),
+                ],
+                cwd=self.root,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if not wait_until(self._ready, 60):
+            self.kill()
+            raise ServiceError("zookeeper", "not ready after 60s", self.logs())
+
+    def _ready(self) -> bool:
+        if self._process is not None and self._process.poll() is not None:
+            raise ServiceError("zookeeper", "exited during start", self.logs())
+        return self.four_letter("ruok") == "imok"
+
+    def four_letter(self, word: str) -> str:
+        try:
+            with socket.create_connection(("127.0.0.1", self.client_port), timeout=2) as sock:
+                sock.sendall(word.encode())
+                return sock.recv(4096).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        kill_group(self._process, signal.SIGTERM)
+        self._process = None
+        wait_port_free(self.client_port)
+
+    def kill(self) -> None:
+        kill_group(self._process)
+        self._process = None
+        wait_port_free(self.client_port)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def logs(self) -> str:
+        return tail(self.log)

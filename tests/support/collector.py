@@ -1,0 +1,133 @@
+"""An independent AMQP consumer for tests: binds a durable queue to the jobs exchange and records
+every delivery (a ledger of what arrived, when, and how often)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+
+from consumers_sdk import contract
+
+
+@dataclass
+class Delivery:
+    message_id: str
+    routing_key: str
+    received_at: float
+    body: bytes
+    headers: dict[str, object]
+    properties: dict[str, object]
+
+
+@dataclass
+class Ledger:
+    """Every accepted job classified: delivered once, more than once, early, or lost."""
+
+    once: int = 0
+    duplicated: dict[str, int] = field(default_factory=dict)
+    early: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        extra = sum(count - 1 for count in self.duplicated.values())
+        return (
+            f"ledger: delivered once={self.once} more than once={len(self.duplicated)} "
+            f"(extra deliveries={extra}) early={len(self.early)} lost={len(self.lost)}"
+        )
+
+
+class Collector:
+    def __init__(self, amqp_url: str, *, binding: str = "#", queue: str | None = None) -> None:
+        self._url = amqp_url
+        self._binding = binding
+        self.queue_name = queue or f"collector.{uuid.uuid4().hex[:8]}"
+        self.deliveries: dict[str, list[Delivery]] = {}
+        self._connection: AbstractRobustConnection | None = None
+        self._changed = asyncio.Event()
+
+    async def start(self) -> None:
+        self._connection = await aio_pika.connect_robust(
+            self._url, client_properties={"connection_name": "test-collector"}
+        )
+        channel = await self._connection.channel()
+        await channel.set_qos(prefetch_count=500)
+        exchange = await channel.declare_exchange(
+            contract.EXCHANGE,
+            aio_pika.ExchangeType.TOPIC,
+            durable=True,
+            arguments=contract.exchange_arguments(),
+        )
+        # Durable, so deliveries survive a broker restart like a real consumer's would.
+        queue = await channel.declare_queue(self.queue_name, durable=True)
+        await queue.bind(exchange, self._binding)
+        await queue.consume(self._on_message)
+
+    async def stop(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+            self._connection = None
+
+    async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        message_id = message.message_id or ""
+        self.deliveries.setdefault(message_id, []).append(
+            Delivery(
+                message_id=message_id,
+                routing_key=message.routing_key or "",
+                received_at=time.time(),
+                body=message.body,
+                headers=dict(message.headers),
+                properties={
+                    "content_type": message.content_type,
+                    "delivery_mode": message.delivery_mode,
+                    "priority": message.priority,
+                    "expiration": message.expiration,
+                    "timestamp": message.timestamp,
+                },
+            )
+        )
+        await message.ack()
+        self._changed.set()
+
+    async def wait_for(self, ids: Iterable[str], deadline_s: float) -> set[str]:
+        """Wait until every id arrived or the deadline passed; returns the ids still missing."""
+        wanted = set(ids)
+        try:
+            async with asyncio.timeout(deadline_s):
+                while wanted - self.deliveries.keys():
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            pass
+        return wanted - self.deliveries.keys()
+
+    async def settle(self, quiet_s: float = 1.0) -> None:
+        """Wait until nothing has arrived for ``quiet_s`` (late duplicates show up)."""
+        while True:
+            self._changed.clear()
+            try:
+                async with asyncio.timeout(quiet_s):
+                    await self._changed.wait()
+            except TimeoutError:
+                return
+
+    def ledger(self, accepted: dict[str, float], *, tolerance_s: float = 0.0) -> Ledger:
+        """Classify accepted jobs (id -> run_at seconds) against what arrived."""
+        ledger = Ledger()
+        for job_id, run_at_s in accepted.items():
+            got = self.deliveries.get(job_id, [])
+            if not got:
+                ledger.lost.append(job_id)
+                continue
+            if min(d.received_at for d in got) < run_at_s - tolerance_s:
+                ledger.early.append(job_id)
+            if len(got) == 1:
+                ledger.once += 1
+            else:
+                ledger.duplicated[job_id] = len(got)
+        return ledger

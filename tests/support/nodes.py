@@ -1,0 +1,33 @@
+"""A dispatcher Node running inside the test's event loop, and an HTTP client for its API."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+
+from dispatcher.node import Node
+from dispatcher.settings import Settings
+
+
+@asynccontextmanager
+async def running_node(**settings: object) -> AsyncIterator[Node]:
+    node = Node(Settings(**settings))  # type: ignore[arg-type]
+    task = asyncio.create_task(node.run(serve_http=False), name="test-node")
+    started = asyncio.create_task(node.started.wait())
+    await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        started.cancel()
+        task.result()  # raises what stopped the node
+    await asyncio.wait_for(node.publisher.wait_ready(), 30)
+    try:
+        yield node
+    finally:
+        node.request_stop()
+        await asyncio.wait_for(task, 30)
+
+
+def client(node: Node) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=node.app), base_url="http://node")

@@ -1,0 +1,93 @@
+"""A dispatcher node as a real process (``python -m dispatcher serve``) for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+class DispatcherProcess:
+    def __init__(
+        self, log_dir: Path, *, port: int, env: dict[str, str], name: str = "node"
+    ) -> None:
+        self.port = port
+        self.name = name
+        self.url = f"http://127.0.0.1:{port}"
+        self._env = {
+            **os.environ,
+            "DISPATCHER_HTTP_PORT": str(port),
+            "DISPATCHER_NODE_ID": name,
+            **env,
+        }
+        self._log_path = log_dir / f"dispatcher-{name}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, ready_timeout: float = 30.0) -> None:
+        log = self._log_path.open("ab")
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "dispatcher", "serve"],
+            env=self._env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self.wait_ready(ready_timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited early:\n{self.logs()}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready after {timeout}s:\n{self.logs()}")
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    def kill(self) -> None:
+        """kill -9: no shutdown code runs."""
+        if self._process is not None and self._process.poll() is None:
+            os.kill(self._process.pid, signal.SIGKILL)
+            self._process.wait(10)
+
+    def terminate(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait: a graceful stop."""
+        assert self._process is not None
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+        return self._process.wait(timeout)
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def is_running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def logs(self, tail: int = 80) -> str:
+        if not self._log_path.exists():
+            return ""
+        return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-tail:])
+
+    def stop(self) -> None:
+        if self.is_running():
+            try:
+                self.terminate(10)
+            except subprocess.TimeoutExpired:
+                self.kill()

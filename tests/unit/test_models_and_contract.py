@@ -1,0 +1,52 @@
+import uuid
+from datetime import UTC, datetime
+
+from consumers_sdk import contract
+from dispatcher.cluster.ownership import shard_for
+from dispatcher.models import JobIds
+
+
+def test_job_ids_are_uuid7_and_strictly_increasing() -> None:
+    generator = JobIds()
+    ids = [generator.next() for _ in range(10_000)]
+    assert all(job_id.version == 7 for job_id in ids)
+    assert all(job_id.variant == uuid.RFC_4122 for job_id in ids)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+
+
+def test_job_ids_stay_ordered_when_the_counter_overflows_or_the_clock_stands_still() -> None:
+    generator = JobIds(clock_ns=lambda: 1_700_000_000_000_000_000)
+    ids = [generator.next() for _ in range(5000)]  # more than 4096 in one "millisecond"
+    assert ids == sorted(ids)
+    assert (ids[-1].int >> 80) == 1_700_000_000_000 + 1
+
+
+def test_shard_choice_is_stable_and_within_the_given_shards() -> None:
+    shards = [3, 9, 27]
+    job_id = uuid.uuid4().bytes
+    assert shard_for(job_id, shards) == shard_for(job_id, shards)
+    assert {shard_for(uuid.uuid4().bytes, shards) for _ in range(200)} == set(shards)
+
+
+def test_headers_carry_the_contract_and_the_users_headers() -> None:
+    run_at = datetime(2026, 11, 22, 8, 0, 0, 123456, tzinfo=UTC)
+    headers = contract.message_headers(
+        job_id="j1", run_at=run_at, idempotency_key="k", user_headers={"tenant": "a"}
+    )
+    assert headers == {
+        "tenant": "a",
+        "x-job-id": "j1",
+        "x-run-at": "2026-11-22T08:00:00.123Z",
+        "x-idempotency-key": "k",
+    }
+    envelope = contract.read_envelope(message_id="j1", routing_key="rk", headers=headers)
+    assert envelope.run_at == datetime(2026, 11, 22, 8, 0, 0, 123000, tzinfo=UTC)
+    assert envelope.idempotency_key == "k"
+
+
+def test_reserved_headers() -> None:
+    assert contract.is_reserved_header("x-death")
+    assert contract.is_reserved_header("X-Job-Id")
+    assert not contract.is_reserved_header("x-trace-id")
+    assert not contract.is_reserved_header("tenant")

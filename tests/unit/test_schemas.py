@@ -1,0 +1,93 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from dispatcher import errors
+from dispatcher.api.problems import field_name
+from dispatcher.api.schemas import JobBatchCreate, JobCreate, to_spec
+from dispatcher.settings import Settings
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def settings(**overrides: object) -> Settings:
+    return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def invalid_fields(data: object) -> list[str]:
+    with pytest.raises(ValidationError) as caught:
+        JobCreate.model_validate(data)
+    return [field_name(error["loc"]) for error in caught.value.errors()]
+
+
+def test_minimal_job_is_due_now() -> None:
+    spec = to_spec(JobCreate(routing_key="a.b", payload=None), settings(), now=NOW)
+    assert spec.run_at == NOW
+    assert spec.payload == b"null"
+
+
+def test_delay_sets_run_at() -> None:
+    job = JobCreate.model_validate({"routing_key": "a", "payload": 1, "delay_ms": 1500})
+    assert to_spec(job, settings(), now=NOW).run_at == NOW + timedelta(milliseconds=1500)
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"payload": 1}, "routing_key"),
+        ({"routing_key": "a"}, "payload"),
+        ({"routing_key": "a", "payload": 1, "extra": 1}, "extra"),
+        ({"routing_key": "a.*", "payload": 1}, "routing_key"),
+        ({"routing_key": "a..b", "payload": 1}, "routing_key"),
+        ({"routing_key": "x" * 256, "payload": 1}, "routing_key"),
+        ({"routing_key": "a", "payload": 1, "delay_ms": -1}, "delay_ms"),
+        ({"routing_key": "a", "payload": 1, "delay_ms": "5"}, "delay_ms"),
+        ({"routing_key": "a", "payload": 1, "run_at": "2026-01-01T00:00:00"}, "run_at"),
+        (
+            {"routing_key": "a", "payload": 1, "delay_ms": 1, "run_at": "2026-01-01T00:00:00Z"},
+            "run_at",
+        ),
+        ({"routing_key": "a", "payload": 1, "priority": 10}, "priority"),
+        ({"routing_key": "a", "payload": 1, "ttl_ms": 0}, "ttl_ms"),
+        ({"routing_key": "a", "payload": 1, "idempotency_key": ""}, "idempotency_key"),
+        ({"routing_key": "a", "payload": 1, "headers": {"x-job-id": "1"}}, "headers"),
+        ({"routing_key": "a", "payload": 1, "headers": {"h": [1]}}, "headers.h"),
+    ],
+)
+def test_invalid_job_names_the_field(data: dict[str, object], field: str) -> None:
+    assert any(name.startswith(field) for name in invalid_fields(data))
+
+
+def test_batch_errors_name_the_index() -> None:
+    with pytest.raises(ValidationError) as caught:
+        JobBatchCreate.model_validate(
+            {"jobs": [{"routing_key": "a", "payload": 1}, {"routing_key": "b", "priority": 1}]}
+        )
+    assert [field_name(e["loc"]) for e in caught.value.errors()] == ["jobs[1].payload"]
+
+
+def test_payload_over_limit_is_refused_with_its_field() -> None:
+    job = JobCreate(routing_key="a", payload="x" * 100)
+    with pytest.raises(errors.PayloadTooLarge) as caught:
+        to_spec(job, settings(max_payload_bytes=50), now=NOW, field_prefix="jobs[2].")
+    assert caught.value.field == "jobs[2].payload"
+
+
+@pytest.mark.parametrize(
+    ("job", "limits", "field"),
+    [
+        ({"headers": {f"h{i}": i for i in range(5)}}, {"max_headers": 4}, "headers"),
+        ({"headers": {"h": "v" * 100}}, {"max_header_bytes": 50}, "headers.h"),
+        ({"delay_ms": 10 * 86_400_000}, {"max_delay_days": 5}, "delay_ms"),
+        ({"run_at": "2999-01-01T00:00:00Z"}, {}, "run_at"),
+        ({"idempotency_key": "k" * 20}, {"max_idempotency_key_length": 10}, "idempotency_key"),
+    ],
+)
+def test_configured_limits_name_the_field(
+    job: dict[str, object], limits: dict[str, object], field: str
+) -> None:
+    request = JobCreate.model_validate({"routing_key": "a", "payload": 1, **job})
+    with pytest.raises(errors.InvalidField) as caught:
+        to_spec(request, settings(**limits), now=NOW)
+    assert caught.value.field == field

@@ -1,0 +1,47 @@
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from dispatcher.settings import Settings
+
+ROOT = Path(__file__).parents[2]
+
+
+def test_defaults_are_the_embedded_configuration() -> None:
+    settings = Settings()
+    assert settings.zk_hosts == ""  # single-node mode
+    assert settings.http_port == 8080
+    assert settings.exchange == "dispatcher.jobs"
+    assert settings.shard_count == 256
+    assert settings.max_payload_bytes == 256 * 1024
+
+
+def test_environment_is_read_with_the_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCHER_HTTP_PORT", "9090")
+    monkeypatch.setenv("DISPATCHER_LEASE_S", "2.5")
+    settings = Settings()
+    assert settings.http_port == 9090
+    assert settings.lease_s == 2.5
+
+
+def test_invalid_setting_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCHER_SHARD_COUNT", "0")
+    with pytest.raises(ValidationError, match="shard_count"):
+        Settings()
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings()
+    with pytest.raises(ValidationError):
+        settings.http_port = 1  # type: ignore[misc]
+
+
+def test_compose_uses_the_settings_variable_names() -> None:
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text())
+    names = set(compose["services"]["dispatcher"]["environment"])
+    known = {f"DISPATCHER_{field.upper()}" for field in Settings.model_fields}
+    assert names <= known, names - known
+    required = {"DISPATCHER_DATABASE_URL", "DISPATCHER_AMQP_URL", "DISPATCHER_ZK_HOSTS"}
+    assert required <= names
