@@ -142,9 +142,9 @@ class Node:
                 # Release ownership first so in-flight batches see can_fire() false, then let
                 # them finish (their claims are confirmed or released, not left to a lease).
                 await self.ownership.stop()
-                firing.cancel()
+                self.firer.stop()
                 await asyncio.wait([firing], timeout=DRAIN_TIMEOUT_S)
-                for task in (loader, watch):
+                for task in (firing, loader, watch):
                     task.cancel()
         finally:
             await self.ownership.stop()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from asyncio import FIRST_COMPLETED
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from dispatcher import errors, metrics, models
@@ -53,20 +54,25 @@ class Firer:
         self._catchup_share = catchup_share
         self._clock = clock
         self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
 
     def notify(self) -> None:
         """Something became due earlier than the loop was waiting for."""
         self._wake.set()
 
     async def run(self) -> None:
+        """Run the workers until ``stop``; returns once every batch in flight has settled."""
         async with asyncio.TaskGroup() as group:
             for number in range(self._workers):
                 group.create_task(self._work(), name=f"fire-worker-{number}")
 
+    def stop(self) -> None:
+        """Drain: waiting workers stop now, busy ones after their batch is confirmed or released."""
+        self._stop.set()
+
     async def _work(self) -> None:
         failures = 0
-        while True:
-            entries = await self._take()
+        while (entries := await self._take()) is not None:
             try:
                 await self._fire(entries)
                 failures = 0
@@ -81,11 +87,33 @@ class Firer:
             logger.warning("firing paused %.1fs: %s", delay, reason, extra={"action": "fire"})
             await asyncio.sleep(delay)
 
-    async def _take(self) -> list[models.DueEntry]:
-        """Wait until jobs are due, the broker is there and this node may fire; take a batch."""
-        while True:
-            await self._publisher.wait_ready()
-            await self._ownership.wait_can_fire()
+    async def _unless_stopped(
+        self, waiting: Awaitable[object], wait_s: float | None = None
+    ) -> bool:
+        """Wait for ``waiting`` (or the timeout); False as soon as the firer is told to stop."""
+        waiter = asyncio.ensure_future(waiting)
+        stopper = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({waiter, stopper}, timeout=wait_s, return_when=FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            stopper.cancel()
+        return not self._stop.is_set()
+
+    async def _take(self) -> list[models.DueEntry] | None:
+        """Wait until jobs are due, the broker is there and this node may fire; take a batch.
+
+        None once the firer is stopping.
+        """
+        while not self._stop.is_set():
+            if not self._publisher.is_ready() and not await self._unless_stopped(
+                self._publisher.wait_ready()
+            ):
+                return None
+            if not self._ownership.can_fire() and not await self._unless_stopped(
+                self._ownership.wait_can_fire()
+            ):
+                return None
             entries = self._pop(self._clock())
             if entries:
                 self._metrics.heap_size.set(len(self._heap))
@@ -94,11 +122,8 @@ class Firer:
             next_due = self._heap.next_due_s()
             timeout = None if next_due is None else max(0.0, next_due - self._clock())
             self._wake.clear()
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
+            await self._unless_stopped(self._wake.wait(), timeout)
+        return None
 
     def _pop(self, now_s: float) -> list[models.DueEntry]:
         """A batch: live jobs due now, with a share kept for the overdue backlog if there is one."""

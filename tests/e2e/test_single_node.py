@@ -42,7 +42,7 @@ def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[Dis
     )
     process.start()
     yield process
-    print(process.logs(30))
+    print(process.logs(200))
     process.stop()
 
 

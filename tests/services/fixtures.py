@@ -97,10 +97,10 @@ def zk_hosts(zk_server: ZooKeeperServer) -> str:
     return f"{zk_server.hosts}/test_{uuid.uuid4().hex}"
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    outcome = yield
-    report: pytest.TestReport = outcome.get_result()
+    report: pytest.TestReport = yield  # type: ignore[misc,assignment]
     if report.failed and _running:
         for server in _running:
             report.sections.append((f"{type(server).__name__} logs", server.logs()))
+    return report  # type: ignore[return-value]

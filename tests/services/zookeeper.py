@@ -49,6 +49,7 @@ class ZooKeeperServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        (self.root / "zookeeper.pid").write_text(str(self._process.pid))
         if not wait_until(self._ready, 60):
             self.kill()
             raise ServiceError("zookeeper", "not ready after 60s", self.logs())

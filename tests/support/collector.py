@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import aio_pika
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection, FieldValue
 
 from consumers_sdk import contract
 
@@ -61,7 +61,7 @@ class Collector:
             contract.EXCHANGE,
             aio_pika.ExchangeType.TOPIC,
             durable=True,
-            arguments=contract.exchange_arguments(),
+            arguments=dict[str, FieldValue](contract.exchange_arguments()),
         )
         # Durable, so deliveries survive a broker restart like a real consumer's would.
         queue = await channel.declare_queue(self.queue_name, durable=True)

@@ -1,0 +1,57 @@
+# The one entry point: CI and hooks call these targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help venv run down test test-unit lint fmt typecheck check bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv and install the package with its dev tools
+
+run: $(STAMP) ## start services, migrate, serve a dispatcher on http://127.0.0.1:8080
+	$(BIN)/python -m tests.services.stack up
+	$(BIN)/dispatcher migrate
+	@echo "API docs:    http://127.0.0.1:8080/docs"
+	@echo "RabbitMQ UI: http://127.0.0.1:15672  (guest / guest)"
+	@echo "Ctrl-C stops the dispatcher; 'make down' stops the services."
+	exec $(BIN)/dispatcher serve
+
+down: ## stop the services 'make run' started
+	$(BIN)/python -m tests.services.stack down
+
+test: $(STAMP) ## the whole suite against real, throwaway services
+	$(BIN)/python -m tests.services.stack ensure
+	$(BIN)/pytest -q
+
+test-unit: $(STAMP) ## the fast tests that need no service
+	$(BIN)/pytest -q tests/unit
+
+lint: $(STAMP) ## ruff check and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: $(STAMP) ## format and fix what ruff can
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: $(STAMP) ## mypy --strict on dispatcher and consumers_sdk
+	$(BIN)/mypy
+
+check: lint typecheck ## lint and typecheck
+
+bench: $(STAMP) ## run the benchmarks against throwaway services; prints tables, writes bench/results/
+	$(BIN)/python -m bench.run_all
+
+clean: ## remove the venv, caches and local service data
+	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
