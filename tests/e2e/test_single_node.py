@@ -133,6 +133,25 @@ async def test_broker_outage_pauses_firing_while_the_api_keeps_accepting(
     assert missing == set()
 
 
+async def test_blocked_broker_pauses_firing_and_resumes_without_loss(
+    dispatcher: DispatcherProcess, collector: Collector, rabbit_server: RabbitServer
+) -> None:
+    # A memory alarm makes RabbitMQ block publishing connections (connection.blocked).
+    await asyncio.to_thread(rabbit_server.ctl, "set_vm_memory_high_watermark", "0.000001")
+    try:
+        accepted = await schedule_spread(dispatcher.url, 300, over_s=1, start_in_s=0.2)
+        await asyncio.sleep(3)
+        delivered_while_blocked = len(collector.deliveries)
+    finally:
+        await asyncio.to_thread(rabbit_server.ctl, "set_vm_memory_high_watermark", "0.4")
+    missing = await collector.wait_for(accepted, 60)
+    await collector.settle(1.0)
+    ledger = collector.ledger(accepted)
+    print(f"\nbroker blocked for 3s; delivered meanwhile={delivered_while_blocked}; {ledger}")
+    assert delivered_while_blocked == 0
+    assert missing == set()
+
+
 async def test_sigterm_stops_gracefully_and_leaves_no_claim_behind(
     dispatcher: DispatcherProcess, collector: Collector, database_url: str
 ) -> None:

@@ -99,7 +99,7 @@ def zk_hosts(zk_server: ZooKeeperServer) -> str:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    report: pytest.TestReport = yield  # type: ignore[misc,assignment]
+    report: pytest.TestReport = yield  # type: ignore[assignment]
     if report.failed and _running:
         for server in _running:
             report.sections.append((f"{type(server).__name__} logs", server.logs()))
