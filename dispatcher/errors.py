@@ -48,6 +48,10 @@ class ShardCountMismatch(DispatcherError):
     """The configured shard count differs from the one this database was created with."""
 
 
+class CoordinationUnavailable(DispatcherError):
+    """ZooKeeper is unreachable, or this node's session is not valid."""
+
+
 class MigrationError(DispatcherError):
     """A migration could not be applied."""
 

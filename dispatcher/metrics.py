@@ -32,6 +32,14 @@ class Metrics:
         )
         self.heap_size = Gauge("dispatcher_heap_size", "Jobs held in memory", registry=r)
         self.shards_owned = Gauge("dispatcher_shards_owned", "Shards this node owns", registry=r)
+        self.rebalances = Counter(
+            "dispatcher_rebalances", "Assignments written while this node led", registry=r
+        )
+        self.since_assignment_change = Gauge(
+            "dispatcher_seconds_since_assignment_change",
+            "Time since this node last saw the shard assignment change",
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import uvicorn
 
-from dispatcher import api, errors, metrics
+from dispatcher import api, metrics
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.intake import Intake
 from dispatcher.publisher import Publisher
@@ -69,6 +69,7 @@ class Node:
             heap_cap=settings.heap_cap,
             load_batch=settings.load_batch,
             lease_sweep_s=min(settings.lease_s / 2, 5.0),
+            sweep_grace_s=settings.sweep_grace_s,
             clock=clock,
             on_due=self._on_due,
         )
@@ -106,9 +107,9 @@ class Node:
                 node_id=self.settings.node_id,
                 shard_count=self.settings.shard_count,
             )
-        raise errors.DispatcherError(
-            "DISPATCHER_ZK_HOSTS is set, but cluster mode is not built yet"
-        )
+        from dispatcher.cluster import zk_ownership  # kazoo is imported in cluster mode only
+
+        return zk_ownership.ZkOwnership(self.settings, self.shard_store, self.metrics)
 
     def _on_due(self) -> None:
         self.firer.notify()
@@ -127,6 +128,7 @@ class Node:
             await self.ownership.start()
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="amqp-connect")
+                coordination = group.create_task(self.ownership.run(), name="ownership")
                 watch = group.create_task(self._watch_ownership(), name="ownership-watch")
                 loader = group.create_task(self.loader.run(), name="loader")
                 firing = group.create_task(self.firer.run(), name="firing")
@@ -139,12 +141,12 @@ class Node:
                 if http is not None and self._http is not None:
                     self._http.should_exit = True
                     await http
-                # Release ownership first so in-flight batches see can_fire() false, then let
-                # them finish (their claims are confirmed or released, not left to a lease).
-                await self.ownership.stop()
+                # Drain first: batches in flight are confirmed and marked (not left to a lease),
+                # then leave the cluster so others take the shards at once.
                 self.firer.stop()
                 await asyncio.wait([firing], timeout=DRAIN_TIMEOUT_S)
-                for task in (firing, loader, watch):
+                await self.ownership.stop()
+                for task in (firing, loader, watch, coordination):
                     task.cancel()
         finally:
             await self.ownership.stop()

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     fire_workers: int = Field(4, ge=1, description="batches in flight at once")
     lease_s: float = Field(30.0, gt=0, description="a claimed, unconfirmed job is re-fired after")
     publish_timeout_s: float = Field(10.0, gt=0)
+    sweep_grace_s: float = Field(
+        15.0, gt=0, description="a scheduled job overdue this long is fired by the safety sweep"
+    )
     catchup_share: float = Field(
         0.5, gt=0, le=1, description="share of a firing batch kept for overdue backlog"
     )

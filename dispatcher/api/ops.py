@@ -36,4 +36,4 @@ async def metrics(node: NodeDep) -> Response:
 @router.get("/v1/cluster")
 async def cluster(node: NodeDep) -> dict[str, object]:
     """This node, the leader, the members, and the shards each owns with their epochs."""
-    return node.ownership.describe()
+    return await node.ownership.describe()

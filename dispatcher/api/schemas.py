@@ -91,6 +91,7 @@ class JobBatchCreate(BaseModel):
 
 class JobOut(BaseModel):
     id: uuid.UUID
+    shard: int
     state: models.JobState
     routing_key: str
     payload: JsonValue
@@ -108,6 +109,7 @@ class JobOut(BaseModel):
     def of(cls, job: models.Job) -> JobOut:
         return cls(
             id=job.id,
+            shard=job.shard,
             state=job.state,
             routing_key=job.routing_key,
             payload=orjson.loads(job.payload),

@@ -26,7 +26,11 @@ class OwnershipChange:
 class Ownership(Protocol):
     """What the scheduler needs to know about shard ownership."""
 
-    async def start(self) -> None: ...
+    async def start(self) -> None:
+        """Take the first shards (and join the cluster, where there is one)."""
+
+    async def run(self) -> None:
+        """Background work (session events, heartbeats) until cancelled."""
 
     async def stop(self) -> None:
         """Release every shard (graceful shutdown); safe to call twice."""
@@ -42,7 +46,7 @@ class Ownership(Protocol):
     async def next_change(self) -> OwnershipChange:
         """The next change of owned shards, in order."""
 
-    def describe(self) -> dict[str, object]:
+    async def describe(self) -> dict[str, object]:
         """Cluster view for ``GET /v1/cluster``."""
 
 
@@ -70,6 +74,9 @@ class SingleNode:
         self._changes.put_nowait(OwnershipChange(gained=dict(self._epochs)))
         self._can_fire.set()
 
+    async def run(self) -> None:
+        await asyncio.Event().wait()  # nothing to watch: ownership never changes
+
     async def stop(self) -> None:
         self._can_fire.clear()
 
@@ -85,7 +92,7 @@ class SingleNode:
     async def next_change(self) -> OwnershipChange:
         return await self._changes.get()
 
-    def describe(self) -> dict[str, object]:
+    async def describe(self) -> dict[str, object]:
         return {
             "mode": "single-node",
             "node": self._node_id,

@@ -64,6 +64,7 @@ class Loader:
         heap_cap: int,
         load_batch: int,
         lease_sweep_s: float,
+        sweep_grace_s: float,
         clock: Callable[[], float],
         on_due: Callable[[], None],
     ) -> None:
@@ -75,6 +76,7 @@ class Loader:
         self._backlog_cap = max(load_batch, heap_cap // 4)
         self._load_batch = load_batch
         self._lease_sweep_s = lease_sweep_s
+        self._sweep_grace_s = sweep_grace_s
         self._clock = clock
         self._on_due = on_due
         self._live: list[Cursor] = []
@@ -141,7 +143,7 @@ class Loader:
             try:
                 await self.fill()
                 if self._clock() >= sweep_at:
-                    await self.rescue_leases()
+                    await self.sweep()
                     sweep_at = self._clock() + self._lease_sweep_s
                 failures = 0
                 timeout = min(self._lookahead_s / 4, self._lease_sweep_s)
@@ -217,14 +219,26 @@ class Loader:
                 cursor.aim(back[0])
         self._wake.set()
 
-    async def rescue_leases(self) -> int:
-        """Claims never confirmed (a crash, an outage) are fired again once their lease ran out."""
+    async def sweep(self) -> int:
+        """Hand back what no load will: claims never confirmed (a crash, an outage) once their
+        lease ran out, and, when no backlog is draining, scheduled jobs overdue past the grace."""
         shards = sorted(set().union(*(cursor.shards for cursor in self._live)))
         if not shards:
             return 0
         entries = await self._store.expired_leases(shards, self._load_batch)
         if entries:
             logger.info("re-firing %d jobs whose lease expired", len(entries))
+        # Only when nothing in memory is that late itself: otherwise firing is merely behind.
+        earliest = self._heap.next_due_s()
+        lagging = earliest is not None and earliest < self._clock() - self._sweep_grace_s
+        if not self._backlogs and not len(self._backlog) and not lagging:
+            stragglers = await self._store.overdue_stragglers(
+                shards, self._sweep_grace_s, self._load_batch
+            )
+            if stragglers:
+                logger.warning("firing %d overdue jobs no load had picked up", len(stragglers))
+            entries += stragglers
+        if entries:
             self._backlog.extend(entries)
             self._on_due()
         return len(entries)

@@ -135,6 +135,13 @@ class JobStore:
             rows = await connection.fetch(queries.EXPIRED_LEASES, list(shards), limit)
         return [entry_from_row(row) for row in rows]
 
+    async def overdue_stragglers(
+        self, shards: Sequence[int], grace_s: float, limit: int
+    ) -> list[models.DueEntry]:
+        async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
+            rows = await connection.fetch(queries.OVERDUE_STRAGGLERS, list(shards), grace_s, limit)
+        return [entry_from_row(row) for row in rows]
+
     async def claim(self, ids: Sequence[uuid.UUID], epochs: Mapping[int, int]) -> list[models.Job]:
         """Claim these jobs under the given shard epochs; rows no longer claimable are skipped."""
         shards = list(epochs)

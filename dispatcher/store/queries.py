@@ -58,6 +58,17 @@ ORDER BY lease_until
 LIMIT $2
 """
 
+# Safety net: scheduled jobs of the owned shards overdue by more than a grace period, which no
+# load put in memory (a job committed on a shard while it moved to another node, say).
+# $1 shards, $2 grace seconds, $3 limit.
+OVERDUE_STRAGGLERS: Final = """
+SELECT id, shard, run_at FROM jobs
+WHERE state = 'scheduled' AND run_at < now() - make_interval(secs => $2)
+  AND shard = ANY($1::int[])
+ORDER BY run_at, id
+LIMIT $3
+"""
+
 # Claim due jobs for publishing, fenced: a row is claimed only while the shard's epoch is the one
 # this node holds, and the epoch rows are share-locked so a concurrent takeover (which bumps them)
 # waits for this claim to commit or happens entirely before it.

@@ -23,6 +23,7 @@ from tests.services.postgres import PostgresServer
 from tests.services.rabbitmq import RabbitServer
 from tests.support.collector import Collector
 from tests.support.process import DispatcherProcess
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -73,20 +74,11 @@ async def schedule_spread(
     return accepted
 
 
-async def wait_until(predicate: object, deadline_s: float) -> None:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if predicate():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError
-
-
 async def test_kill_9_midway_loses_nothing(
     dispatcher: DispatcherProcess, collector: Collector
 ) -> None:
     accepted = await schedule_spread(dispatcher.url, 3000, over_s=20)
-    await wait_until(lambda: len(collector.deliveries) >= 1200, 40)
+    await eventually(lambda: len(collector.deliveries) >= 1200, 40)
     dispatcher.kill()
     delivered_before_kill = len(collector.deliveries)
     await asyncio.sleep(1)
@@ -104,7 +96,7 @@ async def test_broker_restart_midway_loses_nothing(
     dispatcher: DispatcherProcess, collector: Collector, rabbit_server: RabbitServer
 ) -> None:
     accepted = await schedule_spread(dispatcher.url, 2000, over_s=15)
-    await wait_until(lambda: len(collector.deliveries) >= 500, 40)
+    await eventually(lambda: len(collector.deliveries) >= 500, 40)
     await asyncio.to_thread(rabbit_server.restart)
     during = await schedule_spread(dispatcher.url, 200, over_s=2)  # accepted while firing resumes
     missing = await collector.wait_for({**accepted, **during}, 90)
@@ -156,7 +148,7 @@ async def test_sigterm_stops_gracefully_and_leaves_no_claim_behind(
     dispatcher: DispatcherProcess, collector: Collector, database_url: str
 ) -> None:
     accepted = await schedule_spread(dispatcher.url, 2000, over_s=4)
-    await wait_until(lambda: len(collector.deliveries) >= 300, 30)
+    await eventually(lambda: len(collector.deliveries) >= 300, 30)
     assert await asyncio.to_thread(dispatcher.terminate) == 0
     import asyncpg
 

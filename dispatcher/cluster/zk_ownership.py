@@ -1,0 +1,304 @@
+"""Shard ownership coordinated through ZooKeeper; the same Ownership interface as SingleNode.
+
+The leader (lowest election znode) computes a sticky, balanced assignment whenever membership
+changes and writes it, fenced by its own election znode. Every node applies the assignment to
+its shards, each of which moves through this state machine:
+
+    UNOWNED   --assigned to this node-->          ACQUIRING  (epoch bump in PostgreSQL under way)
+    ACQUIRING --bump committed-->                 OWNED      (the scheduler may claim its jobs)
+    OWNED     --assigned elsewhere, or LOST-->    RELEASING  (the scheduler drops it from memory)
+    RELEASING --dropped-->                        UNOWNED
+
+A new owner bumps the shard's epoch before loading it, and every claim checks the epoch, so a
+previous owner (paused, partitioned, slow to notice) cannot claim its jobs any more. On top of
+that a node fences itself by time: it fires only while its last successful round trip to
+ZooKeeper is more recent than the session timeout minus a margin (a paused process may not
+notice its session expired). SUSPENDED stops firing at once; LOST drops every shard and rejoins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+
+from dispatcher import errors, metrics
+from dispatcher.cluster import zk
+from dispatcher.cluster.assignment import assign
+from dispatcher.cluster.bridge import ThreadToLoop
+from dispatcher.cluster.ownership import OwnershipChange
+from dispatcher.settings import Settings
+from dispatcher.store.shards import ShardStore
+
+logger = logging.getLogger(__name__)
+
+
+class ShardState(StrEnum):
+    UNOWNED = "unowned"
+    ACQUIRING = "acquiring"
+    OWNED = "owned"
+    RELEASING = "releasing"
+
+
+class ZkOwnership:
+    def __init__(
+        self,
+        settings: Settings,
+        shard_store: ShardStore,
+        metrics: metrics.Metrics,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._node_id = settings.node_id
+        self._shard_count = settings.shard_count
+        self._shard_store = shard_store
+        self._metrics = metrics
+        self._clock = clock
+        timeout_s = settings.zk_session_timeout_s
+        self._fence_s = timeout_s - max(0.5, timeout_s / 4)
+        self._heartbeat_s = max(0.1, timeout_s / 6)
+        self._states: dict[int, ShardState] = {}
+        self._epochs: dict[int, int] = {}
+        self._changes: asyncio.Queue[OwnershipChange] = asyncio.Queue()
+        self._fire_ok = asyncio.Event()
+        self._last_ok = float("-inf")
+        self._connected = False
+        self._joined = False
+        self._stopping = False
+        self._is_leader = False
+        self._leader: str | None = None
+        self._members: tuple[str, ...] = ()
+        self._assignment = zk.AssignmentChanged(0, {})
+        self._changed_at = clock()
+        self._events: ThreadToLoop[zk.ZkEvent] | None = None
+        self._zk: zk.ZkSession | None = None
+        metrics.since_assignment_change.set_function(lambda: self._clock() - self._changed_at)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if self._zk is not None:
+            return
+        self._events = ThreadToLoop(asyncio.get_running_loop())
+        self._zk = zk.ZkSession(
+            self._settings.zk_hosts,
+            self._settings.zk_path,
+            timeout_s=self._settings.zk_session_timeout_s,
+            events=self._events,
+        )
+        await self._zk.start(connect_timeout_s=max(10.0, self._settings.zk_session_timeout_s))
+        await self._zk.ensure_shard_count(self._shard_count)
+        await self._shard_store.ensure(self._shard_count)
+        self._connected = True
+        await self._join()
+        self._zk.watch_members()
+        self._zk.watch_assignment()
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._process_events(), name="zk-events")
+            group.create_task(self._heartbeat(), name="zk-heartbeat")
+
+    async def stop(self) -> None:
+        """Leave the cluster at once so others take the shards without waiting for a timeout."""
+        if self._stopping or self._zk is None:
+            return
+        self._stopping = True
+        self._fire_ok.clear()
+        try:
+            await self._zk.leave(self._node_id)
+        except errors.CoordinationUnavailable as exc:
+            logger.warning("could not leave the cluster cleanly: %s", exc)
+        await self._zk.stop()
+
+    # --- the Ownership interface ----------------------------------------------------------------
+
+    def epochs(self) -> Mapping[int, int]:
+        return self._epochs
+
+    def can_fire(self) -> bool:
+        return (
+            self._connected
+            and self._joined
+            and not self._stopping
+            and self._clock() - self._last_ok < self._fence_s
+        )
+
+    async def wait_can_fire(self) -> None:
+        while not self.can_fire():
+            self._fire_ok.clear()
+            await self._fire_ok.wait()
+
+    async def next_change(self) -> OwnershipChange:
+        return await self._changes.get()
+
+    async def describe(self) -> dict[str, object]:
+        epochs = {shard: epoch for shard, epoch, _ in await self._shard_store.epochs()}
+        return {
+            "mode": "zookeeper",
+            "node": self._node_id,
+            "leader": self._leader,
+            "is_leader": self._is_leader,
+            "members": list(self._members),
+            "generation": self._assignment.generation,
+            "assignment": {
+                member: {str(shard): epochs.get(shard) for shard in shards}
+                for member, shards in self._assignment.shards.items()
+            },
+            "owned": {str(shard): epoch for shard, epoch in sorted(self._epochs.items())},
+            "can_fire": self.can_fire(),
+            "session_id": self._zk.session_id if self._zk else None,
+        }
+
+    # --- events from kazoo's threads ------------------------------------------------------------
+
+    async def _process_events(self) -> None:
+        assert self._events is not None
+        while True:
+            event = await self._events.get()
+            try:
+                await self._handle(event)
+            except errors.CoordinationUnavailable as exc:
+                logger.warning("ZooKeeper: %s (waiting for the session to settle)", exc)
+
+    async def _handle(self, event: zk.ZkEvent) -> None:
+        match event:
+            case zk.SessionChanged(zk.Session.SUSPENDED):
+                logger.warning("ZooKeeper session suspended: firing stops")
+                self._connected = False
+            case zk.SessionChanged(zk.Session.LOST):
+                logger.warning("ZooKeeper session lost: dropping every shard, rejoining")
+                self._connected = False
+                self._joined = False
+                self._is_leader = False
+                self._release(set(self._states))
+            case zk.SessionChanged(zk.Session.CONNECTED):
+                self._connected = True
+                if not self._joined and not self._stopping:
+                    await self._join()
+            case zk.MembersChanged(members):
+                self._members = members
+                if self._is_leader:
+                    await self._rebalance()
+            case zk.PredecessorGone():
+                await self._elect()
+            case zk.AssignmentChanged() as assignment:
+                await self._apply(assignment)
+
+    async def _heartbeat(self) -> None:
+        """Prove the session alive; firing is allowed only shortly after a proof."""
+        assert self._zk is not None
+        while True:
+            sent_at = self._clock()
+            try:
+                async with asyncio.timeout(self._fence_s):
+                    await self._zk.heartbeat()
+                if self._connected and self._joined:
+                    self._last_ok = sent_at
+                    self._fire_ok.set()
+            except (errors.CoordinationUnavailable, TimeoutError):
+                pass
+            await asyncio.sleep(self._heartbeat_s)
+
+    # --- membership, election, assignment -------------------------------------------------------
+
+    async def _join(self) -> None:
+        assert self._zk is not None
+        info = {
+            "http": f"{self._settings.http_host}:{self._settings.http_port}",
+            "pid": os.getpid(),
+        }
+        await self._zk.join(self._node_id, info, wait_s=2 * self._settings.zk_session_timeout_s + 5)
+        self._joined = True
+        logger.info("joined the cluster as %s", self._node_id, extra={"action": "zk_join"})
+        await self._elect()
+        current, _ = await self._zk.read_assignment()
+        await self._apply(current)
+
+    async def _elect(self) -> None:
+        assert self._zk is not None
+        while self._zk.election_path is not None:
+            mine = self._zk.election_path.rsplit("/", 1)[-1]
+            candidates = await self._zk.election()
+            names = [name for name, _ in candidates]
+            if mine not in names:
+                return  # our session ended; LOST will rejoin
+            self._leader = candidates[0][1]
+            position = names.index(mine)
+            if position == 0:
+                if not self._is_leader:
+                    logger.info("elected leader", extra={"action": "zk_leader"})
+                self._is_leader = True
+                await self._rebalance()
+                return
+            self._is_leader = False
+            if await self._zk.watch_predecessor(names[position - 1]):
+                return
+
+    async def _rebalance(self) -> None:
+        """Leader only: write a new assignment when membership changed the answer."""
+        assert self._zk is not None
+        for _ in range(5):
+            current, version = await self._zk.read_assignment()
+            members = await self._zk.members()
+            shards = assign(members, self._shard_count, current.shards)
+            if shards == current.shards:
+                return
+            proposal = zk.AssignmentChanged(current.generation + 1, shards)
+            if await self._zk.write_assignment(proposal, version):
+                self._metrics.rebalances.inc()
+                logger.info(
+                    "assignment %d written for %d members",
+                    proposal.generation,
+                    len(members),
+                    extra={"action": "zk_assign"},
+                )
+                return
+            if self._zk.election_path is None or not self._is_leader:
+                return
+
+    async def _apply(self, assignment: zk.AssignmentChanged) -> None:
+        if assignment.generation < self._assignment.generation:
+            return
+        if assignment.generation != self._assignment.generation:
+            self._changed_at = self._clock()
+        self._assignment = assignment
+        if not self._joined:
+            return
+        target = set(assignment.shards.get(self._node_id, []))
+        self._release(set(self._states) - target)
+        gained = sorted(target - set(self._states))
+        if not gained:
+            return
+        for shard in gained:
+            self._states[shard] = ShardState.ACQUIRING
+        epochs = await self._bump(gained)
+        for shard, epoch in epochs.items():
+            if self._states.get(shard) is ShardState.ACQUIRING:
+                self._states[shard] = ShardState.OWNED
+                self._epochs[shard] = epoch
+        self._changes.put_nowait(OwnershipChange(gained=epochs))
+
+    async def _bump(self, shards: list[int]) -> dict[int, int]:
+        delay = 0.2
+        while True:
+            try:
+                return await self._shard_store.bump(shards, self._node_id)
+            except errors.StoreUnavailable as exc:
+                logger.warning("cannot take shards yet (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _release(self, shards: set[int]) -> None:
+        if not shards:
+            return
+        for shard in shards:
+            self._states[shard] = ShardState.RELEASING
+            self._epochs.pop(shard, None)
+        self._changes.put_nowait(OwnershipChange(lost=frozenset(shards)))
+        for shard in shards:
+            del self._states[shard]
