@@ -1,0 +1,73 @@
+"""Several dispatcher processes sharing one PostgreSQL, RabbitMQ and ZooKeeper."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.services.ports import free_port
+from tests.support.process import DispatcherProcess
+
+
+class Cluster:
+    def __init__(self, log_dir: Path, env: dict[str, str], *, shard_count: int) -> None:
+        self._log_dir = log_dir
+        self._env = {**env, "DISPATCHER_SHARD_COUNT": str(shard_count)}
+        self.shard_count = shard_count
+        self.nodes: dict[str, DispatcherProcess] = {}
+
+    def start(self, name: str) -> DispatcherProcess:
+        node = self.nodes.get(name) or DispatcherProcess(
+            self._log_dir, port=free_port(), env=self._env, name=name
+        )
+        self.nodes[name] = node
+        node.start(ready_timeout=60)
+        return node
+
+    def live(self) -> list[DispatcherProcess]:
+        return [node for node in self.nodes.values() if node.is_running()]
+
+    def view(self, name: str) -> dict[str, Any]:
+        response = httpx.get(f"{self.nodes[name].url}/v1/cluster", timeout=5)
+        response.raise_for_status()
+        view: dict[str, Any] = response.json()
+        return view
+
+    def owners(self) -> dict[int, list[str]]:
+        """shard -> the live nodes that say they own it right now."""
+        owners: dict[int, list[str]] = {shard: [] for shard in range(self.shard_count)}
+        for node in self.live():
+            try:
+                owned = self.view(node.name)["owned"]
+            except httpx.HTTPError:
+                continue
+            for shard in owned:
+                owners[int(shard)].append(node.name)
+        return owners
+
+    def converged(self, members: set[str] | None = None) -> bool:
+        """Every shard owned by exactly one live node (and, if given, exactly these members)."""
+        owners = self.owners()
+        if any(len(names) != 1 for names in owners.values()):
+            return False
+        if members is None:
+            return True
+        return {names[0] for names in owners.values()} == members
+
+    def wait_converged(self, members: set[str] | None = None, deadline_s: float = 60) -> None:
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if self.converged(members):
+                return
+            time.sleep(0.2)
+        logs = "\n".join(f"--- {n.name}\n{n.logs(30)}" for n in self.nodes.values())
+        raise TimeoutError(f"cluster did not converge: {self.owners()}\n{logs}")
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            if node.is_running():
+                node.resume()
+            node.stop()
