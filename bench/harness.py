@@ -1,0 +1,100 @@
+"""Throwaway services for benchmarks (the same controllers the tests use), and small statistics."""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import statistics
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.services.base import service_root
+from tests.services.ports import free_port
+from tests.services.postgres import PostgresServer
+from tests.services.rabbitmq import RabbitServer
+from tests.services.zookeeper import ZooKeeperServer
+
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass
+class Services:
+    postgres: PostgresServer
+    rabbit: RabbitServer
+    zookeeper: ZooKeeperServer | None
+    database_url: str
+    amqp_url: str
+    zk_hosts: str
+
+
+@contextmanager
+def services(*, zookeeper: bool = False) -> Iterator[Services]:
+    pg_root = service_root("bench-pg")
+    other_root = Path(tempfile.mkdtemp(prefix="dispatcher-bench-"))
+    postgres = PostgresServer(pg_root, free_port())
+    rabbit = RabbitServer(
+        other_root / "rabbitmq",
+        free_port(),
+        free_port(),
+        free_port(),
+        f"bench-{uuid.uuid4().hex[:6]}@localhost",
+    )
+    zk = ZooKeeperServer(other_root / "zookeeper", free_port()) if zookeeper else None
+    started: list[PostgresServer | RabbitServer | ZooKeeperServer] = []
+    try:
+        for server in (postgres, rabbit, zk):
+            if server is not None:
+                server.start()
+                started.append(server)
+        postgres.create_database("bench")  # dispatchers migrate it when they start
+        yield Services(
+            postgres=postgres,
+            rabbit=rabbit,
+            zookeeper=zk,
+            database_url=postgres.dsn("bench"),
+            amqp_url=rabbit.url(),
+            zk_hosts=f"{zk.hosts}/bench" if zk else "",
+        )
+    finally:
+        for server in reversed(started):
+            server.stop()
+        shutil.rmtree(pg_root, ignore_errors=True)
+        shutil.rmtree(other_root, ignore_errors=True)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50": percentile(values, 0.50),
+        "p99": percentile(values, 0.99),
+        "max": max(values) if values else float("nan"),
+    }
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def write(name: str, data: dict[str, object]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **data}, indent=2, default=str))
+    return path
