@@ -1,5 +1,34 @@
-"""What consumer teams import: the message contract (and, soon, a consumer runner and a client)."""
+"""What consumer teams import: a Consumer that pulls, acks and retries through RabbitMQ, the Job
+it hands to handlers, a producer client, and the message contract shared with the dispatcher."""
 
 from consumers_sdk import contract
+from consumers_sdk.client import DispatcherClient
+from consumers_sdk.consumer import Consumer, Deduplicator, MemoryDeduplicator
+from consumers_sdk.errors import (
+    ClientError,
+    DispatcherUnavailable,
+    InvalidJob,
+    JobConflict,
+    JobNotFound,
+    Reject,
+    Retry,
+)
+from consumers_sdk.job import Job
+from consumers_sdk.retry import exponential
 
-__all__ = ["contract"]
+__all__ = [
+    "ClientError",
+    "Consumer",
+    "Deduplicator",
+    "DispatcherClient",
+    "DispatcherUnavailable",
+    "InvalidJob",
+    "Job",
+    "JobConflict",
+    "JobNotFound",
+    "MemoryDeduplicator",
+    "Reject",
+    "Retry",
+    "contract",
+    "exponential",
+]

@@ -21,6 +21,9 @@ class Settings(BaseSettings):
     # Services
     database_url: str = "postgresql://postgres@127.0.0.1:5432/dispatcher"
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    amqp_management_url: str = Field(
+        "http://guest:guest@127.0.0.1:15672", description="RabbitMQ management API (dlq list)"
+    )
     zk_hosts: str = Field("", description="empty: single-node mode, this node owns every shard")
     zk_path: str = "/dispatcher"
     zk_session_timeout_s: float = Field(10.0, gt=0)

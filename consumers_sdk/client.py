@@ -1,0 +1,166 @@
+"""DispatcherClient: schedule, get and cancel jobs over the dispatcher's HTTP API.
+
+4xx answers raise typed errors at once; 503 and connection failures are retried with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Generic, ParamSpec, TypeVar
+
+import httpx
+
+from consumers_sdk import errors
+
+P = ParamSpec("P")
+R = TypeVar("R")
+JobView = dict[str, Any]
+
+
+def job_body(
+    routing_key: str,
+    payload: Any,
+    *,
+    delay: timedelta | None = None,
+    run_at: datetime | None = None,
+    idempotency_key: str | None = None,
+    headers: Mapping[str, str | int | float | bool] | None = None,
+    priority: int | None = None,
+    ttl: timedelta | None = None,
+) -> dict[str, Any]:
+    """The JSON of one job, as ``POST /v1/jobs`` takes it."""
+    if delay is not None and run_at is not None:
+        raise ValueError("give delay or run_at, not both")
+    body: dict[str, Any] = {"routing_key": routing_key, "payload": payload}
+    if delay is not None:
+        body["delay_ms"] = max(0, round(delay.total_seconds() * 1000))
+    if run_at is not None:
+        if run_at.tzinfo is None:
+            raise ValueError("run_at must be timezone-aware")
+        body["run_at"] = run_at.isoformat()
+    optional = {
+        "idempotency_key": idempotency_key,
+        "headers": dict(headers) if headers else None,
+        "priority": priority,
+        "ttl_ms": round(ttl.total_seconds() * 1000) if ttl is not None else None,
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    return body
+
+
+class DispatcherClient:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8080",
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 10.0,
+        retries: int = 5,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
+        )
+        self._retries = retries
+
+    async def __aenter__(self) -> DispatcherClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    async def schedule(self, routing_key: str, payload: Any, **options: Any) -> JobView:
+        """Schedule one job (``delay=``, ``run_at=``, ``idempotency_key=``, ``headers=``, ...)."""
+        result: JobView = await self._request(
+            "POST", "/v1/jobs", json=job_body(routing_key, payload, **options)
+        )
+        return result
+
+    async def schedule_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[JobView]:
+        """Schedule a batch all or nothing; each item is ``job_body(...)``'s shape."""
+        result = await self._request("POST", "/v1/jobs/batch", json={"jobs": list(jobs)})
+        batch: list[JobView] = result["jobs"]
+        return batch
+
+    async def get(self, job_id: str) -> JobView:
+        result: JobView = await self._request("GET", f"/v1/jobs/{job_id}")
+        return result
+
+    async def cancel(self, job_id: str) -> JobView:
+        result: JobView = await self._request("DELETE", f"/v1/jobs/{job_id}")
+        return result
+
+    def job(
+        self, routing_key: str, **defaults: Any
+    ) -> Callable[[Callable[P, R]], SchedulableJob[P, R]]:
+        """Decorate a function so that ``await fn.schedule(payload, delay=...)`` schedules it."""
+
+        def wrap(function: Callable[P, R]) -> SchedulableJob[P, R]:
+            return SchedulableJob(self, routing_key, function, defaults)
+
+        return wrap
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        delay = 0.2
+        for attempt in range(self._retries + 1):
+            try:
+                response = await self._http.request(method, path, **kwargs)
+            except httpx.TransportError as exc:
+                if attempt == self._retries:
+                    raise errors.DispatcherUnavailable(0, f"no connection: {exc!r}") from exc
+            else:
+                if response.status_code < 400:
+                    return response.json()
+                if response.status_code != 503 or attempt == self._retries:
+                    raise _error(response)
+            await asyncio.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable")
+
+
+def _error(response: httpx.Response) -> errors.ClientError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"message": response.text}
+    message = str(body.get("message", response.reason_phrase))
+    status = response.status_code
+    kind: type[errors.ClientError] = errors.ClientError
+    if status in (400, 413, 422):
+        kind = errors.InvalidJob
+    elif status == 404:
+        kind = errors.JobNotFound
+    elif status == 409:
+        kind = errors.JobConflict
+    elif status == 503:
+        kind = errors.DispatcherUnavailable
+    return kind(status, message, body)
+
+
+class SchedulableJob(Generic[P, R]):
+    """A function that can still be called directly, and scheduled to run later elsewhere."""
+
+    def __init__(
+        self,
+        client: DispatcherClient,
+        routing_key: str,
+        function: Callable[P, R],
+        defaults: Mapping[str, Any],
+    ) -> None:
+        self._client = client
+        self.routing_key = routing_key
+        self._function = function
+        self._defaults = dict(defaults)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._function(*args, **kwargs)
+
+    def schedule(self, payload: Any, **options: Any) -> Awaitable[JobView]:
+        return self._client.schedule(self.routing_key, payload, **{**self._defaults, **options})

@@ -1,0 +1,51 @@
+"""What handlers raise to steer a delivery, and what the producer client raises."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+class Retry(Exception):
+    """Retry this job after ``delay`` (overrides the handler's backoff)."""
+
+    def __init__(self, delay: float | timedelta | None = None, reason: str = "retry requested"):
+        super().__init__(reason)
+        self.delay_s = delay.total_seconds() if isinstance(delay, timedelta) else delay
+
+
+class Reject(Exception):
+    """Send this job straight to the dead-letter queue; no retry."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ClientError(Exception):
+    """The dispatcher refused or failed a request."""
+
+    def __init__(self, status: int, message: str, body: dict[str, object] | None = None) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+        self.body = body or {}
+
+
+class InvalidJob(ClientError):
+    """422/400/413: the job was refused; ``body["fields"]`` names the fields."""
+
+
+class JobNotFound(ClientError):
+    """404: no job has this id."""
+
+
+class JobConflict(ClientError):
+    """409: the job is no longer in a state that allows this; ``state`` says which."""
+
+    @property
+    def state(self) -> str | None:
+        state = self.body.get("state")
+        return state if isinstance(state, str) else None
+
+
+class DispatcherUnavailable(ClientError):
+    """503 or no connection, after every retry."""

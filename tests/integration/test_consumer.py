@@ -1,0 +1,290 @@
+"""The SDK's Consumer against a real RabbitMQ: acks, retries through wait queues, dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+import aio_pika
+import httpx
+import pytest
+
+from consumers_sdk import Consumer, Job, MemoryDeduplicator, Reject, Retry, topology
+from tests.services.rabbitmq import RabbitServer
+from tests.support.jobs_out import job, publish, publish_raw
+from tests.support.waiting import eventually
+
+TIERS = (0.3, 0.6, 1.2)
+WORK = "billing.orders.expire"
+
+
+def fixed(seconds: float) -> Callable[[int], float]:
+    return lambda _attempt: seconds
+
+
+@asynccontextmanager
+async def running(consumer: Consumer) -> AsyncIterator[Consumer]:
+    task = asyncio.create_task(consumer.run(handle_signals=False))
+    ready = asyncio.create_task(consumer.ready.wait())
+    await asyncio.wait({task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()
+    try:
+        yield consumer
+    finally:
+        consumer.stop()
+        await asyncio.wait_for(task, 30)
+
+
+async def queue_depth(amqp_url: str, name: str) -> int:
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(name, passive=True)
+        return int(queue.declaration_result.message_count or 0)
+    finally:
+        await connection.close()
+
+
+async def peek_via_management(
+    rabbit: RabbitServer, amqp_url: str, queue: str
+) -> list[dict[str, Any]]:
+    vhost = urlsplit(amqp_url).path.lstrip("/")
+    async with httpx.AsyncClient(base_url=rabbit.mgmt_url, auth=("guest", "guest")) as http:
+        response = await http.post(
+            f"/api/queues/{vhost}/{queue}/get",
+            json={"count": 10, "ackmode": "ack_requeue_true", "encoding": "auto"},
+        )
+    response.raise_for_status()
+    messages: list[dict[str, Any]] = response.json()
+    return messages
+
+
+async def test_a_handler_failing_twice_is_retried_after_its_backoff_and_acked_once(
+    amqp_url: str,
+) -> None:
+    consumer = Consumer(amqp_url, group="billing", prefetch=4, retry_tiers=TIERS)
+    seen: list[tuple[float, int]] = []
+
+    @consumer.handler("orders.expire", max_attempts=5, backoff=fixed(0.3))
+    async def expire(job: Job) -> None:
+        seen.append((time.monotonic(), job.attempt))
+        if len(seen) < 3:
+            raise RuntimeError("flaky")
+
+    async with running(consumer):
+        [job_id] = await publish(amqp_url, [job("orders.expire", {"order": 1})])
+        await eventually(lambda: len(seen) == 3, 20)
+        await asyncio.sleep(0.5)  # room for a wrong fourth delivery
+    assert [attempt for _, attempt in seen] == [1, 2, 3]
+    gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(seen)]
+    assert all(0.3 <= gap < 3.0 for gap in gaps), gaps
+    assert await queue_depth(amqp_url, WORK) == 0
+    assert await queue_depth(amqp_url, topology.dead_queue(WORK)) == 0
+    assert job_id
+
+
+async def test_a_handler_that_always_fails_is_tried_max_attempts_then_dead(
+    amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
+    attempts: list[int] = []
+
+    @consumer.handler("orders.expire", max_attempts=3, backoff=fixed(0.3))
+    async def expire(job: Job) -> None:
+        attempts.append(job.attempt)
+        raise ValueError("boom")
+
+    async with running(consumer):
+        [job_id] = await publish(amqp_url, [job("orders.expire", {"order": 2})])
+        await eventually(lambda: len(attempts) == 3, 20)
+        await asyncio.sleep(0.5)
+    assert attempts == [1, 2, 3]
+    [dead] = await peek_via_management(rabbit_server, amqp_url, topology.dead_queue(WORK))
+    headers = dead["properties"]["headers"]
+    assert dead["properties"]["message_id"] == job_id
+    assert dead["payload"] == '{"order":2}'
+    assert headers["x-dead-error"] == "ValueError: boom"
+    assert headers["x-dead-attempts"] == 3
+    assert headers["x-dead-routing-key"] == "orders.expire"
+    assert "x-dead-at" in headers
+    assert await queue_depth(amqp_url, WORK) == 0
+
+
+async def test_a_short_retry_is_not_held_behind_a_long_one(amqp_url: str) -> None:
+    consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
+    second_delivery: dict[str, float] = {}
+
+    @consumer.handler("orders.expire", max_attempts=3)
+    async def expire(job: Job) -> None:
+        if job.attempt == 1:
+            raise Retry(delay=1.2 if job.payload == "long" else 0.3)
+        second_delivery[job.payload] = time.monotonic()
+
+    async with running(consumer):
+        await publish(amqp_url, [job("orders.expire", "long")])
+        await publish(amqp_url, [job("orders.expire", "short")])
+        await eventually(lambda: len(second_delivery) == 2, 20)
+    assert second_delivery["short"] < second_delivery["long"]
+
+
+async def test_prefetch_bounds_the_jobs_in_flight(amqp_url: str) -> None:
+    consumer = Consumer(amqp_url, group="billing", prefetch=3, retry_tiers=TIERS)
+    done: list[str] = []
+    running_now = 0
+    most = 0
+
+    @consumer.handler("orders.expire")
+    async def expire(job: Job) -> None:
+        nonlocal running_now, most
+        running_now += 1
+        most = max(most, running_now)
+        await asyncio.sleep(0.05)
+        running_now -= 1
+        done.append(job.id)
+
+    async with running(consumer):
+        ids = await publish(amqp_url, [job("orders.expire", i) for i in range(30)])
+        await eventually(lambda: len(done) == 30, 30)
+    assert sorted(done) == sorted(ids)
+    assert most == 3
+    assert consumer.max_in_flight <= 3
+
+
+async def test_reject_and_undecodable_deliveries_go_straight_to_dead(
+    amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
+    handled: list[Any] = []
+
+    @consumer.handler("orders.expire", max_attempts=5)
+    async def expire(job: Job) -> None:
+        handled.append(job.payload)
+        if job.payload == "poison":
+            raise Reject("cannot expire a paid order")
+
+    async with running(consumer):
+        await publish(amqp_url, [job("orders.expire", "poison")])
+        await publish_raw(
+            amqp_url,
+            "orders.expire",
+            aio_pika.Message(b"not json", content_type="application/json", message_id="m-1"),
+        )
+        await publish_raw(
+            amqp_url,
+            "orders.expire",
+            aio_pika.Message(b"{}", content_type="text/plain", message_id="m-2"),
+        )
+        await publish(amqp_url, [job("orders.expire", "fine")])
+        await eventually(lambda: "fine" in handled, 20)
+        await asyncio.sleep(0.5)
+    assert handled.count("poison") == 1
+    dead = await peek_via_management(rabbit_server, amqp_url, topology.dead_queue(WORK))
+    errors = sorted(m["properties"]["headers"]["x-dead-error"].split(":")[0] for m in dead)
+    assert errors == ["Reject", "Undecodable", "Undecodable"]
+
+
+async def test_sync_handlers_run_off_the_event_loop_and_timeouts_count_as_failures(
+    amqp_url: str,
+) -> None:
+    consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
+    threads: list[bool] = []
+    attempts: list[int] = []
+
+    @consumer.handler("orders.sync", max_attempts=3, backoff=fixed(0.3))
+    def in_thread(job: Job) -> None:
+        threads.append(threading.current_thread() is threading.main_thread())
+
+    @consumer.handler("orders.slow", max_attempts=3, timeout=0.2, backoff=fixed(0.3))
+    async def slow(job: Job) -> None:
+        attempts.append(job.attempt)
+        if job.attempt == 1:
+            await asyncio.sleep(5)
+
+    async with running(consumer):
+        await publish(amqp_url, [job("orders.sync", 1), job("orders.slow", 2)])
+        await eventually(lambda: bool(threads) and attempts == [1, 2], 20)
+    assert threads == [False]
+
+
+async def test_the_dedup_hook_skips_a_job_id_already_handled(amqp_url: str) -> None:
+    consumer = Consumer(
+        amqp_url, group="billing", retry_tiers=TIERS, deduplicator=MemoryDeduplicator()
+    )
+    handled: list[str] = []
+
+    @consumer.handler("orders.expire")
+    async def expire(job: Job) -> None:
+        handled.append(job.id)
+
+    same = job("orders.expire", 1)
+    async with running(consumer):
+        await publish(amqp_url, [same])
+        await eventually(lambda: len(handled) == 1, 10)
+        await publish(amqp_url, [same, job("orders.expire", 2)])  # a duplicate delivery
+        await eventually(lambda: len(handled) == 2, 10)
+        await asyncio.sleep(0.3)
+    assert handled[0] == str(same.id)
+    assert handled.count(str(same.id)) == 1
+
+
+async def test_stop_finishes_the_jobs_in_flight_and_acks_them(amqp_url: str) -> None:
+    consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
+    started = asyncio.Event()
+    finished: list[str] = []
+
+    @consumer.handler("orders.expire")
+    async def expire(job: Job) -> None:
+        started.set()
+        await asyncio.sleep(0.5)
+        finished.append(job.id)
+
+    async with running(consumer):
+        await publish(amqp_url, [job("orders.expire", 1)])
+        await asyncio.wait_for(started.wait(), 10)
+    assert len(finished) == 1
+    assert await queue_depth(amqp_url, WORK) == 0
+
+
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+async def test_both_queue_types_retry(amqp_url: str, queue_type: str) -> None:
+    consumer = Consumer(amqp_url, group="ops", retry_tiers=TIERS, queue_type=queue_type)  # type: ignore[arg-type]
+    attempts: list[int] = []
+
+    @consumer.handler("reports.#", max_attempts=3, backoff=fixed(0.3))
+    async def report(job: Job) -> None:
+        attempts.append(job.attempt)
+        if job.attempt == 1:
+            raise RuntimeError("once")
+        assert job.routing_key == "reports.daily"
+
+    async with running(consumer):
+        await publish(amqp_url, [job("reports.daily", 1)])
+        await eventually(lambda: attempts == [1, 2], 20)
+
+
+async def test_a_broker_restart_loses_nothing_and_the_consumer_resumes(
+    amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    consumer = Consumer(amqp_url, group="billing", prefetch=5, retry_tiers=TIERS)
+    handled: dict[str, int] = {}
+
+    @consumer.handler("orders.expire")
+    async def expire(job: Job) -> None:
+        await asyncio.sleep(0.02)
+        handled[job.id] = handled.get(job.id, 0) + 1
+
+    async with running(consumer):
+        ids = await publish(amqp_url, [job("orders.expire", i) for i in range(200)])
+        await eventually(lambda: len(handled) >= 30, 20)
+        await asyncio.to_thread(rabbit_server.restart)
+        await eventually(lambda: set(ids) <= handled.keys(), 60)
+    duplicates = sum(count - 1 for count in handled.values())
+    print(f"\nbroker restart: {len(handled)} handled, {duplicates} handled twice")
+    assert set(ids) <= handled.keys()
