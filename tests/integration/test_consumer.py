@@ -288,3 +288,18 @@ async def test_a_broker_restart_loses_nothing_and_the_consumer_resumes(
     duplicates = sum(count - 1 for count in handled.values())
     print(f"\nbroker restart: {len(handled)} handled, {duplicates} handled twice")
     assert set(ids) <= handled.keys()
+
+
+async def test_max_per_second_spaces_out_handler_starts(amqp_url: str) -> None:
+    consumer = Consumer(amqp_url, group="billing", max_per_second=20, retry_tiers=TIERS)
+    starts: list[float] = []
+
+    @consumer.handler("orders.expire")
+    async def expire(job: Job) -> None:
+        starts.append(time.monotonic())
+
+    async with running(consumer):
+        await publish(amqp_url, [job("orders.expire", i) for i in range(10)])
+        await eventually(lambda: len(starts) == 10, 20)
+    # 10 starts at 20 per second cannot span less than 9 intervals of 50 ms.
+    assert starts[-1] - starts[0] >= 9 * 0.05 - 0.01

@@ -1,0 +1,81 @@
+"""DispatcherClient against an in-process dispatcher (real PostgreSQL and RabbitMQ)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import httpx
+import pytest
+
+from consumers_sdk import (
+    DispatcherClient,
+    DispatcherUnavailable,
+    InvalidJob,
+    JobConflict,
+    JobNotFound,
+)
+from tests.support.nodes import running_node
+
+
+@pytest.fixture
+async def client(database_url: str, amqp_url: str) -> AsyncIterator[DispatcherClient]:
+    async with running_node(database_url=database_url, amqp_url=amqp_url, shard_count=8) as node:
+        yield DispatcherClient("http://node", transport=httpx.ASGITransport(app=node.app))
+
+
+async def test_schedule_get_cancel_and_typed_errors(client: DispatcherClient) -> None:
+    job = await client.schedule(
+        "orders.expire", {"order": 1}, delay=timedelta(minutes=5), idempotency_key="k1"
+    )
+    assert job["state"] == "scheduled"
+    assert (await client.get(job["id"]))["idempotency_key"] == "k1"
+    assert (await client.cancel(job["id"]))["state"] == "cancelled"
+    with pytest.raises(JobConflict) as conflict:
+        await client.cancel(job["id"])
+    assert conflict.value.state == "cancelled"
+    with pytest.raises(JobNotFound):
+        await client.get("01890000-0000-7000-8000-000000000000")
+    with pytest.raises(InvalidJob) as invalid:
+        await client.schedule("orders.*", 1)
+    assert invalid.value.body["fields"][0]["field"] == "routing_key"  # type: ignore[index]
+
+
+async def test_schedule_many_and_the_job_decorator(client: DispatcherClient) -> None:
+    batch = await client.schedule_many(
+        [{"routing_key": "a.b", "payload": i, "delay_ms": 60_000} for i in range(3)]
+    )
+    assert len(batch) == 3
+
+    @client.job("orders.expire", priority=3)
+    def expire_order(order: int) -> int:
+        return order * 2
+
+    assert expire_order(21) == 42  # still a plain function
+    scheduled = await expire_order.schedule({"order": 7}, delay=timedelta(seconds=30))
+    assert scheduled["routing_key"] == "orders.expire"
+    assert scheduled["priority"] == 3
+
+
+async def test_503_and_lost_connections_are_retried_then_reported() -> None:
+    calls = 0
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        nonlocal calls
+        calls += 1
+        if calls <= 2:
+            return httpx.Response(503, json={"error": "unavailable", "message": "later"})
+        return httpx.Response(201, json={"id": "x", "state": "scheduled"})
+
+    client = DispatcherClient("http://node", transport=httpx.MockTransport(flaky), retries=3)
+    assert (await client.schedule("a", 1))["id"] == "x"
+    assert calls == 3
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused")
+
+    gone = DispatcherClient("http://node", transport=httpx.MockTransport(down), retries=1)
+    with pytest.raises(DispatcherUnavailable):
+        await gone.get("x")
+    await client.close()
+    await gone.close()
