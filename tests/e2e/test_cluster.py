@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,14 +37,6 @@ def cluster(tmp_path: Path, database_url: str, amqp_url: str, zk_hosts: str) -> 
     group = Cluster(tmp_path, env, shard_count=SHARDS)
     yield group
     group.stop()
-
-
-@pytest.fixture
-async def collector(amqp_url: str) -> AsyncIterator[Collector]:
-    consumer = Collector(amqp_url, binding="cluster.#")
-    await consumer.start()
-    yield consumer
-    await consumer.stop()
 
 
 async def schedule(

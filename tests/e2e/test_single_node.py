@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,14 +45,6 @@ def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[Dis
     yield process
     print(process.logs(200))
     process.stop()
-
-
-@pytest.fixture
-async def collector(amqp_url: str) -> AsyncIterator[Collector]:
-    consumer = Collector(amqp_url, binding="e2e.#")
-    await consumer.start()
-    yield consumer
-    await consumer.stop()
 
 
 async def schedule_spread(

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-
-import pytest
 
 from dispatcher import models
 from dispatcher.store.db import Database
@@ -17,14 +14,6 @@ from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
 
 IDS = models.JobIds()
-
-
-@pytest.fixture
-async def collector(amqp_url: str) -> AsyncIterator[Collector]:
-    consumer = Collector(amqp_url, binding="sched.#")
-    await consumer.start()
-    yield consumer
-    await consumer.stop()
 
 
 async def insert_overdue(database_url: str, count: int, shard_count: int) -> dict[str, float]:
