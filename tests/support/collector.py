@@ -106,6 +106,17 @@ class Collector:
             pass
         return wanted - self.deliveries.keys()
 
+    async def wait_for_count(self, count: int, deadline_s: float) -> int:
+        """Wait until ``count`` distinct ids arrived; returns how many are still missing."""
+        try:
+            async with asyncio.timeout(deadline_s):
+                while len(self.deliveries) < count:
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            pass
+        return max(0, count - len(self.deliveries))
+
     async def settle(self, quiet_s: float = 1.0) -> None:
         """Wait until nothing has arrived for ``quiet_s`` (late duplicates show up)."""
         while True:

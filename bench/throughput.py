@@ -1,0 +1,233 @@
+"""Submit and fire rates of one dispatcher next to the raw ceilings of the same services, measured
+in one run (the machine's speed drifts: only same-run ratios are comparable).
+
+    .venv/bin/python -m bench.throughput [--runs 3] [--jobs 30000]
+
+Ceilings: asyncpg COPY of job rows in 1000-row batches; aio-pika persistent 200-byte publishes
+with a sliding window of 1000 unconfirmed; consume-and-ack with prefetch 500.
+Dispatcher: POST /v1/jobs/batch (1000 a request, 4 clients), POST /v1/jobs (64 clients), and
+firing N jobs due at one instant (due -> confirmed; read from a draining consumer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import aio_pika
+import asyncpg
+import httpx
+
+from bench.harness import median, percentile, services, write
+from dispatcher.models import JobIds
+from dispatcher.store.migrate import apply_migrations
+from tests.services.ports import free_port
+from tests.support.collector import Collector
+from tests.support.process import DispatcherProcess
+
+
+async def ceiling_copy(dsn: str, rows: int) -> float:
+    connection = await asyncpg.connect(dsn)
+    ids = JobIds()
+    run_at = datetime.now(UTC) + timedelta(days=1)
+    started = time.perf_counter()
+    for _ in range(rows // 1000):
+        records = [(ids.next(), 0, "bench.raw", b'{"n":1}', "{}", run_at) for _ in range(1000)]
+        await connection.copy_records_to_table(
+            "jobs",
+            records=records,
+            columns=["id", "shard", "routing_key", "payload", "headers", "run_at"],
+        )
+    elapsed = time.perf_counter() - started
+    await connection.execute("DELETE FROM jobs WHERE routing_key = 'bench.raw'")
+    await connection.close()
+    return rows / elapsed
+
+
+async def ceiling_publish(amqp_url: str, messages: int) -> float:
+    connection = await aio_pika.connect(amqp_url)
+    channel = await connection.channel(publisher_confirms=True)
+    queue = await channel.declare_queue(f"bench.raw.{uuid.uuid4().hex[:6]}", durable=True)
+    body = b"x" * 200
+    window = asyncio.Semaphore(1000)
+
+    async def one() -> None:
+        async with window:
+            message = aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
+            await channel.default_exchange.publish(message, queue.name)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(messages)))
+    elapsed = time.perf_counter() - started
+    await ceiling_consume(channel, queue.name, messages)  # drains what was just published
+    await queue.delete()
+    await connection.close()
+    return messages / elapsed
+
+
+CONSUME_RATES: list[float] = []
+
+
+async def ceiling_consume(channel: aio_pika.abc.AbstractChannel, name: str, messages: int) -> float:
+    await channel.set_qos(prefetch_count=500)
+    queue = await channel.get_queue(name)
+    done = asyncio.Event()
+    count = 0
+
+    async def on(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        nonlocal count
+        await message.ack()
+        count += 1
+        if count == messages:
+            done.set()
+
+    started = time.perf_counter()
+    tag = await queue.consume(on)
+    await done.wait()
+    elapsed = time.perf_counter() - started
+    await queue.cancel(tag)
+    CONSUME_RATES.append(messages / elapsed)
+    return messages / elapsed
+
+
+async def timed_requests(
+    count: int, concurrency: int, request: Callable[[int], Awaitable[None]]
+) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    next_index = 0
+
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < count:
+            index = next_index
+            next_index += 1
+            started = time.perf_counter()
+            await request(index)
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return time.perf_counter() - started, latencies
+
+
+async def submit_batch(url: str, jobs: int) -> tuple[float, float, float]:
+    run_at = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    body = {
+        "jobs": [{"routing_key": "bench.far", "payload": i, "run_at": run_at} for i in range(1000)]
+    }
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+
+        async def request(_: int) -> None:
+            response = await http.post("/v1/jobs/batch", json=body)
+            assert response.status_code == 201, response.text
+
+        elapsed, latencies = await timed_requests(jobs // 1000, 4, request)
+    return jobs / elapsed, percentile(latencies, 0.5), percentile(latencies, 0.99)
+
+
+async def submit_single(url: str, jobs: int) -> tuple[float, float, float]:
+    run_at = (datetime.now(UTC) + timedelta(days=1)).isoformat()
+    limits = httpx.Limits(max_connections=64)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+
+        async def request(index: int) -> None:
+            job = {"routing_key": "bench.far", "payload": index, "run_at": run_at}
+            response = await http.post("/v1/jobs", json=job)
+            assert response.status_code == 201, response.text
+
+        elapsed, latencies = await timed_requests(jobs, 64, request)
+    return jobs / elapsed, percentile(latencies, 0.5), percentile(latencies, 0.99)
+
+
+async def fire(url: str, amqp_url: str, jobs: int) -> tuple[float, float]:
+    collector = Collector(amqp_url, binding="bench.fire")
+    await collector.start()
+    run_at_s = time.time() + 20
+    run_at = datetime.fromtimestamp(run_at_s, UTC).isoformat()
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        for first in range(0, jobs, 1000):
+            body = {
+                "jobs": [
+                    {"routing_key": "bench.fire", "payload": i, "run_at": run_at}
+                    for i in range(first, min(first + 1000, jobs))
+                ]
+            }
+            assert (await http.post("/v1/jobs/batch", json=body)).status_code == 201
+    assert time.time() < run_at_s, "submission took longer than the lead time"
+    missing = await collector.wait_for_count(jobs, 300)
+    last = max(d[0].received_at for d in collector.deliveries.values())
+    await collector.stop()
+    assert missing == 0
+    return jobs / (last - run_at_s), last - run_at_s
+
+
+async def main(runs: int, jobs: int) -> None:
+    figures: dict[str, list[float]] = {}
+
+    def record(name: str, value: float) -> None:
+        figures.setdefault(name, []).append(value)
+
+    with services() as svc, tempfile.TemporaryDirectory() as logs:
+        await apply_migrations(svc.database_url)
+        node = DispatcherProcess(
+            Path(logs),
+            port=free_port(),
+            env={"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url},
+        )
+        node.start()
+        try:
+            for _ in range(runs):
+                record("ceiling_copy_rows_s", await ceiling_copy(svc.database_url, jobs))
+                record("ceiling_publish_confirmed_s", await ceiling_publish(svc.amqp_url, jobs))
+                record("ceiling_consume_ack_s", CONSUME_RATES[-1])
+                rate, p50, p99 = await submit_batch(node.url, jobs)
+                record("submit_batch_jobs_s", rate)
+                record("submit_batch_p50_s", p50)
+                record("submit_batch_p99_s", p99)
+                rate, p50, p99 = await submit_single(node.url, jobs // 6)
+                record("submit_single_jobs_s", rate)
+                record("submit_single_p50_s", p50)
+                record("submit_single_p99_s", p99)
+                rate, drain = await fire(node.url, svc.amqp_url, jobs)
+                record("fire_jobs_s", rate)
+                record("fire_last_in_queue_s", drain)
+        finally:
+            node.stop()
+    result: dict[str, object] = {
+        name: {"median": median(values), "runs": values} for name, values in figures.items()
+    }
+    result["jobs_per_run"] = jobs
+    m = {name: median(values) for name, values in figures.items()}
+    print(f"throughput: median of {runs} runs, {jobs} jobs each, one dispatcher, same services")
+    print(f"  {'figure':34} {'ours':>10} {'ceiling':>10} {'ratio':>7}")
+    rows = [
+        ("submit, batch of 1000 (jobs/s)", m["submit_batch_jobs_s"], m["ceiling_copy_rows_s"]),
+        ("submit, single POST (jobs/s)", m["submit_single_jobs_s"], m["ceiling_copy_rows_s"]),
+        ("fire, due -> in queue (jobs/s)", m["fire_jobs_s"], m["ceiling_publish_confirmed_s"]),
+    ]
+    for name, ours, ceiling in rows:
+        print(f"  {name:34} {ours:10.0f} {ceiling:10.0f} {ours / ceiling:7.0%}")
+    print(
+        f"  batch request p50/p99 {m['submit_batch_p50_s'] * 1000:.0f}/"
+        f"{m['submit_batch_p99_s'] * 1000:.0f} ms; single POST p50/p99 "
+        f"{m['submit_single_p50_s'] * 1000:.1f}/{m['submit_single_p99_s'] * 1000:.1f} ms"
+    )
+    print(
+        f"  last of {jobs} jobs due at once in the queue after {m['fire_last_in_queue_s']:.2f}s; "
+        f"consume+ack ceiling {m['ceiling_consume_ack_s']:.0f}/s"
+    )
+    print(f"  written to {write('throughput', result)}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=30000)
+    args = parser.parse_args()
+    asyncio.run(main(args.runs, args.jobs))
