@@ -57,6 +57,25 @@ class Load:
                 await asyncio.sleep(max(0.0, slot - 1.5 - time.time()))
 
 
+async def probe(url: str, first_s: float) -> dict[str, tuple[float, int]]:
+    """Jobs on the victim's own shards, due every 100 ms for 15 s from ``first_s``."""
+    jobs = [
+        {
+            "routing_key": "bench.failover",
+            "payload": i,
+            "run_at": datetime.fromtimestamp(first_s + i / 10, UTC).isoformat(),
+        }
+        for i in range(150)
+    ]
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.post(f"{url}/v1/jobs/batch", json={"jobs": jobs})
+    response.raise_for_status()
+    return {
+        job["id"]: (datetime.fromisoformat(job["run_at"]).timestamp(), job["shard"])
+        for job in response.json()["jobs"]
+    }
+
+
 def lateness(
     load: Load, collector: Collector, start: float, end: float, shards: set[int] | None = None
 ) -> list[float]:
@@ -100,14 +119,17 @@ async def main(kills: int, rate: int, session_s: float) -> None:
             for round_number in range(kills):
                 victim = ("n1", "n2", "n3")[round_number % 3]
                 shards = {int(s) for s in cluster.view(victim)["owned"]}
+                probes = await probe(cluster.nodes[victim].url, time.time() + 1.0)
+                load.accepted.update(probes)
+                await asyncio.sleep(0.5)
                 killed_at = time.time()
                 cluster.nodes[victim].kill()
                 await asyncio.sleep(phase_s)
                 # Failover: from the kill until the first of the victim's jobs due after it fires.
                 fired = [
                     collector.deliveries[job_id][0].received_at - killed_at
-                    for job_id, (run_at, shard) in load.accepted.items()
-                    if shard in shards and run_at >= killed_at and job_id in collector.deliveries
+                    for job_id in probes
+                    if job_id in collector.deliveries
                 ]
                 failovers.append(min(fired) if fired else float("nan"))
                 victim_lateness += lateness(load, collector, killed_at, killed_at + phase_s, shards)

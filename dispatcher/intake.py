@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 from dispatcher import metrics, models
 from dispatcher.cluster import ownership
+from dispatcher.group_commit import GroupCommit
 from dispatcher.scheduler.loader import Loader
 from dispatcher.store.jobs import JobStore
 
@@ -22,6 +23,7 @@ class Intake:
         metrics: metrics.Metrics,
         shard_count: int,
         lookahead_s: float,
+        group_commit: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -32,9 +34,16 @@ class Intake:
         self._lookahead_s = lookahead_s
         self._clock = clock
         self._ids = models.JobIds()
+        self.group_commit = GroupCommit(store.insert, max_batch=500, flushers=4)
+        self._grouped = group_commit
+
+    async def run(self) -> None:
+        await self.group_commit.run()
 
     async def submit(self, specs: Sequence[models.JobSpec]) -> list[models.Submitted]:
-        """Store all or nothing; a 2xx may be answered once this returns."""
+        """Store all or nothing; a 2xx may be answered once this returns.
+
+        A single job joins a group commit with other concurrent single submissions."""
         window_end_s = self._clock() + self._lookahead_s
         owned = list(self._ownership.epochs())
         new_jobs = []
@@ -56,7 +65,10 @@ class Intake:
                     ttl_ms=spec.ttl_ms,
                 )
             )
-        results = await self._store.insert(new_jobs)
+        if len(new_jobs) == 1 and self._grouped:
+            results = [await self.group_commit.submit(new_jobs[0])]
+        else:
+            results = await self._store.insert(new_jobs)
         created = [result.job for result in results if result.created]
         self._loader.offer(
             models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in created

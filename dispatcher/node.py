@@ -93,6 +93,7 @@ class Node:
             metrics=self.metrics,
             shard_count=settings.shard_count,
             lookahead_s=settings.lookahead_s,
+            group_commit=settings.group_commit,
             clock=clock,
         )
         self.app = api.create_api(self)
@@ -129,6 +130,7 @@ class Node:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="amqp-connect")
                 coordination = group.create_task(self.ownership.run(), name="ownership")
+                intake = group.create_task(self.intake.run(), name="intake")
                 watch = group.create_task(self._watch_ownership(), name="ownership-watch")
                 loader = group.create_task(self.loader.run(), name="loader")
                 firing = group.create_task(self.firer.run(), name="firing")
@@ -146,7 +148,7 @@ class Node:
                 self.firer.stop()
                 await asyncio.wait([firing], timeout=DRAIN_TIMEOUT_S)
                 await self.ownership.stop()
-                for task in (firing, loader, watch, coordination):
+                for task in (firing, loader, watch, coordination, intake):
                     task.cancel()
         finally:
             await self.ownership.stop()

@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     db_pool_min: int = Field(2, ge=1)
     db_pool_max: int = Field(20, ge=1)
     migrate_on_start: bool = True
+    group_commit: bool = Field(
+        True, description="concurrent single submissions share one transaction (off: one each)"
+    )
 
     # Input limits
     max_payload_bytes: int = Field(256 * 1024, ge=1)

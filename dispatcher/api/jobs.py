@@ -22,7 +22,8 @@ ERRORS: dict[int | str, dict[str, object]] = {
 }
 
 
-def get_node(request: Request) -> Node:
+async def get_node(request: Request) -> Node:
+    # async on purpose: FastAPI runs a sync dependency in its thread pool on every request.
     node: Node = request.app.state.node
     return node
 

@@ -348,3 +348,22 @@ async def test_operations_endpoints(node: Node) -> None:
         assert len(cluster["assignment"]["api-test"]) == 16
         spec = (await http.get("/openapi.json")).json()
         assert {"/v1/jobs", "/v1/jobs/batch", "/v1/jobs/{job_id}"} <= spec["paths"].keys()
+
+
+async def test_concurrent_single_posts_share_commits_and_each_is_stored(
+    node: Node, database_url: str
+) -> None:
+    before = node.intake.group_commit.flushes
+    async with client(node) as http:
+        responses = await asyncio.gather(
+            *(
+                http.post(
+                    "/v1/jobs", json={"routing_key": "orders.gc", "payload": i, "delay_ms": 60_000}
+                )
+                for i in range(60)
+            )
+        )
+    assert [r.status_code for r in responses] == [201] * 60
+    assert len({r.json()["id"] for r in responses}) == 60
+    assert node.intake.group_commit.flushes - before < 60  # fewer round trips than requests
+    assert await row_count(database_url) == 60

@@ -1,0 +1,108 @@
+"""Firing lateness under a steady load: jobs due at 1k/s and at 5k/s for a fixed time, a consumer
+(in its own process) draining; lateness = received - run_at.
+
+    .venv/bin/python -m bench.lateness [--seconds 60] [--rates 1000 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+
+from bench.harness import services, summary, write
+from tests.services.ports import free_port
+from tests.support.process import DispatcherProcess
+
+
+async def steady(url: str, rate: int, seconds: float) -> dict[str, float]:
+    """Submit, one second ahead, jobs due evenly at ``rate`` per second; id -> run_at."""
+    accepted: dict[str, float] = {}
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        slot = time.time() + 2.0
+        end = slot + seconds
+        while slot < end:
+            await asyncio.sleep(max(0.0, slot - 1.0 - time.time()))
+            for first in range(0, rate, 1000):
+                jobs = [
+                    {
+                        "routing_key": "bench.steady",
+                        "payload": i,
+                        "run_at": datetime.fromtimestamp(slot + i / rate, UTC).isoformat(),
+                    }
+                    for i in range(first, min(first + 1000, rate))
+                ]
+                response = await http.post("/v1/jobs/batch", json={"jobs": jobs})
+                response.raise_for_status()
+                for job in response.json()["jobs"]:
+                    accepted[job["id"]] = datetime.fromisoformat(job["run_at"]).timestamp()
+            slot += 1.0
+    return accepted
+
+
+def received(path: Path) -> dict[str, float]:
+    first: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        job_id, at = line.split()
+        first.setdefault(job_id, float(at))
+    return first
+
+
+async def main(seconds: float, rates: list[int]) -> None:
+    results: dict[str, object] = {"seconds": seconds}
+    with services() as svc, tempfile.TemporaryDirectory() as folder:
+        env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
+        node = DispatcherProcess(Path(folder), port=free_port(), env=env)
+        node.start()
+        try:
+            for rate in rates:
+                output = Path(folder) / f"received-{rate}.txt"
+                receiver = subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring
+                    [
+                        sys.executable,
+                        "-m",
+                        "bench.receiver",
+                        svc.amqp_url,
+                        "bench.steady",
+                        str(output),
+                    ],
+                    stdout=subprocess.PIPE,
+                )
+                assert receiver.stdout is not None
+                receiver.stdout.readline()  # "ready"
+                accepted = await steady(node.url, rate, seconds)
+                await asyncio.sleep(5)
+                receiver.terminate()
+                receiver.wait(30)
+                got = received(output)
+                late = [
+                    got[job_id] - run_at for job_id, run_at in accepted.items() if job_id in got
+                ]
+                stats = summary(late)
+                stats["lost"] = len(accepted) - len(late)
+                results[f"rate_{rate}"] = stats
+                print(
+                    f"  {rate:5}/s for {seconds:.0f}s: lateness p50 {stats['p50'] * 1000:6.1f} ms"
+                    f"  p99 {stats['p99'] * 1000:7.1f} ms  max {stats['max'] * 1000:7.1f} ms"
+                    f"  (n={stats['n']:.0f}, not received {stats['lost']:.0f})",
+                    flush=True,
+                )
+        finally:
+            node.stop()
+    print(f"  written to {write('lateness', results)}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--rates", type=int, nargs="+", default=[1000, 5000])
+    args = parser.parse_args()
+    print(f"firing lateness, steady load, {args.seconds:.0f}s per rate")
+    asyncio.run(main(args.seconds, args.rates))

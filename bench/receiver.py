@@ -1,0 +1,54 @@
+"""A consumer in its own process: appends "job_id received_at" for every delivery to a file, so
+the benchmark process's own work does not distort the times. Stops on SIGTERM.
+
+    python -m bench.receiver AMQP_URL BINDING OUTPUT_FILE
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage, FieldValue
+
+from consumers_sdk import contract
+
+
+async def main(amqp_url: str, binding: str, output: str) -> None:
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    lines: list[str] = []
+    connection = await aio_pika.connect(amqp_url)
+    channel = await connection.channel()
+    await channel.set_qos(prefetch_count=1000)
+    exchange = await channel.declare_exchange(
+        contract.EXCHANGE,
+        aio_pika.ExchangeType.TOPIC,
+        durable=True,
+        arguments=dict[str, FieldValue](contract.exchange_arguments()),
+    )
+    queue = await channel.declare_queue("bench.receiver", durable=True)
+    await queue.bind(exchange, binding)
+
+    async def on(message: AbstractIncomingMessage) -> None:
+        lines.append(f"{message.message_id} {time.time():.6f}\n")
+        await message.ack()
+
+    await queue.consume(on)
+    print("ready", flush=True)
+    with open(output, "a") as out:  # noqa: ASYNC230 - a local file, flushed once a second
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+            out.writelines(lines)
+            out.flush()
+            lines.clear()
+    await connection.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:4]))
