@@ -47,6 +47,19 @@ async def steady(url: str, rate: int, seconds: float) -> dict[str, float]:
     return accepted
 
 
+async def drained(output: Path, expected: int, deadline_s: float) -> None:
+    """Wait until the receiver has written ``expected`` lines (or the deadline passed)."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if await asyncio.to_thread(_lines, output) >= expected:
+            return
+        await asyncio.sleep(1)
+
+
+def _lines(path: Path) -> int:
+    return path.read_text().count("\n") if path.exists() else 0
+
+
 def received(path: Path) -> dict[str, float]:
     first: dict[str, float] = {}
     for line in path.read_text().splitlines():
@@ -78,7 +91,7 @@ async def main(seconds: float, rates: list[int]) -> None:
                 assert receiver.stdout is not None
                 receiver.stdout.readline()  # "ready"
                 accepted = await steady(node.url, rate, seconds)
-                await asyncio.sleep(5)
+                await drained(output, len(accepted), deadline_s=180)
                 receiver.terminate()
                 receiver.wait(30)
                 got = received(output)

@@ -129,14 +129,16 @@ def _seconds(text: str) -> float:
     return float(value) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[unit]
 
 
-FAR = "2099-01-01T00:00:00Z"  # never due during the run: submission alone is measured
+def far() -> str:
+    """A run_at never due during the run: submission alone is measured."""
+    return (datetime.now(UTC) + timedelta(days=1)).isoformat()
 
 
 def submit_batch(url: str) -> tuple[float, float, float]:
     body = json.dumps(
         {
             "jobs": [
-                {"routing_key": "bench.far", "payload": {"n": i}, "run_at": FAR}
+                {"routing_key": "bench.far", "payload": {"n": i}, "run_at": far()}
                 for i in range(1000)
             ]
         }
@@ -146,7 +148,7 @@ def submit_batch(url: str) -> tuple[float, float, float]:
 
 
 def submit_single(url: str) -> tuple[float, float, float]:
-    body = json.dumps({"routing_key": "bench.far", "payload": {"order": 1}, "run_at": FAR})
+    body = json.dumps({"routing_key": "bench.far", "payload": {"order": 1}, "run_at": far()})
     return wrk(f"{url}/v1/jobs", body, connections=64, seconds=10)
 
 
@@ -183,10 +185,16 @@ async def main(runs: int, jobs: int) -> None:
         env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
         node = DispatcherProcess(Path(logs), port=free_port(), env=env)
         # The same dispatcher with one INSERT and commit per request, for the group-commit ratio.
+        # Its own database: two single-node dispatchers on one database fence each other out.
+        svc.postgres.create_database("bench_ungrouped")
         ungrouped = DispatcherProcess(
             Path(logs),
             port=free_port(),
-            env={**env, "DISPATCHER_GROUP_COMMIT": "false"},
+            env={
+                **env,
+                "DISPATCHER_DATABASE_URL": svc.postgres.dsn("bench_ungrouped"),
+                "DISPATCHER_GROUP_COMMIT": "false",
+            },
             name="ungrouped",
         )
         node.start()

@@ -64,15 +64,17 @@ class Firer:
         """Run the workers until ``stop``; returns once every batch in flight has settled."""
         async with asyncio.TaskGroup() as group:
             for number in range(self._workers):
-                group.create_task(self._work(), name=f"fire-worker-{number}")
+                # Worker 0 fires only jobs falling due now, so none waits behind a backlog batch.
+                live_only = number == 0 and self._workers > 1
+                group.create_task(self._work(live_only), name=f"fire-worker-{number}")
 
     def stop(self) -> None:
         """Drain: waiting workers stop now, busy ones after their batch is confirmed or released."""
         self._stop.set()
 
-    async def _work(self) -> None:
+    async def _work(self, live_only: bool) -> None:
         failures = 0
-        while (entries := await self._take()) is not None:
+        while (entries := await self._take(live_only)) is not None:
             try:
                 await self._fire(entries)
                 failures = 0
@@ -100,7 +102,7 @@ class Firer:
             stopper.cancel()
         return not self._stop.is_set()
 
-    async def _take(self) -> list[models.DueEntry] | None:
+    async def _take(self, live_only: bool) -> list[models.DueEntry] | None:
         """Wait until jobs are due, the broker is there and this node may fire; take a batch.
 
         None once the firer is stopping.
@@ -114,7 +116,7 @@ class Firer:
                 self._ownership.wait_can_fire()
             ):
                 return None
-            entries = self._pop(self._clock())
+            entries = self._pop(self._clock(), live_only)
             if entries:
                 self._metrics.heap_size.set(len(self._heap))
                 self._loader.heap_drained()
@@ -125,8 +127,10 @@ class Firer:
             await self._unless_stopped(self._wake.wait(), timeout)
         return None
 
-    def _pop(self, now_s: float) -> list[models.DueEntry]:
+    def _pop(self, now_s: float, live_only: bool) -> list[models.DueEntry]:
         """A batch: live jobs due now, with a share kept for the overdue backlog if there is one."""
+        if live_only:
+            return self._heap.pop_due(now_s, self._batch)
         live_quota = self._batch
         if len(self._backlog):
             live_quota = max(1, int(self._batch * (1 - self._catchup_share)))
