@@ -51,6 +51,7 @@ typecheck: $(STAMP) ## mypy --strict on dispatcher and consumers_sdk
 check: lint typecheck ## lint and typecheck
 
 bench: $(STAMP) ## run the benchmarks against throwaway services; prints tables, writes bench/results/
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run_all
 
 clean: ## remove the venv, caches and local service data
