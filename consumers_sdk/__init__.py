@@ -3,10 +3,12 @@ it hands to handlers, a producer client, and the message contract shared with th
 
 from consumers_sdk import contract
 from consumers_sdk.client import DispatcherClient
-from consumers_sdk.consumer import Consumer, Deduplicator, MemoryDeduplicator
+from consumers_sdk.consumer import Consumer
+from consumers_sdk.dedup import Deduplicator, MemoryDeduplicator
 from consumers_sdk.errors import (
     ClientError,
     DispatcherUnavailable,
+    HandlerTimeout,
     InvalidJob,
     JobConflict,
     JobNotFound,
@@ -22,6 +24,7 @@ __all__ = [
     "Deduplicator",
     "DispatcherClient",
     "DispatcherUnavailable",
+    "HandlerTimeout",
     "InvalidJob",
     "Job",
     "JobConflict",

@@ -1,6 +1,8 @@
 """DispatcherClient: schedule, get and cancel jobs over the dispatcher's HTTP API.
 
-4xx answers raise typed errors at once; 503 and connection failures are retried with backoff.
+4xx answers raise typed errors at once. 503 (the dispatcher stored nothing) and failures to
+connect are retried with backoff; a request lost after it was sent is retried only when replaying
+it is harmless: a GET, or a POST whose every job carries an ``idempotency_key``.
 """
 
 from __future__ import annotations
@@ -9,29 +11,31 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 import httpx
 
-from consumers_sdk import errors
+from consumers_sdk import contract, errors
 
 P = ParamSpec("P")
 R = TypeVar("R")
 JobView = dict[str, Any]
+# The request never reached the dispatcher: always safe to send again.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
-def job_body(
-    routing_key: str,
-    payload: Any,
-    *,
-    delay: timedelta | None = None,
-    run_at: datetime | None = None,
-    idempotency_key: str | None = None,
-    headers: Mapping[str, str | int | float | bool] | None = None,
-    priority: int | None = None,
-    ttl: timedelta | None = None,
-) -> dict[str, Any]:
-    """The JSON of one job, as ``POST /v1/jobs`` takes it."""
+class JobOptions(TypedDict, total=False):
+    delay: timedelta  # or run_at, not both; neither means now
+    run_at: datetime  # timezone-aware
+    idempotency_key: str
+    headers: Mapping[str, contract.HeaderValue]
+    priority: int  # 0-9
+    ttl: timedelta
+
+
+def job_body(routing_key: str, payload: Any, **options: Unpack[JobOptions]) -> dict[str, Any]:
+    """The JSON of one job, as ``POST /v1/jobs`` (and each item of ``schedule_many``) takes it."""
+    delay, run_at, ttl = options.get("delay"), options.get("run_at"), options.get("ttl")
     if delay is not None and run_at is not None:
         raise ValueError("give delay or run_at, not both")
     body: dict[str, Any] = {"routing_key": routing_key, "payload": payload}
@@ -41,10 +45,11 @@ def job_body(
         if run_at.tzinfo is None:
             raise ValueError("run_at must be timezone-aware")
         body["run_at"] = run_at.isoformat()
+    headers = options.get("headers")
     optional = {
-        "idempotency_key": idempotency_key,
+        "idempotency_key": options.get("idempotency_key"),
         "headers": dict(headers) if headers else None,
-        "priority": priority,
+        "priority": options.get("priority"),
         "ttl_ms": round(ttl.total_seconds() * 1000) if ttl is not None else None,
     }
     body.update({key: value for key, value in optional.items() if value is not None})
@@ -76,29 +81,38 @@ class DispatcherClient:
     async def close(self) -> None:
         await self._http.aclose()
 
-    async def schedule(self, routing_key: str, payload: Any, **options: Any) -> JobView:
-        """Schedule one job (``delay=``, ``run_at=``, ``idempotency_key=``, ``headers=``, ...)."""
+    async def schedule(
+        self, routing_key: str, payload: Any, **options: Unpack[JobOptions]
+    ) -> JobView:
+        """Schedule one job: ``delay=`` or ``run_at=``, ``idempotency_key=``, ``headers=``,
+        ``priority=``, ``ttl=``. 201 and 200 (its idempotency key was seen) both return the job."""
+        body = job_body(routing_key, payload, **options)
         result: JobView = await self._request(
-            "POST", "/v1/jobs", json=job_body(routing_key, payload, **options)
+            "POST", "/v1/jobs", json=body, replay_safe="idempotency_key" in body
         )
         return result
 
     async def schedule_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[JobView]:
-        """Schedule a batch all or nothing; each item is ``job_body(...)``'s shape."""
-        result = await self._request("POST", "/v1/jobs/batch", json={"jobs": list(jobs)})
+        """Schedule a batch all or nothing; each item is a ``job_body(...)``."""
+        replay_safe = all(job.get("idempotency_key") for job in jobs)
+        result = await self._request(
+            "POST", "/v1/jobs/batch", json={"jobs": list(jobs)}, replay_safe=replay_safe
+        )
         batch: list[JobView] = result["jobs"]
         return batch
 
     async def get(self, job_id: str) -> JobView:
-        result: JobView = await self._request("GET", f"/v1/jobs/{job_id}")
+        result: JobView = await self._request("GET", f"/v1/jobs/{job_id}", replay_safe=True)
         return result
 
     async def cancel(self, job_id: str) -> JobView:
-        result: JobView = await self._request("DELETE", f"/v1/jobs/{job_id}")
+        """Cancel a scheduled job; ``JobConflict`` (with ``.state``) when it is past that."""
+        # Not replayed after a lost answer: the replay would report the job as already cancelled.
+        result: JobView = await self._request("DELETE", f"/v1/jobs/{job_id}", replay_safe=False)
         return result
 
     def job(
-        self, routing_key: str, **defaults: Any
+        self, routing_key: str, **defaults: Unpack[JobOptions]
     ) -> Callable[[Callable[P, R]], SchedulableJob[P, R]]:
         """Decorate a function so that ``await fn.schedule(payload, delay=...)`` schedules it."""
 
@@ -107,14 +121,14 @@ class DispatcherClient:
 
         return wrap
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _request(self, method: str, path: str, *, replay_safe: bool, json: Any = None) -> Any:
         delay = 0.2
         for attempt in range(self._retries + 1):
             try:
-                response = await self._http.request(method, path, **kwargs)
+                response = await self._http.request(method, path, json=json)
             except httpx.TransportError as exc:
-                if attempt == self._retries:
-                    raise errors.DispatcherUnavailable(0, f"no connection: {exc!r}") from exc
+                if attempt == self._retries or not (replay_safe or isinstance(exc, _NOT_SENT)):
+                    raise errors.DispatcherUnavailable(0, f"no answer: {exc!r}") from exc
             else:
                 if response.status_code < 400:
                     return response.json()
@@ -152,15 +166,17 @@ class SchedulableJob(Generic[P, R]):
         client: DispatcherClient,
         routing_key: str,
         function: Callable[P, R],
-        defaults: Mapping[str, Any],
+        defaults: JobOptions,
     ) -> None:
         self._client = client
         self.routing_key = routing_key
         self._function = function
-        self._defaults = dict(defaults)
+        self._defaults = defaults
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._function(*args, **kwargs)
 
-    def schedule(self, payload: Any, **options: Any) -> Awaitable[JobView]:
-        return self._client.schedule(self.routing_key, payload, **{**self._defaults, **options})
+    def schedule(self, payload: Any, **options: Unpack[JobOptions]) -> Awaitable[JobView]:
+        """Schedule this function's job; ``options`` override the decorator's defaults."""
+        merged: JobOptions = {**self._defaults, **options}
+        return self._client.schedule(self.routing_key, payload, **merged)

@@ -1,83 +1,35 @@
-"""Consumer: handlers by routing key; pulls at its own pace (prefetch, concurrency, rate limit),
-acks after the handler returns, and moves failures to wait queues or the dead-letter queue.
+"""Consumer: handlers by routing key, pulling at their own pace (prefetch, concurrency, rate
+limit); what happens to each delivery is ``delivery.py``'s business.
 
-Outcome of a delivery:
-- the handler returns: ack;
-- it raises (or exceeds ``timeout``): retried after the backoff, rounded up to a delay tier,
-  until ``max_attempts``; then the dead-letter queue;
-- it raises ``Retry(delay=)``: retried after that delay instead of the backoff;
-- it raises ``Reject``, or the delivery breaks the contract: the dead-letter queue at once.
-
-A failed delivery moves by publishing a copy (publisher confirms) to its wait queue or to .dead
-and only then acking the original: RabbitMQ's per-queue dead-lettering can neither choose a delay
-tier per message nor add the error headers. The wait queue's TTL dead-letters the copy back to the
-work queue (at-least-once on quorum queues), and ``x-death`` records each retry.
+Lifecycle: ``run`` connects (retrying until the broker answers; aio-pika heals later losses),
+declares the topology, consumes until ``stop()`` or SIGTERM/SIGINT, then stops taking deliveries,
+hands back those not yet started, lets the running ones finish and settle for up to
+``stop_timeout_s``, cancels the rest (unacked, so RabbitMQ redelivers them) and closes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
+import math
 import random
 import signal
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Protocol
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue, FieldValue
+import aiormq
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
-from consumers_sdk import contract, retry, topology
-from consumers_sdk import job as job_mod
-from consumers_sdk.errors import Reject, Retry
+from consumers_sdk import contract, dedup, delivery, retry, topology
 
 logger = logging.getLogger(__name__)
 
 RABBITMQ_CONSUMER_TIMEOUT_S = 1800.0  # RabbitMQ's default delivery acknowledgement timeout
-ERROR_TEXT_LIMIT = 1000
-
-Handler = Callable[[job_mod.Job], Awaitable[None] | None]
-
-
-class Deduplicator(Protocol):
-    """Optional: skip deliveries whose job id was already handled (at-least-once delivery)."""
-
-    async def seen(self, job_id: str) -> bool: ...
-
-    async def remember(self, job_id: str) -> None: ...
-
-
-class MemoryDeduplicator:
-    """The last ``capacity`` job ids this process handled; share a store across processes."""
-
-    def __init__(self, capacity: int = 100_000) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        self._capacity = capacity
-
-    async def seen(self, job_id: str) -> bool:
-        return job_id in self._ids
-
-    async def remember(self, job_id: str) -> None:
-        self._ids[job_id] = None
-        if len(self._ids) > self._capacity:
-            self._ids.popitem(last=False)
-
-
-@dataclass(frozen=True, slots=True)
-class HandlerSpec:
-    routing_key: str
-    queue: str
-    function: Handler
-    max_attempts: int
-    timeout_s: float
-    backoff: retry.Backoff
+RECONNECT_MAX_S = 5.0
 
 
 class _RateLimit:
@@ -96,6 +48,15 @@ class _RateLimit:
 
 
 class Consumer:
+    """Jobs of one consumer group: ``@consumer.handler(routing_key, ...)`` registers, ``run()``
+    consumes.
+
+    ``prefetch`` bounds the unacked deliveries the broker sends ahead, ``concurrency`` (default:
+    ``prefetch``) the handlers running at once, ``max_per_second`` their start rate.
+    ``retry_tiers`` are the wait queues' delays in seconds (a backoff is rounded up to one);
+    ``queue_type`` is ``"quorum"`` (replicated, at-least-once dead-lettering) or ``"classic"``.
+    """
+
     def __init__(
         self,
         amqp_url: str,
@@ -106,28 +67,36 @@ class Consumer:
         max_per_second: float | None = None,
         queue_type: topology.QueueType = "quorum",
         retry_tiers: Sequence[float] = retry.DEFAULT_TIERS,
-        deduplicator: Deduplicator | None = None,
+        deduplicator: dedup.Deduplicator | None = None,
         stop_timeout_s: float = 30.0,
+        consumer_timeout_s: float = RABBITMQ_CONSUMER_TIMEOUT_S,
         exchange: str = contract.EXCHANGE,
         rng: random.Random | None = None,
     ) -> None:
-        if prefetch < 1:
-            raise ValueError("prefetch must be at least 1")
+        """``consumer_timeout_s`` is the broker's ``consumer_timeout`` (rabbitmq.conf): a delivery
+        not settled by then closes the channel, so handler timeouts must stay below it."""
+        if prefetch < 1 or (concurrency is not None and concurrency < 1):
+            raise ValueError("prefetch and concurrency must be at least 1")
+        if max_per_second is not None and max_per_second <= 0:
+            raise ValueError("max_per_second must be positive")
         self._url = amqp_url
         self.group = group
         self._prefetch = prefetch
-        self._slots = asyncio.Semaphore(concurrency or prefetch)
+        self._concurrency = min(concurrency or prefetch, prefetch)
+        self._slots = asyncio.Semaphore(self._concurrency)
         self._rate = _RateLimit(max_per_second)
+        self._max_per_second = max_per_second
         self._queue_type = queue_type
         self._tiers = retry.validate_tiers(retry_tiers)
         self._dedup = deduplicator
+        self._outcomes: delivery.Outcomes | None = None
         self._stop_timeout_s = stop_timeout_s
+        self._consumer_timeout_s = consumer_timeout_s
         self._exchange = exchange
         self._rng = rng or random.Random()
-        self._handlers: list[HandlerSpec] = []
+        self._handlers: list[delivery.HandlerSpec] = []
         self._stop = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
-        self._publisher: AbstractChannel | None = None
         self.ready = asyncio.Event()
         self._running = 0
         self.max_in_flight = 0  # the most deliveries handled at once, for operators and tests
@@ -140,19 +109,20 @@ class Consumer:
         max_attempts: int = 5,
         timeout: float = 30.0,
         backoff: retry.Backoff | None = None,
-    ) -> Callable[[Handler], Handler]:
-        """Register a handler (async, or sync: run in a thread) for a routing key or pattern."""
-        if timeout <= 0 or timeout >= RABBITMQ_CONSUMER_TIMEOUT_S:
+    ) -> Callable[[delivery.Handler], delivery.Handler]:
+        """Register a handler for a routing key or topic pattern: async, or sync (run in a thread;
+        a sync handler past its timeout counts as failed but its thread runs on to the end)."""
+        if timeout <= 0 or timeout >= self._consumer_timeout_s:
             raise ValueError(
                 f"timeout must be positive and below RabbitMQ's consumer timeout "
-                f"({RABBITMQ_CONSUMER_TIMEOUT_S:.0f}s), or the broker closes the channel first"
+                f"({self._consumer_timeout_s:.0f}s), or the broker closes the channel first"
             )
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
 
-        def register(function: Handler) -> Handler:
+        def register(function: delivery.Handler) -> delivery.Handler:
             self._handlers.append(
-                HandlerSpec(
+                delivery.HandlerSpec(
                     routing_key=routing_key,
                     queue=queue or topology.work_queue(self.group, routing_key),
                     function=function,
@@ -173,45 +143,112 @@ class Consumer:
         """Consume until ``stop()`` or, with ``handle_signals``, SIGTERM/SIGINT."""
         if not self._handlers:
             raise ValueError("no handler registered")
-        if handle_signals:
-            self._install_signals()
-        connection = await aio_pika.connect_robust(
-            self._url, client_properties={"connection_name": f"consumer-{self.group}"}
-        )
+        self._warn_if_deliveries_can_outwait_the_broker()
+        signals = self._install_signals() if handle_signals else []
         try:
-            channel = await connection.channel()
-            await channel.set_qos(prefetch_count=self._prefetch)
-            self._publisher = await connection.channel(publisher_confirms=True)
-            consuming: list[tuple[AbstractQueue, str]] = []
-            for spec in self._handlers:
-                queue = await topology.declare(
-                    channel,
-                    work=spec.queue,
-                    routing_key=spec.routing_key,
-                    tiers=self._tiers,
-                    queue_type=self._queue_type,
-                    exchange=self._exchange,
-                )
-                consuming.append((queue, await queue.consume(partial(self._on_message, spec))))
-            self.ready.set()
-            await self._stop.wait()
-            for queue, tag in consuming:
-                with contextlib.suppress(Exception):  # the channel may be closing already
-                    await queue.cancel(tag)
-            if self._inflight:
-                await asyncio.wait(self._inflight, timeout=self._stop_timeout_s)
+            connection = await self._connect()
+            if connection is None:  # stopped before the broker answered
+                return
+            try:
+                await self._consume(connection)
+            finally:
+                await connection.close()
+                self._outcomes = None
         finally:
-            await connection.close()
+            loop = asyncio.get_running_loop()
+            for signum in signals:
+                loop.remove_signal_handler(signum)
 
-    def _install_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
+    async def _connect(self) -> AbstractRobustConnection | None:
+        """The first connection, retried until the broker answers; later losses aio-pika heals."""
+        delay = 0.2
+        while not self._stop.is_set():
+            try:
+                return await aio_pika.connect_robust(
+                    self._url, client_properties={"connection_name": f"consumer-{self.group}"}
+                )
+            except aiormq.exceptions.ProbableAuthenticationError:
+                raise
+            except (OSError, TimeoutError, aiormq.exceptions.AMQPConnectionError) as exc:
+                logger.warning("RabbitMQ not reachable (%r); retrying in %.1fs", exc, delay)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._stop.wait()
+            delay = min(delay * 2, RECONNECT_MAX_S)
+        return None
+
+    async def _consume(self, connection: AbstractRobustConnection) -> None:
+        channel = await connection.channel()
+        await channel.set_qos(prefetch_count=self._prefetch)
+        # Mandatory publishes that raise when unroutable: a copy that reached no queue must not
+        # count as moved (the original would be acked and the job lost).
+        publisher = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        self._outcomes = delivery.Outcomes(publisher, tiers=self._tiers, deduplicator=self._dedup)
+        consuming = []
+        for spec in self._handlers:
+            queue = await topology.declare(
+                channel,
+                work=spec.queue,
+                routing_key=spec.routing_key,
+                tiers=self._tiers,
+                queue_type=self._queue_type,
+                exchange=self._exchange,
+            )
+            consuming.append((queue, await queue.consume(partial(self._on_message, spec))))
+        self.ready.set()
+        await self._stop.wait()
+        for queue, tag in consuming:
+            with contextlib.suppress(Exception):  # the channel may be closing already
+                await queue.cancel(tag)
+        await self._drain()
+
+    async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._stop_timeout_s
+        while self._inflight:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                late = set(self._inflight)
+                logger.warning("%d jobs still running at the stop deadline: unacked", len(late))
+                for task in late:
+                    task.cancel()
+                await asyncio.wait(late)
+                continue
+            await asyncio.wait(set(self._inflight), timeout=remaining)
+
+    def _warn_if_deliveries_can_outwait_the_broker(self) -> None:
+        # A delivery waits in the prefetch buffer behind up to prefetch/concurrency handlers
+        # before its own starts; the broker's consumer timeout counts all of that.
+        worst_s = math.ceil(self._prefetch / self._concurrency) * max(
+            spec.timeout_s for spec in self._handlers
+        )
+        if self._max_per_second:
+            worst_s = max(worst_s, self._prefetch / self._max_per_second)
+        if worst_s >= self._consumer_timeout_s:
+            logger.warning(
+                "a delivery may wait %.0fs before it is settled (prefetch %d, concurrency %d): "
+                "past RabbitMQ's consumer timeout of %.0fs; lower prefetch or timeouts",
+                worst_s,
+                self._prefetch,
+                self._concurrency,
+                self._consumer_timeout_s,
+            )
+
+    def _install_signals(self) -> list[signal.Signals]:
+        """The one place signals are handled: SIGTERM and SIGINT ask for a graceful stop."""
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        loop = asyncio.get_running_loop()
+        installed = []
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(signum, self.stop)
+                installed.append(signum)
+        return installed
 
-    async def _on_message(self, spec: HandlerSpec, message: AbstractIncomingMessage) -> None:
+    async def _on_message(
+        self, spec: delivery.HandlerSpec, message: AbstractIncomingMessage
+    ) -> None:
         task = asyncio.create_task(self._handle(spec, message), name=f"handle-{message.message_id}")
         self._inflight.add(task)
         task.add_done_callback(self._finished)
@@ -222,130 +259,17 @@ class Consumer:
             # A bug in the SDK, not in a handler: the delivery stays unacked and comes back.
             logger.error("delivery handling crashed", exc_info=task.exception())
 
-    async def _handle(self, spec: HandlerSpec, message: AbstractIncomingMessage) -> None:
+    async def _handle(self, spec: delivery.HandlerSpec, message: AbstractIncomingMessage) -> None:
         async with self._slots:
-            await self._rate.acquire()
+            if not self._stop.is_set():
+                await self._rate.acquire()
+            if self._stop.is_set():  # stopping: hand it back now rather than start it
+                await delivery.settle(partial(message.nack, requeue=True))
+                return
             self._running += 1
             self.max_in_flight = max(self.max_in_flight, self._running)
             try:
-                await self._process(spec, message)
+                assert self._outcomes is not None
+                await self._outcomes.process(spec, message)
             finally:
                 self._running -= 1
-
-    async def _process(self, spec: HandlerSpec, message: AbstractIncomingMessage) -> None:
-        try:
-            job = job_mod.from_message(message, work_queue=spec.queue)
-        except job_mod.Undecodable as exc:
-            await self._move(spec, message, dead=True, attempt=1, error=exc)
-            return
-        if self._dedup is not None and await self._dedup.seen(job.id):
-            await message.ack()
-            return
-        try:
-            async with asyncio.timeout(spec.timeout_s):
-                if inspect.iscoroutinefunction(spec.function):
-                    await spec.function(job)
-                else:
-                    await asyncio.to_thread(spec.function, job)  # never block the loop
-        except Reject as exc:
-            await self._move(
-                spec,
-                message,
-                dead=True,
-                attempt=job.attempt,
-                error=exc,
-                routing_key=job.routing_key,
-            )
-        except Retry as exc:
-            await self._fail(spec, job, exc, delay_s=exc.delay_s)
-        except Exception as exc:  # any handler failure, a timeout included, is a failed attempt
-            await self._fail(spec, job, exc, delay_s=None)
-        else:
-            await self._settle(message.ack)
-            if self._dedup is not None:
-                await self._dedup.remember(job.id)
-
-    async def _fail(
-        self, spec: HandlerSpec, job: job_mod.Job, error: BaseException, *, delay_s: float | None
-    ) -> None:
-        if job.attempt >= spec.max_attempts:
-            await self._move(
-                spec,
-                job.message,
-                dead=True,
-                attempt=job.attempt,
-                error=error,
-                routing_key=job.routing_key,
-            )
-            return
-        delay = spec.backoff(job.attempt) if delay_s is None else delay_s
-        await self._move(
-            spec,
-            job.message,
-            dead=False,
-            attempt=job.attempt,
-            error=error,
-            tier_s=retry.tier_for(delay, self._tiers),
-            routing_key=job.routing_key,
-        )
-
-    async def _move(
-        self,
-        spec: HandlerSpec,
-        message: AbstractIncomingMessage,
-        *,
-        dead: bool,
-        attempt: int,
-        error: BaseException,
-        tier_s: float = 0.0,
-        routing_key: str | None = None,
-    ) -> None:
-        """Publish a confirmed copy to a wait queue or .dead, then ack the original."""
-        text = f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT]
-        headers: dict[str, FieldValue] = dict(message.headers or {})
-        if dead:
-            target = topology.dead_queue(spec.queue)
-            headers.update(
-                {
-                    "x-dead-error": text,
-                    "x-dead-attempts": attempt,
-                    "x-dead-at": contract.format_run_at(datetime.now(UTC)),
-                    "x-dead-queue": spec.queue,
-                    "x-dead-routing-key": routing_key or message.routing_key or "",
-                }
-            )
-            logger.warning("job %s dead after %d attempts: %s", message.message_id, attempt, text)
-        else:
-            target = topology.wait_queue(spec.queue, tier_s)
-            headers[job_mod.HEADER_ATTEMPT] = attempt + 1
-            headers[job_mod.HEADER_LAST_ERROR] = text
-            headers[job_mod.HEADER_ROUTING_KEY] = routing_key or message.routing_key or ""
-        copy = aio_pika.Message(
-            body=message.body,
-            headers=headers,
-            content_type=message.content_type,
-            content_encoding=message.content_encoding,
-            delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-            priority=message.priority,
-            correlation_id=message.correlation_id,
-            message_id=message.message_id,
-            timestamp=message.timestamp,
-            type=message.type,
-            app_id=message.app_id,
-        )
-        assert self._publisher is not None
-        try:
-            await self._publisher.default_exchange.publish(copy, routing_key=target)
-        except Exception as exc:  # not confirmed: keep the original, it comes back to us
-            logger.warning("could not move job %s to %s: %r", message.message_id, target, exc)
-            await self._settle(partial(message.nack, requeue=True))
-            return
-        await self._settle(message.ack)
-
-    async def _settle(self, action: Callable[[], Awaitable[Any]]) -> None:
-        # After a reconnection the delivery tag belongs to a dead channel: the broker has already
-        # requeued that delivery, so there is nothing left to settle (and nothing acked twice).
-        try:
-            await action()
-        except Exception as exc:
-            logger.info("delivery not settled (channel gone, it will be redelivered): %r", exc)

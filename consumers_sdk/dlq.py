@@ -1,18 +1,22 @@
-"""Dead-letter queues: list them (management API) and move dead jobs back to their work queue."""
+"""Dead-letter queues: list them (management API) and move dead jobs back to their work queue
+(over AMQP). ``dispatcher dlq list|requeue`` calls these."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from dataclasses import dataclass
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import aio_pika
+import aiormq
 import httpx
-from aio_pika.abc import FieldValue
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
 
-DEAD_SUFFIX = ".dead"
-# Headers that record a job's failed life; a requeued job starts its attempts afresh.
-_HISTORY_PREFIXES = ("x-death", "x-first-death", "x-last-death", "x-retry-", "x-dead-")
+from consumers_sdk import job, topology
+from consumers_sdk.errors import DlqError
+
+BATCH = 100  # dead jobs moved per round of pipelined confirms
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,23 +27,38 @@ class DeadQueue:
 
 
 def _vhost(amqp_url: str) -> str:
-    path = urlsplit(amqp_url).path.lstrip("/")
-    return path or "/"
+    return unquote(urlsplit(amqp_url).path.removeprefix("/")) or "/"
+
+
+def work_queue_of(dead_queue: str) -> str:
+    if not dead_queue.endswith(topology.DEAD_SUFFIX):
+        raise DlqError(
+            f"{dead_queue!r} is not a dead-letter queue (names end in {topology.DEAD_SUFFIX})"
+        )
+    return dead_queue.removesuffix(topology.DEAD_SUFFIX)
 
 
 async def list_dead(amqp_url: str, management_url: str) -> list[DeadQueue]:
+    """The dead-letter queues of the AMQP URL's vhost with their message counts (the management
+    API refreshes counts every few seconds)."""
     parts = urlsplit(management_url)
-    auth = (parts.username or "guest", parts.password or "guest")
-    base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}"
-    vhost = quote(_vhost(amqp_url).replace("%2F", "/"), safe="")
-    async with httpx.AsyncClient(base_url=base, auth=auth, timeout=10) as http:
-        response = await http.get(f"/api/queues/{vhost}", params={"columns": "name,messages"})
-        response.raise_for_status()
-    return [
-        DeadQueue(q["name"], int(q.get("messages") or 0), q["name"].removesuffix(DEAD_SUFFIX))
-        for q in response.json()
-        if q["name"].endswith(DEAD_SUFFIX)
-    ]
+    auth = (unquote(parts.username or "guest"), unquote(parts.password or "guest"))
+    base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path.rstrip('/')}"
+    path = f"/api/queues/{quote(_vhost(amqp_url), safe='')}"
+    try:
+        async with httpx.AsyncClient(base_url=base, auth=auth, timeout=10) as http:
+            response = await http.get(path, params={"columns": "name,messages"})
+            response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise DlqError(f"RabbitMQ management API at {base}: {exc!r}") from exc
+    return sorted(
+        (
+            DeadQueue(q["name"], int(q.get("messages") or 0), work_queue_of(q["name"]))
+            for q in response.json()
+            if q["name"].endswith(topology.DEAD_SUFFIX)
+        ),
+        key=lambda queue: queue.name,
+    )
 
 
 def _progress(done: int, total: int) -> None:
@@ -49,48 +68,77 @@ def _progress(done: int, total: int) -> None:
     sys.stderr.flush()
 
 
+async def _passive(channel: AbstractChannel, name: str) -> AbstractQueue:
+    try:
+        return await channel.declare_queue(name, passive=True)
+    except aiormq.exceptions.ChannelNotFoundEntity as exc:
+        raise DlqError(f"no queue {name!r} in this vhost") from exc
+
+
 async def requeue(
     amqp_url: str, queue: str, *, limit: int | None = None, progress: bool = True
 ) -> int:
-    """Move up to ``limit`` dead jobs back to their work queue; returns how many moved."""
-    if not queue.endswith(DEAD_SUFFIX):
-        raise ValueError(f"{queue!r} is not a dead-letter queue (names end in {DEAD_SUFFIX})")
-    work = queue.removesuffix(DEAD_SUFFIX)
-    connection = await aio_pika.connect_robust(
-        amqp_url, client_properties={"connection_name": "dispatcher-dlq"}
-    )
+    """Move up to ``limit`` dead jobs (those present when it starts) back to their work queue,
+    attempts reset, routing key kept; returns how many moved.
+
+    Each job is published with confirms and mandatory routing before its dead copy is acked: a
+    crash in between leaves it in both queues (at-least-once), never in neither.
+    """
+    work = work_queue_of(queue)
+    if limit is not None and limit < 0:
+        raise DlqError("limit must not be negative")
+    try:
+        connection = await aio_pika.connect(
+            amqp_url, client_properties={"connection_name": "dispatcher-dlq"}
+        )
+    except (OSError, aiormq.exceptions.AMQPConnectionError) as exc:
+        raise DlqError(f"RabbitMQ at {urlsplit(amqp_url).hostname}: {exc!r}") from exc
     moved = 0
     try:
-        channel = await connection.channel(publisher_confirms=True)
-        dead = await channel.declare_queue(queue, passive=True)
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        dead = await _passive(channel, queue)
+        await _passive(channel, work)
         total = dead.declaration_result.message_count or 0
-        if limit is not None:
-            total = min(total, limit)
+        total = total if limit is None else min(total, limit)
         while moved < total:
-            message = await dead.get(fail=False)
-            if message is None:
+            batch: list[AbstractIncomingMessage] = []
+            while len(batch) < min(BATCH, total - moved):
+                message = await dead.get(fail=False)
+                if message is None:
+                    break
+                batch.append(message)
+            if not batch:
                 break
-            headers: dict[str, FieldValue] = {
-                key: value
-                for key, value in (message.headers or {}).items()
-                if not key.startswith(_HISTORY_PREFIXES)
-            }
-            copy = aio_pika.Message(
-                body=message.body,
-                headers=headers,
-                content_type=message.content_type,
-                delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                priority=message.priority,
-                message_id=message.message_id,
-                timestamp=message.timestamp,
-            )
-            await channel.default_exchange.publish(copy, routing_key=work)  # confirmed
-            await message.ack()
-            moved += 1
+            done, failure = await _move(channel, batch, work)
+            moved += done
             if progress:
                 _progress(moved, total)
+            if failure is not None:
+                raise DlqError(f"moved {moved}, then could not republish to {work!r}: {failure!r}")
+    finally:
         if progress:
             sys.stderr.write("\n")
-    finally:
         await connection.close()
     return moved
+
+
+async def _move(
+    channel: AbstractChannel, batch: list[AbstractIncomingMessage], work: str
+) -> tuple[int, BaseException | None]:
+    """Publish the batch with pipelined confirms; ack what was confirmed, hand back the rest."""
+    results = await asyncio.gather(
+        *(
+            channel.default_exchange.publish(job.revived_copy(message), routing_key=work)
+            for message in batch
+        ),
+        return_exceptions=True,
+    )
+    done, failure = 0, None
+    for message, result in zip(batch, results, strict=True):
+        if isinstance(result, BaseException):
+            failure = result
+            await message.nack(requeue=True)  # stays dead
+        else:
+            await message.ack()
+            done += 1
+    return done, failure

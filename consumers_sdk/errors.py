@@ -1,4 +1,5 @@
-"""What handlers raise to steer a delivery, and what the producer client raises."""
+"""What handlers raise to steer a delivery, what the producer client raises, and what the
+dead-letter operations raise."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ class Reject(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class HandlerTimeout(TimeoutError):
+    """The handler ran past its timeout; this counts as a failed attempt."""
 
 
 class ClientError(Exception):
@@ -49,3 +54,7 @@ class JobConflict(ClientError):
 
 class DispatcherUnavailable(ClientError):
     """503 or no connection, after every retry."""
+
+
+class DlqError(Exception):
+    """A dead-letter operation could not be done (no such queue, management API unreachable)."""

@@ -1,4 +1,15 @@
-"""Job: a read-only view of one delivery, decoded by the message contract."""
+"""Job: a read-only view of one delivery, decoded by the message contract; and the copies the SDK
+publishes when a delivery moves on (to a wait queue, to .dead, back from .dead).
+
+Headers the SDK writes (``x-retry-`` is reserved by the contract, so no producer sets these):
+
+- ``x-retry-attempt``: the attempt number of the next delivery of a retried job;
+- ``x-retry-last-error``: what the previous attempt raised;
+- ``x-retry-routing-key``: the job's own routing key (a retried job comes back addressed to its
+  work queue, so its delivery routing key is the queue name);
+- on a dead job, ``x-dead-error``, ``x-dead-attempts``, ``x-dead-at``, ``x-dead-queue`` and
+  ``x-dead-routing-key``.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +18,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import aio_pika
 import orjson
-from aio_pika.abc import AbstractIncomingMessage
+from aio_pika.abc import AbstractIncomingMessage, FieldValue
 
 from consumers_sdk import contract
 
 HEADER_ATTEMPT = "x-retry-attempt"
 HEADER_LAST_ERROR = "x-retry-last-error"
-# A retried delivery comes back addressed to the work queue; this keeps the job's own key.
 HEADER_ROUTING_KEY = "x-retry-routing-key"
+DEAD_ERROR = "x-dead-error"
+DEAD_ATTEMPTS = "x-dead-attempts"
+DEAD_AT = "x-dead-at"
+DEAD_QUEUE = "x-dead-queue"
+DEAD_ROUTING_KEY = "x-dead-routing-key"
+# What RabbitMQ and the SDK record about a job's failed life. A dead job is parked without it, so
+# one moved back to its work queue by any means (the CLI, the RabbitMQ UI) starts at attempt 1.
+HISTORY_PREFIXES = ("x-death", "x-first-death", "x-last-death", "x-delivery-count", "x-retry-")
 
 
 class Undecodable(Exception):
@@ -39,8 +58,13 @@ def _text(value: object) -> str:
 
 
 def attempt_of(headers: Mapping[str, object], work_queue: str) -> int:
-    """Deliveries so far, counting this one: the retries RabbitMQ recorded in ``x-death``
-    (expiries from this work queue's wait queues) plus one, or the SDK's own header if higher."""
+    """Deliveries so far, counting this one.
+
+    RabbitMQ keeps one ``x-death`` entry per (queue, reason) with a count: the expiries from this
+    work queue's wait queues are the retries so far (RabbitMQ 3.10 to 3.13 carry the counts across
+    the SDK's republish). RabbitMQ 4 ignores ``x-death`` set by a client, so the SDK's own
+    ``x-retry-attempt`` also counts; the higher of the two wins.
+    """
     retries = 0
     deaths = headers.get("x-death")
     if isinstance(deaths, list):
@@ -57,15 +81,29 @@ def attempt_of(headers: Mapping[str, object], work_queue: str) -> int:
     return max(retries + 1, carried if isinstance(carried, int) else 1)
 
 
+def routing_key_of(message: AbstractIncomingMessage) -> str:
+    """The job's own routing key, wherever the delivery has travelled since it was fired."""
+    headers = message.headers or {}
+    for name in (HEADER_ROUTING_KEY, DEAD_ROUTING_KEY):
+        if headers.get(name):
+            return _text(headers[name])
+    # Never retried by the SDK, but dead-lettered by RabbitMQ (delivery limit, ttl): the oldest
+    # x-death entry holds the routing keys it was fired with.
+    deaths = headers.get("x-death")
+    if isinstance(deaths, list) and deaths and isinstance(deaths[-1], Mapping):
+        keys = deaths[-1].get("routing-keys")
+        if isinstance(keys, list) and keys:
+            return _text(keys[0])
+    return message.routing_key or ""
+
+
 def from_message(message: AbstractIncomingMessage, *, work_queue: str) -> Job:
     headers = dict(message.headers or {})
     if message.content_type not in (None, contract.CONTENT_TYPE):
         raise Undecodable(f"content_type {message.content_type!r} is not {contract.CONTENT_TYPE}")
     try:
         envelope = contract.read_envelope(
-            message_id=message.message_id,
-            routing_key=_text(headers.get(HEADER_ROUTING_KEY) or message.routing_key or ""),
-            headers=headers,
+            message_id=message.message_id, routing_key=routing_key_of(message), headers=headers
         )
         payload = orjson.loads(message.body)
     except (ValueError, orjson.JSONDecodeError) as exc:
@@ -80,3 +118,86 @@ def from_message(message: AbstractIncomingMessage, *, work_queue: str) -> Job:
         idempotency_key=envelope.idempotency_key,
         message=message,
     )
+
+
+def _copy(message: AbstractIncomingMessage, headers: dict[str, FieldValue]) -> aio_pika.Message:
+    # Every property but ``expiration``: a job's ttl bounds its first delivery, and a per-message
+    # ttl inside a wait queue would send it back before its tier is up.
+    return aio_pika.Message(
+        body=message.body,
+        headers=headers,
+        content_type=message.content_type,
+        content_encoding=message.content_encoding,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        priority=message.priority,
+        correlation_id=message.correlation_id,
+        reply_to=message.reply_to,
+        message_id=message.message_id,
+        timestamp=message.timestamp,
+        type=message.type,
+        user_id=None,  # RabbitMQ checks user_id against the publishing user
+        app_id=message.app_id,
+    )
+
+
+def _without_history(message: AbstractIncomingMessage) -> dict[str, FieldValue]:
+    return {
+        name: value
+        for name, value in (message.headers or {}).items()
+        if not name.lower().startswith(HISTORY_PREFIXES)
+    }
+
+
+def retry_copy(job: Job, *, error: str, work_queue: str) -> aio_pika.Message:
+    """The job as it waits for its next attempt: its history kept, the next attempt number set.
+
+    ``x-death`` loses any entry for the work queue itself (RabbitMQ dead-lettered the job out of
+    it once: delivery limit, ttl; then it was moved back by hand): RabbitMQ drops a job that
+    dead-letters into a queue its ``x-death`` names with no rejection since, as a cycle.
+    """
+    headers: dict[str, FieldValue] = {
+        name: value
+        for name, value in (job.message.headers or {}).items()
+        if name.lower() != "x-delivery-count"  # the work queue's own count, not ours to carry
+    }
+    deaths = headers.get("x-death")
+    if isinstance(deaths, list):
+        headers["x-death"] = [
+            death
+            for death in deaths
+            if not (isinstance(death, Mapping) and _text(death.get("queue", "")) == work_queue)
+        ]
+    headers[HEADER_ATTEMPT] = job.attempt + 1
+    headers[HEADER_LAST_ERROR] = error
+    headers[HEADER_ROUTING_KEY] = job.routing_key
+    return _copy(job.message, headers)
+
+
+def dead_copy(
+    message: AbstractIncomingMessage, *, attempts: int, error: str, work_queue: str, at: datetime
+) -> aio_pika.Message:
+    """The job as it is parked in .dead: body and properties kept, the failure in its headers."""
+    headers = _without_history(message)
+    headers.update(
+        {
+            DEAD_ERROR: error,
+            DEAD_ATTEMPTS: attempts,
+            DEAD_AT: contract.format_run_at(at),
+            DEAD_QUEUE: work_queue,
+            DEAD_ROUTING_KEY: routing_key_of(message),
+        }
+    )
+    return _copy(message, headers)
+
+
+def revived_copy(message: AbstractIncomingMessage) -> aio_pika.Message:
+    """A dead job sent back to its work queue: attempts start afresh, its routing key is kept."""
+    routing_key = routing_key_of(message)
+    headers = {
+        name: value
+        for name, value in _without_history(message).items()
+        if not name.lower().startswith("x-dead-")
+    }
+    if routing_key:
+        headers[HEADER_ROUTING_KEY] = routing_key
+    return _copy(message, headers)

@@ -38,6 +38,7 @@ def tier_for(delay_s: float, tiers: Sequence[float]) -> float:
 
 
 def validate_tiers(tiers: Sequence[float]) -> tuple[float, ...]:
-    if not tiers or any(not math.isfinite(t) or t <= 0 for t in tiers):
-        raise ValueError("retry_tiers must be positive numbers of seconds")
-    return tuple(sorted(set(tiers)))
+    """Sorted, in whole milliseconds (a wait queue's TTL and name are in ms), without repeats."""
+    if not tiers or any(not math.isfinite(t) or t < 0.001 for t in tiers):
+        raise ValueError("retry_tiers must be numbers of seconds, each at least 0.001")
+    return tuple(sorted({round(t, 3) for t in tiers}))

@@ -2,11 +2,17 @@
 
 For a handler of group ``billing`` on routing key ``orders.expire``:
 
-    billing.orders.expire                work queue, bound to dispatcher.jobs with the key
+    billing.orders.expire                work queue, bound to dispatcher.jobs with the key;
+                                         dead-letters to .dead (past the quorum delivery limit,
+                                         or the job's own ttl ran out while it waited here)
     billing.orders.expire.retry.<tier>   wait queue per delay tier: TTL = tier, then dead-letters
-                                         back to the work queue
-    billing.orders.expire.dead           dead-letter queue (max attempts, Reject, undecodable,
-                                         or a poison message past the quorum delivery limit)
+                                         back to the work queue (default exchange, queue name)
+    billing.orders.expire.dead           dead jobs: max attempts, Reject, undecodable, or the above
+
+Wait queues belong to one work queue (not shared by the group) so the RabbitMQ UI shows which
+handler's jobs are waiting, and deleting a handler's queues leaves the others alone. Quorum
+queues (the default) dead-letter at-least-once, which needs ``x-overflow: reject-publish``;
+classic queues dead-letter at-most-once (no confirms inside the broker).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from aio_pika.abc import AbstractChannel, AbstractQueue, FieldValue
 from consumers_sdk import contract
 
 QueueType = Literal["quorum", "classic"]
+DEAD_SUFFIX = ".dead"
 # A message that keeps killing its consumer (redelivered this often) goes to .dead.
 POISON_DELIVERY_LIMIT = 50
 
@@ -38,7 +45,7 @@ def wait_queue(work: str, tier_s: float) -> str:
 
 
 def dead_queue(work: str) -> str:
-    return f"{work}.dead"
+    return f"{work}{DEAD_SUFFIX}"
 
 
 def _typed(queue_type: QueueType) -> dict[str, FieldValue]:

@@ -1,4 +1,4 @@
-"""Command line: ``dispatcher serve | migrate``. Parses, builds Settings, calls; no logic here."""
+"""Command line: ``dispatcher serve | migrate | dlq``. Parses, builds Settings, calls; no logic."""
 
 from __future__ import annotations
 
@@ -23,19 +23,24 @@ def _run(coroutine: Coroutine[Any, Any, object]) -> object:
 
 
 def _dlq(args: argparse.Namespace, settings: Settings) -> int:
-    from consumers_sdk import dlq
+    from consumers_sdk import dlq, errors
 
-    if args.dlq_command == "list":
-        queues = asyncio.run(dlq.list_dead(settings.amqp_url, settings.amqp_management_url))
-        if args.json:
-            print(json.dumps([dataclasses.asdict(queue) for queue in queues]))
+    try:
+        if args.dlq_command == "list":
+            queues = asyncio.run(dlq.list_dead(settings.amqp_url, settings.amqp_management_url))
         else:
-            print(f"{'dead-letter queue':50} {'messages':>9}  work queue")
-            for queue in queues:
-                print(f"{queue.name:50} {queue.messages:>9}  {queue.work_queue}")
-        return 0
-    moved = asyncio.run(dlq.requeue(settings.amqp_url, args.queue, limit=args.limit))
-    print(f"requeued {moved} jobs from {args.queue}")
+            moved = asyncio.run(dlq.requeue(settings.amqp_url, args.queue, limit=args.limit))
+    except errors.DlqError as exc:
+        print(f"dispatcher dlq: {exc}", file=sys.stderr)
+        return 1
+    if args.dlq_command == "requeue":
+        print(f"requeued {moved} jobs from {args.queue} to {dlq.work_queue_of(args.queue)}")
+    elif args.json:
+        print(json.dumps([dataclasses.asdict(queue) for queue in queues]))
+    else:
+        print(f"{'dead-letter queue':50} {'messages':>9}  work queue")
+        for queue in queues:
+            print(f"{queue.name:50} {queue.messages:>9}  {queue.work_queue}")
     return 0
 
 

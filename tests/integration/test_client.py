@@ -79,3 +79,26 @@ async def test_503_and_lost_connections_are_retried_then_reported() -> None:
         await gone.get("x")
     await client.close()
     await gone.close()
+
+
+async def test_a_lost_answer_is_replayed_only_when_replaying_is_harmless() -> None:
+    calls: list[str] = []
+
+    def answer_lost(request: httpx.Request) -> httpx.Response:
+        calls.append(request.method)
+        if len(calls) == 1:
+            raise httpx.ReadTimeout("sent, but no answer")
+        return httpx.Response(200, json={"id": "x", "state": "scheduled"})
+
+    client = DispatcherClient("http://node", transport=httpx.MockTransport(answer_lost), retries=3)
+    # Without an idempotency key a replay could schedule the job twice: reported, not replayed.
+    with pytest.raises(DispatcherUnavailable):
+        await client.schedule("a", 1)
+    assert calls == ["POST"]
+    calls.clear()
+    assert (await client.schedule("a", 1, idempotency_key="k"))["id"] == "x"
+    assert calls == ["POST", "POST"]
+    calls.clear()
+    assert (await client.get("x"))["id"] == "x"
+    assert calls == ["GET", "GET"]
+    await client.close()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -16,8 +18,9 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, MemoryDeduplicator, Reject, Retry, topology
+from tests.services.ports import free_port
 from tests.services.rabbitmq import RabbitServer
-from tests.support.jobs_out import job, publish, publish_raw
+from tests.support.jobs_out import job, new_id, publish, publish_raw
 from tests.support.waiting import eventually
 
 TIERS = (0.3, 0.6, 1.2)
@@ -52,6 +55,12 @@ async def queue_depth(amqp_url: str, name: str) -> int:
         await connection.close()
 
 
+async def depth_reaches(amqp_url: str, name: str, depth: int, deadline_s: float) -> None:
+    async with asyncio.timeout(deadline_s):
+        while await queue_depth(amqp_url, name) != depth:  # noqa: ASYNC110 - broker state
+            await asyncio.sleep(0.1)
+
+
 async def peek_via_management(
     rabbit: RabbitServer, amqp_url: str, queue: str
 ) -> list[dict[str, Any]]:
@@ -83,10 +92,12 @@ async def test_a_handler_failing_twice_is_retried_after_its_backoff_and_acked_on
         await eventually(lambda: len(seen) == 3, 20)
         await asyncio.sleep(0.5)  # room for a wrong fourth delivery
     assert [attempt for _, attempt in seen] == [1, 2, 3]
+    # Each retry waits out its tier (0.3 s), give or take a loaded machine's scheduling.
     gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(seen)]
-    assert all(0.3 <= gap < 3.0 for gap in gaps), gaps
-    assert await queue_depth(amqp_url, WORK) == 0
-    assert await queue_depth(amqp_url, topology.dead_queue(WORK)) == 0
+    assert all(0.3 <= gap < 0.3 + 1.5 for gap in gaps), gaps
+    # Acked once, after the third delivery: nothing waits, nothing is dead, nothing came back.
+    for queue in (WORK, topology.dead_queue(WORK), *(topology.wait_queue(WORK, t) for t in TIERS)):
+        assert await queue_depth(amqp_url, queue) == 0, queue
     assert job_id
 
 
@@ -113,7 +124,15 @@ async def test_a_handler_that_always_fails_is_tried_max_attempts_then_dead(
     assert headers["x-dead-error"] == "ValueError: boom"
     assert headers["x-dead-attempts"] == 3
     assert headers["x-dead-routing-key"] == "orders.expire"
-    assert "x-dead-at" in headers
+    assert headers["x-dead-queue"] == WORK
+    died_at = datetime.fromisoformat(headers["x-dead-at"].replace("Z", "+00:00"))
+    assert abs((datetime.now(UTC) - died_at).total_seconds()) < 60
+    # Body and properties kept; the retry bookkeeping is not (a revived job starts afresh).
+    assert dead["properties"]["content_type"] == "application/json"
+    assert dead["properties"]["delivery_mode"] == 2
+    assert headers["x-job-id"] == job_id
+    assert headers["tenant"] == "t1"
+    assert not [name for name in headers if name.startswith(("x-death", "x-retry-"))]
     assert await queue_depth(amqp_url, WORK) == 0
 
 
@@ -196,6 +215,7 @@ async def test_sync_handlers_run_off_the_event_loop_and_timeouts_count_as_failur
     consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
     threads: list[bool] = []
     attempts: list[int] = []
+    errors: list[object] = []
 
     @consumer.handler("orders.sync", max_attempts=3, backoff=fixed(0.3))
     def in_thread(job: Job) -> None:
@@ -204,6 +224,7 @@ async def test_sync_handlers_run_off_the_event_loop_and_timeouts_count_as_failur
     @consumer.handler("orders.slow", max_attempts=3, timeout=0.2, backoff=fixed(0.3))
     async def slow(job: Job) -> None:
         attempts.append(job.attempt)
+        errors.append(job.message.headers.get("x-retry-last-error"))
         if job.attempt == 1:
             await asyncio.sleep(5)
 
@@ -211,6 +232,7 @@ async def test_sync_handlers_run_off_the_event_loop_and_timeouts_count_as_failur
         await publish(amqp_url, [job("orders.sync", 1), job("orders.slow", 2)])
         await eventually(lambda: bool(threads) and attempts == [1, 2], 20)
     assert threads == [False]
+    assert errors == [None, "HandlerTimeout: handler ran past its timeout of 0.2s"]
 
 
 async def test_the_dedup_hook_skips_a_job_id_already_handled(amqp_url: str) -> None:
@@ -303,3 +325,144 @@ async def test_max_per_second_spaces_out_handler_starts(amqp_url: str) -> None:
         await eventually(lambda: len(starts) == 10, 20)
     # 10 starts at 20 per second cannot span less than 9 intervals of 50 ms.
     assert starts[-1] - starts[0] >= 9 * 0.05 - 0.01
+
+
+async def test_stop_past_its_deadline_leaves_unfinished_jobs_to_be_redelivered(
+    amqp_url: str,
+) -> None:
+    consumer = Consumer(
+        amqp_url,
+        group="billing",
+        prefetch=3,
+        concurrency=1,
+        stop_timeout_s=0.5,
+        retry_tiers=TIERS,
+    )
+    started: list[str] = []
+
+    @consumer.handler("orders.expire")
+    async def expire(job: Job) -> None:
+        started.append(job.id)
+        await asyncio.sleep(25)
+
+    task = asyncio.create_task(consumer.run(handle_signals=False))
+    await asyncio.wait_for(consumer.ready.wait(), 30)
+    await publish(amqp_url, [job("orders.expire", i) for i in range(3)])
+    await eventually(lambda: len(started) == 1, 10)
+    consumer.stop()
+    await asyncio.wait_for(task, 10)  # the deadline, not the handler's 25 s
+    # One was cancelled mid-handler and two never started: none acked, all three back.
+    assert len(started) == 1
+    assert await queue_depth(amqp_url, WORK) == 3
+
+
+async def test_a_retry_copy_that_reaches_no_queue_is_not_lost(
+    amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    consumer = Consumer(amqp_url, group="billing", retry_tiers=(0.3,))
+    attempts: list[int] = []
+
+    @consumer.handler("orders.expire", max_attempts=5, backoff=fixed(0.3))
+    async def expire(job: Job) -> None:
+        attempts.append(job.attempt)
+        raise RuntimeError("fails")
+
+    async with running(consumer):
+        connection = await aio_pika.connect(amqp_url)
+        channel = await connection.channel()
+        await channel.queue_delete(topology.wait_queue(WORK, 0.3))  # an operator's mistake
+        await connection.close()
+        await publish(amqp_url, [job("orders.expire", 1)])
+        # Every move is refused, so the original is handed back each time, until the quorum
+        # queue's delivery limit parks it in .dead.
+        await eventually(lambda: len(attempts) > topology.POISON_DELIVERY_LIMIT, 60)
+        await depth_reaches(amqp_url, topology.dead_queue(WORK), 1, 10)
+    assert set(attempts) == {1}, "it never went through a wait queue"
+    [dead] = await peek_via_management(rabbit_server, amqp_url, topology.dead_queue(WORK))
+    [death] = dead["properties"]["headers"]["x-death"]
+    assert (death["queue"], death["reason"]) == (WORK, "delivery_limit")
+
+
+async def test_topology_and_connection_name_as_documented_and_declared_idempotently(
+    amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    def consumer() -> Consumer:
+        made = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
+        made.handler("orders.expire")(lambda job: None)
+        return made
+
+    async with running(consumer()), running(consumer()):  # two consumers, the same queues
+        vhost = urlsplit(amqp_url).path.lstrip("/")
+        async with httpx.AsyncClient(
+            base_url=rabbit_server.mgmt_url, auth=("guest", "guest")
+        ) as http:
+            queues = (await http.get(f"/api/queues/{vhost}")).json()
+            bindings = (
+                await http.get(f"/api/exchanges/{vhost}/dispatcher.jobs/bindings/source")
+            ).json()
+
+            async def names() -> list[str]:
+                listed = (await http.get(f"/api/vhosts/{vhost}/connections")).json()
+                return [c["client_properties"].get("connection_name") for c in listed]
+
+            # The management API lists a connection once its stats were first collected.
+            async with asyncio.timeout(20):
+                while (await names()).count("consumer-billing") < 2:  # noqa: ASYNC110
+                    await asyncio.sleep(0.3)
+    by_name = {queue["name"]: queue for queue in queues}
+    assert set(by_name) == {
+        WORK,
+        f"{WORK}.dead",
+        f"{WORK}.retry.300ms",
+        f"{WORK}.retry.600ms",
+        f"{WORK}.retry.1200ms",
+    }
+    assert all(queue["durable"] and queue["type"] == "quorum" for queue in queues)
+    assert by_name[WORK]["arguments"]["x-dead-letter-strategy"] == "at-least-once"
+    assert by_name[f"{WORK}.retry.600ms"]["arguments"]["x-message-ttl"] == 600
+    assert by_name[f"{WORK}.retry.600ms"]["arguments"]["x-dead-letter-routing-key"] == WORK
+    assert [(b["destination"], b["routing_key"]) for b in bindings] == [(WORK, "orders.expire")]
+
+
+async def test_a_consumer_waits_for_an_unreachable_broker_until_stopped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    consumer = Consumer(f"amqp://guest:guest@127.0.0.1:{free_port()}/", group="billing")
+    consumer.handler("orders.expire")(lambda job: None)
+    caplog.set_level(logging.WARNING, logger="consumers_sdk.consumer")
+    task = asyncio.create_task(consumer.run(handle_signals=False))
+    await eventually(lambda: caplog.text.count("RabbitMQ not reachable") >= 2, 10)
+    consumer.stop()
+    await asyncio.wait_for(task, 10)
+    assert not consumer.ready.is_set()
+
+
+async def test_a_job_rabbitmq_dead_lettered_and_moved_back_by_hand_still_retries(
+    amqp_url: str,
+) -> None:
+    consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
+    attempts: list[int] = []
+
+    @consumer.handler("orders.expire", max_attempts=3, backoff=fixed(0.3))
+    async def expire(job: Job) -> None:
+        attempts.append(job.attempt)
+        if job.attempt == 1:
+            raise RuntimeError("once")
+
+    async with running(consumer):
+        # What the RabbitMQ UI's "Move messages" puts back from .dead after the quorum delivery
+        # limit parked a job there: its x-death names the work queue. Retried as it is, the job
+        # would come back to a queue its x-death names, and RabbitMQ would drop it as a cycle.
+        death = {"queue": WORK, "reason": "delivery_limit", "count": 1, "exchange": ""}
+        death["routing-keys"] = ["orders.expire"]
+        message = aio_pika.Message(
+            b"{}",
+            content_type="application/json",
+            message_id=new_id(),
+            headers={"x-death": [death]},
+        )
+        connection = await aio_pika.connect(amqp_url)
+        channel = await connection.channel(publisher_confirms=True)
+        await channel.default_exchange.publish(message, routing_key=WORK)
+        await connection.close()
+        await eventually(lambda: attempts == [1, 2], 20)

@@ -1,0 +1,149 @@
+"""The outcome of one delivery: run its handler, then ack it, retry it through a wait queue, or
+park it in .dead.
+
+- the handler returns: ack;
+- it raises (or runs past ``timeout``): retried after ``backoff(attempt)``, rounded up to a delay
+  tier, until ``max_attempts``; then .dead;
+- it raises ``Retry(delay=)``: retried after that delay instead of the backoff;
+- it raises ``Reject``, or the delivery breaks the message contract: .dead at once.
+
+A failed delivery moves by publishing a copy (publisher confirms, mandatory routing) to its wait
+queue or to .dead and only then acking the original: a queue has one dead-letter exchange, so a
+plain ``nack(requeue=False)`` could neither choose the delay tier per job (jittered backoff,
+``Retry(delay=)``) nor add the error headers. The wait queue's TTL dead-letters the copy back to
+the work queue (at-least-once on quorum queues), and ``x-death`` records each retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
+
+from consumers_sdk import dedup, retry, topology
+from consumers_sdk import job as job_mod
+from consumers_sdk.errors import HandlerTimeout, Reject, Retry
+
+logger = logging.getLogger(__name__)
+
+ERROR_TEXT_LIMIT = 1000
+
+Handler = Callable[[job_mod.Job], Awaitable[None] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    routing_key: str
+    queue: str
+    function: Handler
+    max_attempts: int
+    timeout_s: float
+    backoff: retry.Backoff
+
+
+class Outcomes:
+    """Settles deliveries; ``publisher`` is a channel with confirms and ``on_return_raises``."""
+
+    def __init__(
+        self,
+        publisher: AbstractChannel,
+        *,
+        tiers: Sequence[float],
+        deduplicator: dedup.Deduplicator | None,
+    ) -> None:
+        self._publisher = publisher
+        self._tiers = tiers
+        self._dedup = deduplicator
+
+    async def process(self, spec: HandlerSpec, message: AbstractIncomingMessage) -> None:
+        try:
+            job = job_mod.from_message(message, work_queue=spec.queue)
+        except job_mod.Undecodable as exc:
+            await self._dead(spec, message, attempts=1, error=exc)
+            return
+        if self._dedup is not None and await self._dedup.seen(job.id):
+            await settle(message.ack)
+            return
+        timer = asyncio.timeout(spec.timeout_s)
+        try:
+            async with timer:
+                if inspect.iscoroutinefunction(spec.function):
+                    await spec.function(job)
+                else:
+                    await asyncio.to_thread(spec.function, job)  # never block the loop
+        except Reject as exc:
+            await self._dead(spec, message, attempts=job.attempt, error=exc)
+        except Retry as exc:
+            await self._fail(spec, job, exc, delay_s=exc.delay_s)
+        except Exception as exc:  # any handler failure, a timeout included, is a failed attempt
+            error: Exception = exc
+            if timer.expired():
+                error = HandlerTimeout(f"handler ran past its timeout of {spec.timeout_s}s")
+            await self._fail(spec, job, error, delay_s=None)
+        else:
+            await settle(message.ack)
+            if self._dedup is not None:
+                await self._dedup.remember(job.id)
+
+    async def _fail(
+        self, spec: HandlerSpec, job: job_mod.Job, error: BaseException, *, delay_s: float | None
+    ) -> None:
+        if job.attempt >= spec.max_attempts:
+            await self._dead(spec, job.message, attempts=job.attempt, error=error)
+            return
+        delay = spec.backoff(job.attempt) if delay_s is None else delay_s
+        tier_s = retry.tier_for(delay, self._tiers)
+        copy = job_mod.retry_copy(job, error=error_text(error), work_queue=spec.queue)
+        await self._move(job.message, copy, topology.wait_queue(spec.queue, tier_s))
+
+    async def _dead(
+        self,
+        spec: HandlerSpec,
+        message: AbstractIncomingMessage,
+        *,
+        attempts: int,
+        error: BaseException,
+    ) -> None:
+        text = error_text(error)
+        logger.warning("job %s dead after %d attempts: %s", message.message_id, attempts, text)
+        copy = job_mod.dead_copy(
+            message, attempts=attempts, error=text, work_queue=spec.queue, at=datetime.now(UTC)
+        )
+        await self._move(message, copy, topology.dead_queue(spec.queue))
+
+    async def _move(
+        self, message: AbstractIncomingMessage, copy: aio_pika.Message, target: str
+    ) -> None:
+        """Publish the copy (confirmed, and routed) to ``target``, then ack the original."""
+        try:
+            await self._publisher.default_exchange.publish(copy, routing_key=target)
+        except Exception as exc:  # not confirmed, or no such queue: keep the original
+            logger.warning("could not move job %s to %s: %r", message.message_id, target, exc)
+            await settle(partial(message.nack, requeue=True))
+            return
+        await settle(message.ack)
+
+
+async def settle(action: Callable[[], Awaitable[Any]]) -> None:
+    """Ack or nack, tolerating a channel that is gone.
+
+    After a reconnection the delivery tag belongs to a dead channel: the broker has already
+    requeued that delivery, so there is nothing left to settle (and nothing is acked twice).
+    """
+    try:
+        await action()
+    except Exception as exc:
+        logger.info("delivery not settled (channel gone, it will be redelivered): %r", exc)
+
+
+def error_text(error: BaseException) -> str:
+    """Exception type and message, truncated to ``ERROR_TEXT_LIMIT`` characters."""
+    return f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT]

@@ -1,0 +1,55 @@
+"""Backoff and delay tiers: pure, seeded."""
+
+import random
+import statistics
+
+import pytest
+
+from consumers_sdk.retry import DEFAULT_TIERS, exponential, tier_for, validate_tiers
+
+
+def test_exponential_backoff_follows_the_formula_and_is_capped() -> None:
+    backoff = exponential(base=15, cap=3600, rng=random.Random(1))
+    for attempt in range(1, 7):
+        delay = backoff(attempt)
+        assert attempt**4 + 15 <= delay <= attempt**4 + 15 + 30 * (attempt + 1)
+    assert backoff(8) == 3600  # 8**4 = 4096 is past the cap
+    assert backoff(50) == 3600
+
+
+def test_backoff_grows_with_the_attempt() -> None:
+    backoff = exponential(rng=random.Random(7))
+    medians = [statistics.median(backoff(attempt) for _ in range(200)) for attempt in (1, 3, 5)]
+    assert medians == sorted(medians)
+    assert medians[-1] > 10 * medians[0]
+
+
+def test_jobs_failing_together_do_not_retry_in_lockstep() -> None:
+    backoff = exponential(rng=random.Random(3))
+    delays = [backoff(2) for _ in range(100)]  # a hundred jobs failing from one cause
+    assert max(delays) - min(delays) > 45  # the jitter spans 0 to 90 s at attempt 2
+    assert exponential(rng=random.Random(1))(3) != exponential(rng=random.Random(2))(3)
+    same = exponential(rng=random.Random(5)), exponential(rng=random.Random(5))
+    assert same[0](4) == same[1](4), "seeded: reproducible"
+
+
+def test_a_delay_rounds_up_to_the_next_tier() -> None:
+    tiers = validate_tiers([5, 1, 60, 15, 5])
+    assert tiers == (1, 5, 15, 60)
+    assert tier_for(0, tiers) == 1
+    assert tier_for(0.2, tiers) == 1
+    assert tier_for(5, tiers) == 5
+    assert tier_for(5.01, tiers) == 15
+    assert tier_for(10_000, tiers) == 60, "past the longest tier: the longest"
+
+
+def test_the_default_tiers_span_a_second_to_an_hour() -> None:
+    assert min(DEFAULT_TIERS) == 1
+    assert max(DEFAULT_TIERS) == 3600
+    assert validate_tiers(DEFAULT_TIERS) == DEFAULT_TIERS
+
+
+@pytest.mark.parametrize("tiers", [[], [0], [-1, 5], [float("inf")], [float("nan")], [0.0001]])
+def test_invalid_tiers_are_refused(tiers: list[float]) -> None:
+    with pytest.raises(ValueError, match="retry_tiers"):
+        validate_tiers(tiers)
