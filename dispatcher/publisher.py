@@ -8,10 +8,11 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractExchange, AbstractRobustConnection, FieldValue
+from aio_pika.abc import AbstractChannel, AbstractRobustConnection, FieldValue
 
 from consumers_sdk import contract
 from dispatcher import metrics, models
@@ -19,17 +20,20 @@ from dispatcher import metrics, models
 logger = logging.getLogger(__name__)
 
 MIN_EXPIRATION = timedelta(milliseconds=1)
+PERSISTENT = 2  # delivery_mode
 RECONNECT_MAX_S = 5.0
 
 
-def build_message(job: models.Job, now: datetime) -> aio_pika.Message:
-    """The message contract: see ``consumers_sdk.contract``."""
+def message_properties(job: models.Job, now: datetime) -> aiormq.spec.Basic.Properties:
+    """The message contract (see ``consumers_sdk.contract``): everything but the body."""
     expires_at = job.expires_at
-    expiration = None if expires_at is None else max(expires_at - now, MIN_EXPIRATION)
-    return aio_pika.Message(
-        body=job.payload,
+    expiration = None
+    if expires_at is not None:
+        remaining = max(expires_at - now, MIN_EXPIRATION)
+        expiration = str(int(remaining / MIN_EXPIRATION))
+    return aiormq.spec.Basic.Properties(
         content_type=contract.CONTENT_TYPE,
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        delivery_mode=PERSISTENT,
         message_id=str(job.id),
         timestamp=now,
         priority=job.priority,
@@ -65,7 +69,7 @@ class Publisher:
         self._timeout_s = timeout_s
         self._metrics = metrics
         self._connection: AbstractRobustConnection | None = None
-        self._exchange: AbstractExchange | None = None
+        self._channel: AbstractChannel | None = None
         self._opened = asyncio.Event()
 
     async def run(self) -> None:
@@ -94,7 +98,7 @@ class Publisher:
             )
             parked = await channel.declare_queue(self._unroutable_name, durable=True)
             await parked.bind(unroutable)
-            self._exchange = await channel.declare_exchange(
+            await channel.declare_exchange(
                 self._exchange_name,
                 aio_pika.ExchangeType.TOPIC,
                 durable=True,
@@ -103,12 +107,13 @@ class Publisher:
         except BaseException:
             await connection.close()
             raise
+        self._channel = channel
         self._connection = connection
         logger.info("connected to RabbitMQ", extra={"action": "amqp_connected"})
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
-        self._exchange = None
+        self._channel = None
         self._opened.clear()
         if connection is not None:
             await connection.close()
@@ -125,15 +130,34 @@ class Publisher:
     async def publish_many(
         self, jobs: Sequence[models.Job]
     ) -> tuple[list[models.Job], list[models.Job]]:
-        """Publish all at once and wait for the confirms: (confirmed, not confirmed)."""
-        exchange = self._exchange
-        if exchange is None or not self.is_ready():
+        """Publish all at once and wait for the confirms: (confirmed, not confirmed).
+
+        Publishes go straight to the channel's aiormq layer without waiting for a socket drain
+        per message (``wait=False``): the batch is bounded by the caller, and only the broker's
+        confirm makes a publish count. aio-pika's Message and Exchange wrappers cost more CPU per
+        message than the rest of firing together (measured with py-spy).
+        """
+        channel = self._channel
+        if channel is None or not self.is_ready():
+            return [], list(jobs)
+        try:
+            # The robust channel swaps its underlying channel on reconnect: ask every batch.
+            underlay = await asyncio.wait_for(channel.get_underlay_channel(), self._timeout_s)
+            # The concrete channel: its basic_publish takes ``wait``, which the ABC omits.
+            amqp = cast(aiormq.Channel, underlay)
+        except (TimeoutError, aiormq.exceptions.AMQPError) as exc:
+            logger.warning("no channel to publish on: %r", exc, extra={"action": "publish_failed"})
+            self._metrics.publish_failures.inc(len(jobs))
             return [], list(jobs)
         now = datetime.now(UTC)
         tasks = [
             asyncio.ensure_future(
-                exchange.publish(
-                    build_message(job, now), routing_key=job.routing_key, mandatory=False
+                amqp.basic_publish(
+                    job.payload,
+                    exchange=self._exchange_name,
+                    routing_key=job.routing_key,
+                    properties=message_properties(job, now),
+                    wait=False,
                 )
             )
             for job in jobs

@@ -1,7 +1,8 @@
 """Firing: due entries -> fenced claim -> publish with confirms -> mark dispatched.
 
 Several workers run the same loop so that one batch is being claimed while others wait for their
-confirms: the broker's confirm path, not a round trip, bounds the rate. A claim is made before the
+confirms: the broker's confirm path, not a round trip, bounds the rate. Confirmed jobs are marked
+``dispatched`` by one task in shared round trips (``marks.py``). A claim is made before the
 publish because a publish cannot be fenced; a claim whose publish is never confirmed is released,
 or its lease runs out and the loader hands it back (at-least-once, never lost).
 """
@@ -19,6 +20,7 @@ from dispatcher.cluster.ownership import Ownership
 from dispatcher.publisher import Publisher
 from dispatcher.scheduler.heap import Backlog, DueHeap
 from dispatcher.scheduler.loader import Loader
+from dispatcher.scheduler.marks import DispatchMarks
 from dispatcher.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
@@ -55,6 +57,7 @@ class Firer:
         self._clock = clock
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
+        self._marks = DispatchMarks(store.mark_dispatched)
 
     def notify(self) -> None:
         """Something became due earlier than the loop was waiting for."""
@@ -63,10 +66,16 @@ class Firer:
     async def run(self) -> None:
         """Run the workers until ``stop``; returns once every batch in flight has settled."""
         async with asyncio.TaskGroup() as group:
+            group.create_task(self._marks.run(), name="fire-marks")
+            workers = []
             for number in range(self._workers):
                 # Worker 0 fires only jobs falling due now, so none waits behind a backlog batch.
                 live_only = number == 0 and self._workers > 1
-                group.create_task(self._work(live_only), name=f"fire-worker-{number}")
+                workers.append(
+                    group.create_task(self._work(live_only), name=f"fire-worker-{number}")
+                )
+            await asyncio.wait(workers)
+            self._marks.close()  # the marks task ends once every confirmed job is marked
 
     def stop(self) -> None:
         """Drain: waiting workers stop now, busy ones after their batch is confirmed or released."""
@@ -164,23 +173,12 @@ class Firer:
             return
         confirmed, failed = await self._publisher.publish_many(live)
         if confirmed:
-            await self._mark_dispatched(confirmed)
+            self._marks.add(job.id for job in confirmed)
             self._observe(confirmed)
         if failed:
             await self._store.release(job.id for job in failed)
             self._loader.put_back(_entries(failed))
             raise errors.PublishFailed(f"{len(failed)} of {len(live)} publishes not confirmed")
-
-    async def _mark_dispatched(self, jobs: list[models.Job]) -> None:
-        # The publishes are confirmed: retry the mark rather than let leases expire into duplicates.
-        for attempt in range(8):
-            try:
-                await self._store.mark_dispatched(job.id for job in jobs)
-                return
-            except errors.StoreUnavailable as exc:
-                logger.warning("marking %d jobs dispatched failed: %s", len(jobs), exc)
-                await asyncio.sleep(min(0.1 * 2**attempt, MAX_BACKOFF_S))
-        logger.error("%d confirmed jobs stay leased; they will be published again", len(jobs))
 
     def _observe(self, jobs: list[models.Job]) -> None:
         now_s = self._clock()

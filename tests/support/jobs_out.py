@@ -13,7 +13,7 @@ from aio_pika.abc import FieldValue
 
 from consumers_sdk import contract
 from dispatcher import models
-from dispatcher.publisher import build_message
+from dispatcher.publisher import message_properties
 
 IDS = models.JobIds()
 
@@ -49,8 +49,14 @@ async def publish(amqp_url: str, jobs: Sequence[models.Job]) -> list[str]:
             durable=True,
             arguments=dict[str, FieldValue](contract.exchange_arguments()),
         )
+        amqp = await channel.get_underlay_channel()
         for item in jobs:
-            await exchange.publish(build_message(item, datetime.now(UTC)), item.routing_key)
+            await amqp.basic_publish(
+                item.payload,
+                exchange=exchange.name,
+                routing_key=item.routing_key,
+                properties=message_properties(item, datetime.now(UTC)),
+            )
     finally:
         await connection.close()
     return [str(item.id) for item in jobs]

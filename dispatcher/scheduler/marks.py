@@ -1,0 +1,67 @@
+"""Dispatch marks: confirmed jobs are marked ``dispatched`` in shared round trips.
+
+A firing worker hands its confirmed ids over and takes its next batch at once instead of waiting
+for an UPDATE; one task marks whatever has gathered meanwhile in one statement. A mark that cannot
+be written (PostgreSQL down) is retried with backoff: the job stays ``dispatching`` meanwhile, and
+if the process dies first its lease runs out and it is published again (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+
+from dispatcher import errors
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 5.0
+MAX_BATCH = 5000
+
+Mark = Callable[[list[uuid.UUID]], Awaitable[None]]
+
+
+class DispatchMarks:
+    def __init__(self, mark: Mark) -> None:
+        self._mark = mark
+        self._pending: list[uuid.UUID] = []
+        self._work = asyncio.Event()
+        self._closing = False
+        self.flushes = 0  # round trips made, for tests
+
+    def add(self, ids: Iterable[uuid.UUID]) -> None:
+        self._pending.extend(ids)
+        self._work.set()
+
+    def close(self) -> None:
+        """``run`` returns once everything handed over so far is marked (or given up on)."""
+        self._closing = True
+        self._work.set()
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            await self._work.wait()
+            if not self._pending:
+                self._work.clear()
+                if self._closing:
+                    return
+                continue
+            batch = self._pending[:MAX_BATCH]
+            try:
+                await self._mark(batch)
+            except errors.StoreUnavailable as exc:
+                failures += 1
+                if self._closing and failures > 3:
+                    logger.error("%d confirmed jobs stay leased; they will fire again", len(batch))
+                    del self._pending[: len(batch)]
+                    continue
+                delay = min(0.1 * 2**failures, MAX_BACKOFF_S)
+                logger.warning("marking %d jobs dispatched failed: %s", len(batch), exc)
+                await asyncio.sleep(delay)
+                continue
+            failures = 0
+            self.flushes += 1
+            del self._pending[: len(batch)]
