@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import JSONResponse
 
 from dispatcher import errors, models
 from dispatcher.api import schemas
@@ -32,23 +31,18 @@ NodeDep = Annotated["Node", Depends(get_node)]
 
 
 @router.post("", response_model=schemas.JobSubmitted, status_code=201, responses=ERRORS)
-async def create_job(
-    body: schemas.JobCreate, node: NodeDep, response: Response
-) -> schemas.JobSubmitted:
+async def create_job(body: schemas.JobCreate, node: NodeDep) -> Response:
     """Schedule one job. 201 once it is committed; 200 with the existing job for a known key."""
     spec = schemas.to_spec(body, node.settings, now=datetime.now(UTC))
     [result] = await node.intake.submit([spec])
-    if not result.created:
-        response.status_code = 200
-    return schemas.JobSubmitted(
-        **schemas.JobOut.of(result.job).model_dump(), created=result.created
+    return schemas.json_response(
+        schemas.job_document(result.job, created=result.created),
+        201 if result.created else 200,
     )
 
 
 @router.post("/batch", response_model=schemas.BatchOut, status_code=201, responses=ERRORS)
-async def create_jobs(
-    body: schemas.JobBatchCreate, node: NodeDep, response: Response
-) -> schemas.BatchOut:
+async def create_jobs(body: schemas.JobBatchCreate, node: NodeDep) -> Response:
     """Schedule up to ``max_batch`` jobs, all or nothing."""
     limit = node.settings.max_batch
     if len(body.jobs) > limit:
@@ -69,27 +63,23 @@ async def create_jobs(
         for index, job in enumerate(body.jobs)
     ]
     results = await node.intake.submit(specs)
-    if not any(result.created for result in results):
-        response.status_code = 200
-    return schemas.BatchOut(
-        jobs=[
-            schemas.JobSubmitted(**schemas.JobOut.of(r.job).model_dump(), created=r.created)
-            for r in results
-        ]
+    return schemas.json_response(
+        {"jobs": [schemas.job_document(r.job, created=r.created) for r in results]},
+        201 if any(result.created for result in results) else 200,
     )
 
 
 @router.get("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
-async def get_job(job_id: uuid.UUID, node: NodeDep) -> schemas.JobOut:
-    return schemas.JobOut.of(await node.store.get(job_id))
+async def get_job(job_id: uuid.UUID, node: NodeDep) -> Response:
+    return schemas.json_response(schemas.job_document(await node.store.get(job_id)))
 
 
 @router.delete("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
-async def cancel_job(job_id: uuid.UUID, node: NodeDep) -> schemas.JobOut:
+async def cancel_job(job_id: uuid.UUID, node: NodeDep) -> Response:
     """Cancel a scheduled job: it is never published. 409 once it is being or was dispatched."""
     job = await node.store.cancel(job_id)
     node.metrics.jobs_cancelled.inc()
-    return schemas.JobOut.of(job)
+    return schemas.json_response(schemas.job_document(job))
 
 
 @router.get("", response_model=schemas.JobPage, responses=ERRORS)
@@ -99,8 +89,10 @@ async def list_jobs(
     routing_key: Annotated[str | None, Query(max_length=255)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: uuid.UUID | None = None,
-) -> schemas.JobPage | JSONResponse:
+) -> Response:
     """A page of jobs in creation order; follow ``next_after`` for the next one."""
     jobs = await node.store.page(state=state, routing_key=routing_key, after=after, limit=limit)
-    next_after = jobs[-1].id if len(jobs) == limit else None
-    return schemas.JobPage(jobs=[schemas.JobOut.of(job) for job in jobs], next_after=next_after)
+    next_after = str(jobs[-1].id) if len(jobs) == limit else None
+    return schemas.json_response(
+        {"jobs": [schemas.job_document(job) for job in jobs], "next_after": next_after}
+    )

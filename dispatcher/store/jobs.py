@@ -54,7 +54,7 @@ class JobStore:
         columns = _columns(jobs)
         async with self._db.connection() as connection, connection.transaction():
             rows = await connection.fetch(queries.INSERT_JOBS, *columns)
-            inserted = {row["id"]: job_from_row(row) for row in rows}
+            inserted = {row["id"]: row["created_at"] for row in rows}
             missing_keys = [
                 job.idempotency_key
                 for job in jobs
@@ -66,8 +66,9 @@ class JobStore:
                     existing[row["idempotency_key"]] = job_from_row(row)
         results: list[models.Submitted] = []
         for job in jobs:
-            if job.id in inserted:
-                results.append(models.Submitted(job=inserted[job.id], created=True))
+            created_at = inserted.get(job.id)
+            if created_at is not None:
+                results.append(models.Submitted(job=_stored(job, created_at), created=True))
             else:
                 assert job.idempotency_key is not None  # only a key conflict skips an insert
                 results.append(models.Submitted(job=existing[job.idempotency_key], created=False))
@@ -170,6 +171,26 @@ class JobStore:
             return
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             await connection.execute(query, ids, *args)
+
+
+def _stored(job: models.NewJob, created_at: datetime) -> models.Job:
+    """The row just inserted, as the database holds it (the column defaults of INSERT_JOBS)."""
+    return models.Job(
+        id=job.id,
+        shard=job.shard,
+        state=models.JobState.SCHEDULED,
+        routing_key=job.routing_key,
+        payload=job.payload,
+        run_at=job.run_at,
+        idempotency_key=job.idempotency_key,
+        headers=job.headers,
+        priority=job.priority,
+        ttl_ms=job.ttl_ms,
+        created_at=created_at,
+        updated_at=created_at,
+        dispatched_at=None,
+        publish_attempts=0,
+    )
 
 
 def _columns(jobs: Sequence[models.NewJob]) -> tuple[list[object], ...]:

@@ -4,7 +4,8 @@ from typing import Final
 
 # --- jobs: intake -------------------------------------------------------------------------------
 
-# Insert a batch in one round trip; an idempotency key seen before inserts nothing.
+# Insert a batch in one round trip; an idempotency key seen before inserts nothing. Only what the
+# caller does not know already comes back (decoding whole rows cost more than the insert).
 # $1 ids, $2 shards, $3 routing keys, $4 payloads, $5 headers (JSON text), $6 priorities,
 # $7 ttl_ms, $8 idempotency keys, $9 run_at: parallel arrays.
 INSERT_JOBS: Final = """
@@ -13,7 +14,7 @@ INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms, id
 SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bytea[], $5::jsonb[],
                      $6::smallint[], $7::bigint[], $8::text[], $9::timestamptz[])
 ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *
+RETURNING id, created_at
 """
 
 # The jobs already stored under these idempotency keys. $1 keys.

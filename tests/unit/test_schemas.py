@@ -1,11 +1,20 @@
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
+import orjson
 import pytest
 from pydantic import ValidationError
 
 from dispatcher import errors
 from dispatcher.api.problems import field_name
-from dispatcher.api.schemas import JobBatchCreate, JobCreate, to_spec
+from dispatcher.api.schemas import (
+    JobBatchCreate,
+    JobCreate,
+    JobSubmitted,
+    job_document,
+    json_response,
+    to_spec,
+)
+from dispatcher.models import Job, JobIds, JobState
 from dispatcher.settings import Settings
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -91,3 +100,38 @@ def test_configured_limits_name_the_field(
     with pytest.raises(errors.InvalidField) as caught:
         to_spec(request, settings(**limits), now=NOW)
     assert caught.value.field == field
+
+
+def test_rendered_job_has_exactly_the_documented_shape() -> None:
+    job = Job(
+        id=JobIds().next(),
+        shard=3,
+        state=JobState.SCHEDULED,
+        routing_key="orders.expire",
+        payload=b'{"order": 123, "items": [1, 2]}',
+        run_at=NOW,
+        idempotency_key="k",
+        headers={"tenant": "acme", "n": 1},
+        priority=4,
+        ttl_ms=500,
+        created_at=NOW,
+        updated_at=NOW,
+        dispatched_at=None,
+        publish_attempts=0,
+    )
+    document = job_document(job, created=True)
+    body = json_response(document, 201).body
+    parsed = JobSubmitted.model_validate_json(body)
+    assert set(document) == set(JobSubmitted.model_fields)
+    assert parsed.id == job.id
+    assert parsed.payload == {"order": 123, "items": [1, 2]}
+    assert parsed.run_at == NOW
+    assert orjson.loads(body)["run_at"] == "2026-01-01T00:00:00Z"
+    assert parsed.created is True
+
+
+def test_run_at_with_an_offset_is_stored_in_utc() -> None:
+    offset = datetime(2026, 1, 1, 8, tzinfo=timezone(timedelta(hours=8)))
+    spec = to_spec(JobCreate(routing_key="a.b", payload=1, run_at=offset), settings(), now=NOW)
+    assert spec.run_at == offset
+    assert spec.run_at.tzinfo == UTC
