@@ -1,7 +1,7 @@
 """Firing lateness under a steady load: jobs due at 1k/s and at 5k/s for a fixed time, a consumer
 (in its own process) draining; lateness = received - run_at.
 
-    .venv/bin/python -m bench.lateness [--seconds 60] [--rates 1000 5000]
+    .venv/bin/python -m bench.lateness [--seconds 60] [--rates 1000 5000] [--runs 3]
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.harness import services, summary, write
+from bench.harness import median, services, summary, write
 from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
 
@@ -68,43 +68,47 @@ def received(path: Path) -> dict[str, float]:
     return first
 
 
-async def main(seconds: float, rates: list[int]) -> None:
-    results: dict[str, object] = {"seconds": seconds}
+async def one_run(
+    node: DispatcherProcess, amqp_url: str, folder: Path, rate: int, seconds: float, run: int
+) -> dict[str, float]:
+    output = folder / f"received-{rate}-{run}.txt"
+    receiver = subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring
+        [sys.executable, "-m", "bench.receiver", amqp_url, "bench.steady", str(output)],
+        stdout=subprocess.PIPE,
+    )
+    assert receiver.stdout is not None
+    receiver.stdout.readline()  # "ready"
+    accepted = await steady(node.url, rate, seconds)
+    await drained(output, len(accepted), deadline_s=180)
+    receiver.terminate()
+    receiver.wait(30)
+    got = received(output)
+    late = [got[job_id] - run_at for job_id, run_at in accepted.items() if job_id in got]
+    stats = summary(late)
+    stats["lost"] = len(accepted) - len(late)
+    return stats
+
+
+async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
+    results: dict[str, object] = {"seconds": seconds, "runs": runs}
     with services() as svc, tempfile.TemporaryDirectory() as folder:
         env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
         node = DispatcherProcess(Path(folder), port=free_port(), env=env)
         node.start()
         try:
             for rate in rates:
-                output = Path(folder) / f"received-{rate}.txt"
-                receiver = subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring
-                    [
-                        sys.executable,
-                        "-m",
-                        "bench.receiver",
-                        svc.amqp_url,
-                        "bench.steady",
-                        str(output),
-                    ],
-                    stdout=subprocess.PIPE,
-                )
-                assert receiver.stdout is not None
-                receiver.stdout.readline()  # "ready"
-                accepted = await steady(node.url, rate, seconds)
-                await drained(output, len(accepted), deadline_s=180)
-                receiver.terminate()
-                receiver.wait(30)
-                got = received(output)
-                late = [
-                    got[job_id] - run_at for job_id, run_at in accepted.items() if job_id in got
+                each = [
+                    await one_run(node, svc.amqp_url, Path(folder), rate, seconds, run)
+                    for run in range(runs)
                 ]
-                stats = summary(late)
-                stats["lost"] = len(accepted) - len(late)
-                results[f"rate_{rate}"] = stats
+                stats = {key: median([run[key] for run in each]) for key in each[0]}
+                results[f"rate_{rate}"] = {"median": stats, "runs": each}
                 print(
                     f"  {rate:5}/s for {seconds:.0f}s: lateness p50 {stats['p50'] * 1000:6.1f} ms"
                     f"  p99 {stats['p99'] * 1000:7.1f} ms  max {stats['max'] * 1000:7.1f} ms"
-                    f"  (n={stats['n']:.0f}, not received {stats['lost']:.0f})",
+                    f"  (median of {runs} runs; p99 of each: "
+                    + ", ".join(f"{run['p99'] * 1000:.0f}" for run in each)
+                    + f" ms; not received {sum(run['lost'] for run in each):.0f})",
                     flush=True,
                 )
         finally:
@@ -116,6 +120,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    print(f"firing lateness, steady load, {args.seconds:.0f}s per rate")
-    asyncio.run(main(args.seconds, args.rates))
+    print(f"firing lateness, steady load, {args.seconds:.0f}s per rate and run")
+    asyncio.run(main(args.seconds, args.rates, args.runs))

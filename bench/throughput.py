@@ -1,10 +1,12 @@
 """Submit and fire rates of one dispatcher next to the raw ceilings of the same services, measured
 in one run (the machine's speed drifts: only same-run ratios are comparable).
 
-    .venv/bin/python -m bench.throughput [--runs 3] [--jobs 30000]
+    .venv/bin/python -m bench.throughput [--runs 3] [--jobs 30000] [--fire-jobs 100000]
 
-Ceilings: asyncpg COPY of job rows in 1000-row batches; aio-pika persistent 200-byte publishes
-with a sliding window of 1000 unconfirmed; consume-and-ack with prefetch 500.
+Ceilings: asyncpg COPY of job rows in 1000-row batches; persistent 200-byte publishes with a
+sliding window of 1000 unconfirmed, both through aio-pika's Exchange.publish and through the
+aiormq channel underneath it (what the dispatcher uses; the higher of the two is the ceiling);
+consume-and-ack with prefetch 500.
 Dispatcher: POST /v1/jobs/batch (1000 a request, 4 connections) and POST /v1/jobs (64
 connections, with and without group commit), both driven by wrk, and
 firing N jobs due at one instant (due -> confirmed; read from a draining consumer).
@@ -23,8 +25,10 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import aio_pika
+import aiormq
 import asyncpg
 import httpx
 
@@ -54,15 +58,22 @@ async def ceiling_copy(dsn: str, rows: int) -> float:
     return rows / elapsed
 
 
-async def ceiling_publish(amqp_url: str, messages: int) -> float:
+async def ceiling_publish(amqp_url: str, messages: int, *, underlay: bool = False) -> float:
     connection = await aio_pika.connect(amqp_url)
     channel = await connection.channel(publisher_confirms=True)
     queue = await channel.declare_queue(f"bench.raw.{uuid.uuid4().hex[:6]}", durable=True)
+    amqp = cast(aiormq.Channel, await channel.get_underlay_channel())
     body = b"x" * 200
+    properties = aiormq.spec.Basic.Properties(delivery_mode=2)
     window = asyncio.Semaphore(1000)
 
     async def one() -> None:
         async with window:
+            if underlay:
+                await amqp.basic_publish(
+                    body, routing_key=queue.name, properties=properties, wait=False
+                )
+                return
             message = aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT)
             await channel.default_exchange.publish(message, queue.name)
 
@@ -155,7 +166,7 @@ def submit_single(url: str) -> tuple[float, float, float]:
 async def fire(url: str, amqp_url: str, jobs: int) -> tuple[float, float]:
     collector = Collector(amqp_url, binding="bench.fire")
     await collector.start()
-    run_at_s = time.time() + 20
+    run_at_s = time.time() + 10 + jobs / 5000  # time to submit them all first
     run_at = datetime.fromtimestamp(run_at_s, UTC).isoformat()
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         for first in range(0, jobs, 1000):
@@ -174,7 +185,7 @@ async def fire(url: str, amqp_url: str, jobs: int) -> tuple[float, float]:
     return jobs / (last - run_at_s), last - run_at_s
 
 
-async def main(runs: int, jobs: int) -> None:
+async def main(runs: int, jobs: int, fire_jobs: int) -> None:
     figures: dict[str, list[float]] = {}
 
     def record(name: str, value: float) -> None:
@@ -202,8 +213,12 @@ async def main(runs: int, jobs: int) -> None:
         try:
             for _ in range(runs):
                 record("ceiling_copy_rows_s", await ceiling_copy(svc.database_url, jobs))
-                record("ceiling_publish_confirmed_s", await ceiling_publish(svc.amqp_url, jobs))
+                aio_pika_rate = await ceiling_publish(svc.amqp_url, jobs)
                 record("ceiling_consume_ack_s", CONSUME_RATES[-1])
+                aiormq_rate = await ceiling_publish(svc.amqp_url, jobs, underlay=True)
+                record("ceiling_publish_aio_pika_s", aio_pika_rate)
+                record("ceiling_publish_aiormq_s", aiormq_rate)
+                record("ceiling_publish_confirmed_s", max(aio_pika_rate, aiormq_rate))
                 rate, p50, p99 = await asyncio.to_thread(submit_batch, node.url)
                 record("submit_batch_jobs_s", rate)
                 record("submit_batch_p50_s", p50)
@@ -215,7 +230,7 @@ async def main(runs: int, jobs: int) -> None:
                 rate, p50, p99 = await asyncio.to_thread(submit_single, ungrouped.url)
                 record("submit_single_ungrouped_jobs_s", rate)
                 record("submit_single_ungrouped_p99_s", p99)
-                rate, drain = await fire(node.url, svc.amqp_url, jobs)
+                rate, drain = await fire(node.url, svc.amqp_url, fire_jobs)
                 record("fire_jobs_s", rate)
                 record("fire_last_in_queue_s", drain)
         finally:
@@ -225,8 +240,12 @@ async def main(runs: int, jobs: int) -> None:
         name: {"median": median(values), "runs": values} for name, values in figures.items()
     }
     result["jobs_per_run"] = jobs
+    result["fire_jobs_per_run"] = fire_jobs
     m = {name: median(values) for name, values in figures.items()}
-    print(f"throughput: median of {runs} runs, {jobs} jobs each, one dispatcher, same services")
+    print(
+        f"throughput: median of {runs} runs, {jobs} jobs each ({fire_jobs} fired at once), "
+        "one dispatcher, same services"
+    )
     print(f"  {'figure':34} {'ours':>10} {'ceiling':>10} {'ratio':>7}")
     rows = [
         ("submit, batch of 1000 (jobs/s)", m["submit_batch_jobs_s"], m["ceiling_copy_rows_s"]),
@@ -247,7 +266,9 @@ async def main(runs: int, jobs: int) -> None:
         f"(one commit each: p99 {m['submit_single_ungrouped_p99_s'] * 1000:.1f} ms)"
     )
     print(
-        f"  last of {jobs} jobs due at once in the queue after {m['fire_last_in_queue_s']:.2f}s; "
+        f"  last of {fire_jobs} jobs due at once in the queue after "
+        f"{m['fire_last_in_queue_s']:.2f}s; publish ceilings: aio-pika "
+        f"{m['ceiling_publish_aio_pika_s']:.0f}/s, aiormq {m['ceiling_publish_aiormq_s']:.0f}/s; "
         f"consume+ack ceiling {m['ceiling_consume_ack_s']:.0f}/s"
     )
     print(f"  written to {write('throughput', result)}")
@@ -257,5 +278,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=30000)
+    parser.add_argument("--fire-jobs", type=int, default=100_000)
     args = parser.parse_args()
-    asyncio.run(main(args.runs, args.jobs))
+    asyncio.run(main(args.runs, args.jobs, args.fire_jobs))
