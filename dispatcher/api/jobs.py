@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from dispatcher import errors, models
-from dispatcher.api import schemas
+from dispatcher.api import auth, schemas
 
 if TYPE_CHECKING:
     from dispatcher.node import Node
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": schemas.Problem} for code in (400, 404, 409, 413, 422, 503)
+    code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409, 413, 422, 503)
 }
 
 
@@ -33,11 +33,12 @@ NodeDep = Annotated["Node", Depends(get_node)]
 
 @router.post("", response_model=schemas.JobSubmitted, status_code=201, responses=ERRORS)
 async def create_job(
-    body: schemas.JobCreate, node: NodeDep, response: Response
+    body: schemas.JobCreate, node: NodeDep, response: Response, caller: auth.Producer
 ) -> schemas.JobSubmitted:
     """Schedule one job. 201 once it is committed; 200 with the existing job for a known key."""
+    auth.check_routing_key(caller, body.routing_key, "routing_key")
     spec = schemas.to_spec(body, node.settings, now=datetime.now(UTC))
-    [result] = await node.intake.submit([spec])
+    [result] = await node.intake.submit([spec], namespace=caller.namespace)
     if not result.created:
         response.status_code = 200
     return schemas.JobSubmitted(
@@ -47,7 +48,7 @@ async def create_job(
 
 @router.post("/batch", response_model=schemas.BatchOut, status_code=201, responses=ERRORS)
 async def create_jobs(
-    body: schemas.JobBatchCreate, node: NodeDep, response: Response
+    body: schemas.JobBatchCreate, node: NodeDep, response: Response, caller: auth.Producer
 ) -> schemas.BatchOut:
     """Schedule up to ``max_batch`` jobs, all or nothing."""
     limit = node.settings.max_batch
@@ -55,6 +56,7 @@ async def create_jobs(
         raise errors.InvalidField("jobs", f"at most {limit} jobs per batch")
     keys: dict[str, int] = {}
     for index, job in enumerate(body.jobs):
+        auth.check_routing_key(caller, job.routing_key, f"jobs[{index}].routing_key")
         if job.idempotency_key is None:
             continue
         if job.idempotency_key in keys:
@@ -68,7 +70,7 @@ async def create_jobs(
         schemas.to_spec(job, node.settings, now=now, field_prefix=f"jobs[{index}].")
         for index, job in enumerate(body.jobs)
     ]
-    results = await node.intake.submit(specs)
+    results = await node.intake.submit(specs, namespace=caller.namespace)
     if not any(result.created for result in results):
         response.status_code = 200
     return schemas.BatchOut(
@@ -80,14 +82,14 @@ async def create_jobs(
 
 
 @router.get("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
-async def get_job(job_id: uuid.UUID, node: NodeDep) -> schemas.JobOut:
-    return schemas.JobOut.of(await node.store.get(job_id))
+async def get_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> schemas.JobOut:
+    return schemas.JobOut.of(await node.store.get(job_id, namespace=caller.namespace_filter))
 
 
 @router.delete("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
-async def cancel_job(job_id: uuid.UUID, node: NodeDep) -> schemas.JobOut:
+async def cancel_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> schemas.JobOut:
     """Cancel a scheduled job: it is never published. 409 once it is being or was dispatched."""
-    job = await node.store.cancel(job_id)
+    job = await node.store.cancel(job_id, namespace=caller.namespace_filter)
     node.metrics.jobs_cancelled.inc()
     return schemas.JobOut.of(job)
 
@@ -95,12 +97,19 @@ async def cancel_job(job_id: uuid.UUID, node: NodeDep) -> schemas.JobOut:
 @router.get("", response_model=schemas.JobPage, responses=ERRORS)
 async def list_jobs(
     node: NodeDep,
+    caller: auth.Producer,
     state: models.JobState | None = None,
     routing_key: Annotated[str | None, Query(max_length=255)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: uuid.UUID | None = None,
 ) -> schemas.JobPage | JSONResponse:
     """A page of jobs in creation order; follow ``next_after`` for the next one."""
-    jobs = await node.store.page(state=state, routing_key=routing_key, after=after, limit=limit)
+    jobs = await node.store.page(
+        state=state,
+        routing_key=routing_key,
+        after=after,
+        limit=limit,
+        namespace=caller.namespace_filter,
+    )
     next_after = jobs[-1].id if len(jobs) == limit else None
     return schemas.JobPage(jobs=[schemas.JobOut.of(job) for job in jobs], next_after=next_after)

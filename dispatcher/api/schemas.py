@@ -104,6 +104,7 @@ class JobOut(BaseModel):
     priority: int | None
     ttl_ms: int | None
     publish_attempts: int
+    namespace: str | None = None
 
     @classmethod
     def of(cls, job: models.Job) -> JobOut:
@@ -122,6 +123,7 @@ class JobOut(BaseModel):
             priority=job.priority,
             ttl_ms=job.ttl_ms,
             publish_attempts=job.publish_attempts,
+            namespace=job.namespace,
         )
 
 
