@@ -99,7 +99,7 @@ async def list_jobs(
     node: NodeDep,
     caller: auth.Producer,
     state: models.JobState | None = None,
-    routing_key: Annotated[str | None, Query(max_length=255)] = None,
+    routing_key: Annotated[str | None, Query(max_length=255, pattern="^[^\x00]*$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: uuid.UUID | None = None,
 ) -> schemas.JobPage | JSONResponse:
