@@ -4,7 +4,8 @@ settings and the keys stored in PostgreSQL.
 Auth is on when a static key is configured, when ``api_auth_required`` is set, or once a key was
 ever created in the database. Database answers (a token's key, whether any key exists) are cached
 for ``cache_s`` so the submit path does not pay a query per request: a revoked key stops working
-within that time on every node.
+within that time on every node. While PostgreSQL is unreachable the last answers are kept, so
+/readyz and /metrics still answer a key seen before (the jobs endpoints answer 503 anyway).
 """
 
 from __future__ import annotations
@@ -45,7 +46,12 @@ class Keyring:
         now = self._clock()
         if self._stored_keys_exist is not None and self._stored_keys_exist[1] > now:
             return self._stored_keys_exist[0]
-        exist = await self._store.any()
+        try:
+            exist = await self._store.any()
+        except errors.StoreUnavailable:
+            if self._stored_keys_exist is None:
+                raise  # never known: neither open the API nor refuse a valid key; 503
+            return self._stored_keys_exist[0]
         self._stored_keys_exist = (exist, now + self._cache_s)
         return exist
 
@@ -72,7 +78,12 @@ class Keyring:
         cached = self._found.get(token_digest)
         if cached is not None and cached[1] > now:
             return cached[0]
-        key = await self._store.find(token_digest)
+        try:
+            key = await self._store.find(token_digest)
+        except errors.StoreUnavailable:
+            if cached is None:
+                raise
+            return cached[0]
         principal = None if key is None else key.principal()
         if len(self._found) >= CACHE_ENTRIES:
             self._found.clear()

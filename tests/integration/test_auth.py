@@ -364,3 +364,21 @@ async def test_the_sdk_client_sends_its_api_key(node: Node) -> None:
         with pytest.raises(AccessDenied) as scope:
             await monitor.schedule("orders.expire", 1)
     assert scope.value.status == 403
+
+
+async def test_while_postgresql_is_unreachable_known_keys_still_reach_metrics(
+    keyless_node: Node,
+) -> None:
+    _, token = await KeyStore(keyless_node.db).create(scope=keys.Scope.MONITOR)
+    async with client(keyless_node) as http:
+        await wait_for_status(http, 401, {}, 5)
+        assert (await http.get("/metrics", headers=bearer(token))).status_code == 200
+        await keyless_node.db.close()  # the store is unreachable from here on
+        try:
+            await asyncio.sleep(CACHE_S * 2)  # past the cache: the answers are stale now
+            assert (await http.get("/metrics", headers=bearer(token))).status_code == 200
+            assert (await http.get("/metrics")).status_code == 401
+            unknown = await http.get("/metrics", headers=bearer(keys.new_token()))
+            assert unknown.status_code == 503  # neither let in nor refused a key never seen
+        finally:
+            await keyless_node.db.open()
