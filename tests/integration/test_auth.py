@@ -20,6 +20,7 @@ from consumers_sdk import AccessDenied, DispatcherClient
 from dispatcher import keys
 from dispatcher.node import Node
 from dispatcher.store.keys import KeyStore
+from tests.services.postgres import PostgresServer
 from tests.support.nodes import client, running_node
 
 ADMIN = "admin-token-0123456789"
@@ -382,3 +383,16 @@ async def test_while_postgresql_is_unreachable_known_keys_still_reach_metrics(
             assert unknown.status_code == 503  # neither let in nor refused a key never seen
         finally:
             await keyless_node.db.open()
+
+
+async def test_keys_command_on_an_unmigrated_database_says_to_migrate(
+    pg_server: PostgresServer,
+) -> None:
+    name = f"bare_{uuid.uuid4().hex}"
+    pg_server.create_database(name)
+    try:
+        code, _, err = await dispatcher_cli(pg_server.dsn(name), "list")
+    finally:
+        pg_server.drop_database(name)
+    assert code == 1
+    assert "run 'dispatcher migrate' first" in err
