@@ -6,6 +6,7 @@ from consumers_sdk.client import DispatcherClient
 from consumers_sdk.consumer import Consumer
 from consumers_sdk.dedup import Deduplicator, MemoryDeduplicator
 from consumers_sdk.errors import (
+    AccessDenied,
     ClientError,
     DispatcherUnavailable,
     HandlerTimeout,
@@ -19,6 +20,7 @@ from consumers_sdk.job import Job
 from consumers_sdk.retry import exponential
 
 __all__ = [
+    "AccessDenied",
     "ClientError",
     "Consumer",
     "Deduplicator",

@@ -66,6 +66,7 @@ class DispatcherClient:
         retries: int = 5,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        # The key travels in a header only; it is never part of an error or a repr.
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
@@ -147,7 +148,9 @@ def _error(response: httpx.Response) -> errors.ClientError:
     message = str(body.get("message", response.reason_phrase))
     status = response.status_code
     kind: type[errors.ClientError] = errors.ClientError
-    if status in (400, 413, 422):
+    if status in (401, 403):
+        kind = errors.AccessDenied
+    elif status in (400, 413, 422):
         kind = errors.InvalidJob
     elif status == 404:
         kind = errors.JobNotFound

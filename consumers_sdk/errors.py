@@ -35,6 +35,10 @@ class ClientError(Exception):
         self.body = body or {}
 
 
+class AccessDenied(ClientError):
+    """401/403: the API key is missing, not valid (or revoked), or its scope does not allow this."""
+
+
 class InvalidJob(ClientError):
     """422/400/413: the job was refused; ``body["fields"]`` names the fields."""
 

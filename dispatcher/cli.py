@@ -1,4 +1,5 @@
-"""Command line: ``dispatcher serve | migrate | dlq``. Parses, builds Settings, calls; no logic."""
+"""Command line: ``dispatcher serve | migrate | keys | dlq``. Parses, builds Settings, calls; no
+logic."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from dispatcher import errors, logs
+from dispatcher import errors, keys, logs
 from dispatcher.settings import Settings
 
 
@@ -44,11 +45,83 @@ def _dlq(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _keys(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatcher.store.db import Database
+    from dispatcher.store.keys import KeyStore
+
+    db = Database(settings.database_url, min_size=1, max_size=1, timeout_s=settings.db_timeout_s)
+    await db.open()
+    try:
+        store = KeyStore(db)
+        if args.keys_command == "create":
+            try:
+                key, token = await store.create(
+                    scope=keys.Scope(args.scope),
+                    namespace=args.namespace,
+                    routing_key_prefixes=args.routing_key_prefix,
+                    name=args.name,
+                )
+            except ValueError as exc:
+                print(f"dispatcher keys: {exc}", file=sys.stderr)
+                return 2
+            # The description goes to stderr so that `TOKEN=$(dispatcher keys create ...)` works.
+            print(f"created key {key.id}; the token is shown this once:", file=sys.stderr)
+            print(token)
+        elif args.keys_command == "list":
+            listed = [_key_view(key) for key in await store.list()]
+            if args.json:
+                print(json.dumps(listed))
+            else:
+                for view in listed:
+                    print(" ".join(f"{name}={value}" for name, value in view.items()))
+        elif not await store.revoke(args.id):
+            print(f"dispatcher keys: no live key {args.id}", file=sys.stderr)
+            return 1
+        else:
+            print(f"revoked key {args.id}")
+    finally:
+        await db.close()
+    return 0
+
+
+def _key_view(key: keys.ApiKey) -> dict[str, object]:
+    """What ``keys list`` shows: everything but the hash."""
+    return {
+        "id": key.id,
+        "scope": key.scope.value,
+        "namespace": key.namespace,
+        "routing_key_prefixes": list(key.routing_key_prefixes),
+        "name": key.name,
+        "created_at": key.created_at.isoformat(),
+        "revoked_at": key.revoked_at.isoformat() if key.revoked_at else None,
+    }
+
+
+def _keys_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser("keys", help="API keys stored in PostgreSQL")
+    keys_commands = parser.add_subparsers(dest="keys_command", required=True)
+    create = keys_commands.add_parser("create", help="create a key and print its token once")
+    create.add_argument("--scope", required=True, choices=[scope.value for scope in keys.Scope])
+    create.add_argument("--namespace", default=None, help="producer keys: the key's namespace")
+    create.add_argument(
+        "--routing-key-prefix",
+        action="append",
+        default=[],
+        help="producer keys: allowed routing-key prefix (repeat for several; none: any)",
+    )
+    create.add_argument("--name", default="", help="a label for humans, shown by 'keys list'")
+    listing = keys_commands.add_parser("list", help="every key, revoked ones too; no secrets")
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    revoke = keys_commands.add_parser("revoke", help="revoke a key (within api_key_cache_s)")
+    revoke.add_argument("id", type=int)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dispatcher", description="Delay dispatcher")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("serve", help="run a dispatcher node (applies migrations first)")
     commands.add_parser("migrate", help="apply the database migrations and exit")
+    _keys_parser(commands)
     dlq = commands.add_parser("dlq", help="dead-letter queues of the consumers").add_subparsers(
         dest="dlq_command", required=True
     )
@@ -71,6 +144,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             applied = _run(migrate.apply_migrations(settings.database_url))
             print(f"applied: {', '.join(applied) or 'nothing, up to date'}")  # type: ignore[arg-type]
+        elif args.command == "keys":
+            code = _run(_keys(args, settings))
+            assert isinstance(code, int)
+            return code
         elif args.command == "dlq":
             return _dlq(args, settings)
     except errors.DispatcherError as exc:

@@ -27,6 +27,18 @@ class JobStateConflict(DispatcherError):
         self.state = state
 
 
+class Unauthenticated(DispatcherError):
+    """A valid API key is required: send it as 'Authorization: Bearer <key>'."""
+
+
+class Forbidden(DispatcherError):
+    """This API key's scope does not allow this."""
+
+    def __init__(self, message: str | None = None, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class PayloadTooLarge(DispatcherError):
     """The payload exceeds the configured limit."""
 

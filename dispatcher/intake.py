@@ -40,8 +40,11 @@ class Intake:
     async def run(self) -> None:
         await self.group_commit.run()
 
-    async def submit(self, specs: Sequence[models.JobSpec]) -> list[models.Submitted]:
-        """Store all or nothing; a 2xx may be answered once this returns.
+    async def submit(
+        self, specs: Sequence[models.JobSpec], *, namespace: str | None = None
+    ) -> list[models.Submitted]:
+        """Store all or nothing, in ``namespace`` (None: the default one); a 2xx may be answered
+        once this returns.
 
         A single job joins a group commit with other concurrent single submissions."""
         window_end_s = self._clock() + self._lookahead_s
@@ -63,6 +66,7 @@ class Intake:
                     headers=spec.headers,
                     priority=spec.priority,
                     ttl_ms=spec.ttl_ms,
+                    namespace=namespace,
                 )
             )
         if len(new_jobs) == 1 and self._grouped:

@@ -30,6 +30,12 @@ class Metrics:
             buckets=LATENESS_BUCKETS,
             registry=r,
         )
+        self.auth_refused = Counter(
+            "dispatcher_auth_refused",
+            "Requests refused for a missing or invalid API key (401) or a missing scope (403)",
+            ["status"],
+            registry=r,
+        )
         self.heap_size = Gauge("dispatcher_heap_size", "Jobs held in memory", registry=r)
         self.shards_owned = Gauge("dispatcher_shards_owned", "Shards this node owns", registry=r)
         self.rebalances = Counter(

@@ -62,6 +62,7 @@ class NewJob:
     headers: Mapping[str, HeaderValue]
     priority: int | None = None
     ttl_ms: int | None = None
+    namespace: str | None = None  # None: the default namespace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,6 +83,7 @@ class Job:
     updated_at: datetime
     dispatched_at: datetime | None
     publish_attempts: int
+    namespace: str | None = None  # None: the default namespace
 
     @property
     def expires_at(self) -> datetime | None:

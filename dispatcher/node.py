@@ -15,6 +15,7 @@ import uvicorn
 from dispatcher import api, metrics
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.intake import Intake
+from dispatcher.keyring import Keyring
 from dispatcher.publisher import Publisher
 from dispatcher.scheduler.firing import Firer
 from dispatcher.scheduler.heap import Backlog, DueHeap
@@ -23,6 +24,7 @@ from dispatcher.settings import Settings
 from dispatcher.store import migrate
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
+from dispatcher.store.keys import KeyStore
 from dispatcher.store.shards import ShardStore
 
 logger = logging.getLogger(__name__)
@@ -50,6 +52,12 @@ class Node:
         )
         self.store = JobStore(self.db, node_id=settings.node_id, lease_s=settings.lease_s)
         self.shard_store = ShardStore(self.db)
+        self.keyring = Keyring(
+            static=settings.static_keys(),
+            store=KeyStore(self.db),
+            cache_s=settings.api_key_cache_s,
+            required=settings.api_auth_required,
+        )
         self.ownership: ownership_mod.Ownership = self._build_ownership()
         self.publisher = Publisher(
             settings.amqp_url,
@@ -126,6 +134,7 @@ class Node:
         try:
             if self.settings.migrate_on_start:
                 await migrate.apply_migrations(self.settings.database_url)
+            await self._log_auth_mode()
             await self.ownership.start()
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="amqp-connect")
@@ -182,6 +191,15 @@ class Node:
                 len(change.lost),
                 len(self.ownership.epochs()),
                 extra={"action": "ownership"},
+            )
+
+    async def _log_auth_mode(self) -> None:
+        if await self.keyring.enabled():
+            logger.info("API keys required", extra={"action": "auth"})
+        else:
+            logger.warning(
+                "API auth is off: no API key is configured, every caller may do everything",
+                extra={"action": "auth"},
             )
 
     async def readiness(self) -> dict[str, bool]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import socket
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from dispatcher import keys
 
 
 def _default_node_id() -> str:
@@ -16,7 +18,10 @@ def _default_node_id() -> str:
 class Settings(BaseSettings):
     """Every option, with the default the embedded configuration of ``make run`` uses."""
 
-    model_config = SettingsConfigDict(env_prefix="DISPATCHER_", frozen=True, extra="forbid")
+    # Errors never echo a value: URLs carry passwords and api_keys carries tokens.
+    model_config = SettingsConfigDict(
+        env_prefix="DISPATCHER_", frozen=True, extra="forbid", hide_input_in_errors=True
+    )
 
     # Services
     database_url: str = "postgresql://postgres@127.0.0.1:5432/dispatcher"
@@ -72,4 +77,25 @@ class Settings(BaseSettings):
     max_idempotency_key_length: int = Field(255, ge=1)
     max_delay_days: int = Field(3660, ge=1)
 
+    # API keys (see README, Security)
+    api_keys: SecretStr = Field(
+        SecretStr(""),
+        description="static keys: comma-separated token:scope[:namespace[:prefix|prefix...]]",
+    )
+    api_key_cache_s: float = Field(
+        5.0, ge=0, description="stored keys are cached this long: a revoked key works until then"
+    )
+    api_auth_required: bool = Field(
+        False, description="answer 401 even while no key is configured (fail closed)"
+    )
+
     log_level: str = "INFO"
+
+    @field_validator("api_keys")
+    @classmethod
+    def _api_keys_parse(cls, value: SecretStr) -> SecretStr:
+        keys.parse_static(value.get_secret_value())
+        return value
+
+    def static_keys(self) -> list[keys.StaticKey]:
+        return keys.parse_static(self.api_keys.get_secret_value())

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from dispatcher import errors, models
-from dispatcher.api import schemas
+from dispatcher.api import auth, schemas
 
 if TYPE_CHECKING:
     from dispatcher.node import Node
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": schemas.Problem} for code in (400, 404, 409, 413, 422, 503)
+    code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409, 413, 422, 503)
 }
 
 
@@ -31,10 +31,11 @@ NodeDep = Annotated["Node", Depends(get_node)]
 
 
 @router.post("", response_model=schemas.JobSubmitted, status_code=201, responses=ERRORS)
-async def create_job(body: schemas.JobCreate, node: NodeDep) -> Response:
+async def create_job(body: schemas.JobCreate, node: NodeDep, caller: auth.Producer) -> Response:
     """Schedule one job. 201 once it is committed; 200 with the existing job for a known key."""
+    auth.check_routing_key(caller, body.routing_key, "routing_key")
     spec = schemas.to_spec(body, node.settings, now=datetime.now(UTC))
-    [result] = await node.intake.submit([spec])
+    [result] = await node.intake.submit([spec], namespace=caller.namespace)
     return schemas.json_response(
         schemas.job_document(result.job, created=result.created),
         201 if result.created else 200,
@@ -42,13 +43,16 @@ async def create_job(body: schemas.JobCreate, node: NodeDep) -> Response:
 
 
 @router.post("/batch", response_model=schemas.BatchOut, status_code=201, responses=ERRORS)
-async def create_jobs(body: schemas.JobBatchCreate, node: NodeDep) -> Response:
+async def create_jobs(
+    body: schemas.JobBatchCreate, node: NodeDep, caller: auth.Producer
+) -> Response:
     """Schedule up to ``max_batch`` jobs, all or nothing."""
     limit = node.settings.max_batch
     if len(body.jobs) > limit:
         raise errors.InvalidField("jobs", f"at most {limit} jobs per batch")
     keys: dict[str, int] = {}
     for index, job in enumerate(body.jobs):
+        auth.check_routing_key(caller, job.routing_key, f"jobs[{index}].routing_key")
         if job.idempotency_key is None:
             continue
         if job.idempotency_key in keys:
@@ -62,7 +66,7 @@ async def create_jobs(body: schemas.JobBatchCreate, node: NodeDep) -> Response:
         schemas.to_spec(job, node.settings, now=now, field_prefix=f"jobs[{index}].")
         for index, job in enumerate(body.jobs)
     ]
-    results = await node.intake.submit(specs)
+    results = await node.intake.submit(specs, namespace=caller.namespace)
     return schemas.json_response(
         {"jobs": [schemas.job_document(r.job, created=r.created) for r in results]},
         201 if any(result.created for result in results) else 200,
@@ -70,14 +74,15 @@ async def create_jobs(body: schemas.JobBatchCreate, node: NodeDep) -> Response:
 
 
 @router.get("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
-async def get_job(job_id: uuid.UUID, node: NodeDep) -> Response:
-    return schemas.json_response(schemas.job_document(await node.store.get(job_id)))
+async def get_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Response:
+    job = await node.store.get(job_id, namespace=caller.namespace_filter)
+    return schemas.json_response(schemas.job_document(job))
 
 
 @router.delete("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
-async def cancel_job(job_id: uuid.UUID, node: NodeDep) -> Response:
+async def cancel_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Response:
     """Cancel a scheduled job: it is never published. 409 once it is being or was dispatched."""
-    job = await node.store.cancel(job_id)
+    job = await node.store.cancel(job_id, namespace=caller.namespace_filter)
     node.metrics.jobs_cancelled.inc()
     return schemas.json_response(schemas.job_document(job))
 
@@ -85,13 +90,20 @@ async def cancel_job(job_id: uuid.UUID, node: NodeDep) -> Response:
 @router.get("", response_model=schemas.JobPage, responses=ERRORS)
 async def list_jobs(
     node: NodeDep,
+    caller: auth.Producer,
     state: models.JobState | None = None,
-    routing_key: Annotated[str | None, Query(max_length=255)] = None,
+    routing_key: Annotated[str | None, Query(max_length=255, pattern="^[^\x00]*$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: uuid.UUID | None = None,
 ) -> Response:
     """A page of jobs in creation order; follow ``next_after`` for the next one."""
-    jobs = await node.store.page(state=state, routing_key=routing_key, after=after, limit=limit)
+    jobs = await node.store.page(
+        state=state,
+        routing_key=routing_key,
+        after=after,
+        limit=limit,
+        namespace=caller.namespace_filter,
+    )
     next_after = str(jobs[-1].id) if len(jobs) == limit else None
     return schemas.json_response(
         {"jobs": [schemas.job_document(job) for job in jobs], "next_after": next_after}

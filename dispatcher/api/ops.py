@@ -6,6 +6,8 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from dispatcher import keys
+from dispatcher.api import auth
 from dispatcher.api.jobs import NodeDep
 
 router = APIRouter(tags=["operations"])
@@ -18,22 +20,23 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(node: NodeDep) -> JSONResponse:
+async def readyz(node: NodeDep, caller: auth.AnyKey) -> JSONResponse:
     """200 when PostgreSQL and RabbitMQ answer and this node owns shards; 503 otherwise."""
     checks = await node.readiness()
     ready = all(checks.values())
+    auth_mode = "off" if caller is keys.OPEN_ACCESS else "on"
     return JSONResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks},
+        {"status": "ready" if ready else "not ready", "checks": checks, "auth": auth_mode},
         status_code=200 if ready else 503,
     )
 
 
 @router.get("/metrics")
-async def metrics(node: NodeDep) -> Response:
+async def metrics(node: NodeDep, caller: auth.Monitor) -> Response:
     return Response(node.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/cluster")
-async def cluster(node: NodeDep) -> dict[str, object]:
+async def cluster(node: NodeDep, caller: auth.Admin) -> dict[str, object]:
     """This node, the leader, the members, and the shards each owns with their epochs."""
     return await node.ownership.describe()

@@ -66,6 +66,13 @@ async def _dispatcher_error(request: Request, exc: Exception) -> JSONResponse:
         case errors.PayloadTooLarge():
             fields = [{"field": exc.field, "message": str(exc)}]
             return problem(413, "payload_too_large", str(exc), fields=fields)
+        case errors.Unauthenticated():
+            answer = problem(401, "unauthenticated", str(exc))
+            answer.headers["WWW-Authenticate"] = "Bearer"
+            return answer
+        case errors.Forbidden():
+            named = [{"field": exc.field, "message": str(exc)}] if exc.field else None
+            return problem(403, "forbidden", str(exc), fields=named)
         case errors.JobNotFound():
             return problem(404, "not_found", str(exc))
         case errors.JobStateConflict():

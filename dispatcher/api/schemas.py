@@ -31,6 +31,8 @@ from dispatcher.settings import Settings
 # Topic-exchange words: no wildcards (a job is published, not bound), no empty words.
 ROUTING_KEY = re.compile(r"^[A-Za-z0-9_\-:]+(\.[A-Za-z0-9_\-:]+)*$")
 AMQP_SHORTSTR_BYTES = 255
+# PostgreSQL text and jsonb cannot hold U+0000 (a payload can: it is stored as bytes).
+NO_NUL = "must not contain the NUL character (U+0000)"
 
 HeaderValue = StrictStr | StrictBool | StrictInt | StrictFloat
 
@@ -64,12 +66,21 @@ class JobCreate(BaseModel):
             raise ValueError(f"must be at most {AMQP_SHORTSTR_BYTES} bytes")
         return value
 
+    @field_validator("idempotency_key")
+    @classmethod
+    def _idempotency_key_text(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError(NO_NUL)
+        return value
+
     @field_validator("headers")
     @classmethod
     def _headers_not_reserved(cls, value: dict[str, HeaderValue]) -> dict[str, HeaderValue]:
-        for name in value:
+        for name, header in value.items():
             if not name:
                 raise ValueError("header names must not be empty")
+            if "\x00" in name or (isinstance(header, str) and "\x00" in header):
+                raise ValueError(NO_NUL)
             if contract.is_reserved_header(name):
                 raise ValueError(f"header {name!r} is reserved for the dispatcher and RabbitMQ")
         return value
@@ -107,6 +118,7 @@ class JobOut(BaseModel):
     priority: int | None
     ttl_ms: int | None
     publish_attempts: int
+    namespace: str | None = None
 
 
 class JobSubmitted(JobOut):
@@ -152,6 +164,7 @@ def job_document(job: models.Job, *, created: bool | None = None) -> dict[str, o
         "priority": job.priority,
         "ttl_ms": job.ttl_ms,
         "publish_attempts": job.publish_attempts,
+        "namespace": job.namespace,
     }
     if created is not None:
         document["created"] = created

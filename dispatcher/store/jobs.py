@@ -34,6 +34,7 @@ def job_from_row(row: asyncpg.Record) -> models.Job:
         updated_at=row["updated_at"],
         dispatched_at=row["dispatched_at"],
         publish_attempts=row["publish_attempts"],
+        namespace=row["namespace"],
     )
 
 
@@ -56,14 +57,17 @@ class JobStore:
             rows = await connection.fetch(queries.INSERT_JOBS, *columns)
             inserted = {row["id"]: row["created_at"] for row in rows}
             missing_keys = [
-                job.idempotency_key
+                (job.namespace or "", job.idempotency_key)
                 for job in jobs
                 if job.id not in inserted and job.idempotency_key is not None
             ]
-            existing: dict[str, models.Job] = {}
+            existing: dict[tuple[str, str], models.Job] = {}
             if missing_keys:
-                for row in await connection.fetch(queries.SELECT_BY_IDEMPOTENCY_KEYS, missing_keys):
-                    existing[row["idempotency_key"]] = job_from_row(row)
+                namespaces, keys = (list(column) for column in zip(*missing_keys, strict=True))
+                for row in await connection.fetch(
+                    queries.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys
+                ):
+                    existing[(row["namespace"] or "", row["idempotency_key"])] = job_from_row(row)
         results: list[models.Submitted] = []
         for job in jobs:
             created_at = inserted.get(job.id)
@@ -71,14 +75,18 @@ class JobStore:
                 results.append(models.Submitted(job=_stored(job, created_at), created=True))
             else:
                 assert job.idempotency_key is not None  # only a key conflict skips an insert
-                results.append(models.Submitted(job=existing[job.idempotency_key], created=False))
+                found = existing[(job.namespace or "", job.idempotency_key)]
+                results.append(models.Submitted(job=found, created=False))
         return results
 
     # --- reads and cancel -----------------------------------------------------------------------
 
-    async def get(self, job_id: uuid.UUID) -> models.Job:
+    # ``namespace`` filters: None for every namespace, "" for the default one, else its name.
+    # A job of another namespace is not found, so its id reveals nothing.
+
+    async def get(self, job_id: uuid.UUID, *, namespace: str | None = None) -> models.Job:
         async with self._db.connection() as connection:
-            row = await connection.fetchrow(queries.SELECT_JOB, job_id)
+            row = await connection.fetchrow(queries.SELECT_JOB, job_id, namespace)
         if row is None:
             raise errors.JobNotFound()
         return job_from_row(row)
@@ -90,6 +98,7 @@ class JobStore:
         routing_key: str | None,
         after: uuid.UUID | None,
         limit: int,
+        namespace: str | None = None,
     ) -> list[models.Job]:
         async with self._db.connection() as connection:
             rows = await connection.fetch(
@@ -98,15 +107,16 @@ class JobStore:
                 routing_key,
                 after or _CURSOR_START,
                 limit,
+                namespace,
             )
         return [job_from_row(row) for row in rows]
 
-    async def cancel(self, job_id: uuid.UUID) -> models.Job:
+    async def cancel(self, job_id: uuid.UUID, *, namespace: str | None = None) -> models.Job:
         """Cancel a scheduled job; JobStateConflict once it is claimed or done."""
         async with self._db.connection() as connection:
-            row = await connection.fetchrow(queries.CANCEL_JOB, job_id)
+            row = await connection.fetchrow(queries.CANCEL_JOB, job_id, namespace)
             if row is None:
-                current = await connection.fetchrow(queries.SELECT_JOB, job_id)
+                current = await connection.fetchrow(queries.SELECT_JOB, job_id, namespace)
         if row is not None:
             return job_from_row(row)
         if current is None:
@@ -190,6 +200,7 @@ def _stored(job: models.NewJob, created_at: datetime) -> models.Job:
         updated_at=created_at,
         dispatched_at=None,
         publish_attempts=0,
+        namespace=job.namespace,
     )
 
 
@@ -204,4 +215,5 @@ def _columns(jobs: Sequence[models.NewJob]) -> tuple[list[object], ...]:
         [job.ttl_ms for job in jobs],
         [job.idempotency_key for job in jobs],
         [job.run_at for job in jobs],
+        [job.namespace for job in jobs],
     )

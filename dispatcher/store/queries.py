@@ -4,39 +4,53 @@ from typing import Final
 
 # --- jobs: intake -------------------------------------------------------------------------------
 
-# Insert a batch in one round trip; an idempotency key seen before inserts nothing. Only what the
-# caller does not know already comes back (decoding whole rows cost more than the insert).
+# Insert a batch in one round trip; an idempotency key seen before in the namespace inserts nothing.
+# Only what the caller does not know already comes back (decoding whole rows cost more than the
+# insert).
 # $1 ids, $2 shards, $3 routing keys, $4 payloads, $5 headers (JSON text), $6 priorities,
-# $7 ttl_ms, $8 idempotency keys, $9 run_at: parallel arrays.
+# $7 ttl_ms, $8 idempotency keys, $9 run_at, $10 namespaces (NULL: default): parallel arrays.
 INSERT_JOBS: Final = """
 INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms, idempotency_key,
-                  run_at)
+                  run_at, namespace)
 SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bytea[], $5::jsonb[],
-                     $6::smallint[], $7::bigint[], $8::text[], $9::timestamptz[])
-ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+                     $6::smallint[], $7::bigint[], $8::text[], $9::timestamptz[], $10::text[])
+ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
+DO NOTHING
 RETURNING id, created_at
 """
 
-# The jobs already stored under these idempotency keys. $1 keys.
-SELECT_BY_IDEMPOTENCY_KEYS: Final = "SELECT * FROM jobs WHERE idempotency_key = ANY($1::text[])"
+# The jobs already stored under these idempotency keys, each in its namespace.
+# $1 namespaces ('' for the default one), $2 keys: parallel arrays.
+SELECT_BY_IDEMPOTENCY_KEYS: Final = """
+SELECT j.* FROM jobs j
+JOIN unnest($1::text[], $2::text[]) AS k(namespace, idempotency_key)
+  ON coalesce(j.namespace, '') = k.namespace AND j.idempotency_key = k.idempotency_key
+"""
 
 # --- jobs: reads and cancel ---------------------------------------------------------------------
 
-# $1 id.
-SELECT_JOB: Final = "SELECT * FROM jobs WHERE id = $1"
+# A namespace filter ($n below) is NULL for every namespace, '' for the default one, else its name.
 
-# A page in id (= creation) order. $1 state or NULL, $2 routing key or NULL, $3 after id, $4 limit.
+# $1 id, $2 namespace filter.
+SELECT_JOB: Final = """
+SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+"""
+
+# A page in id (= creation) order. $1 state or NULL, $2 routing key or NULL, $3 after id, $4 limit,
+# $5 namespace filter.
 LIST_JOBS: Final = """
 SELECT * FROM jobs
 WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR routing_key = $2) AND id > $3
+  AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
 ORDER BY id
 LIMIT $4
 """
 
-# Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already. $1 id.
+# Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already.
+# $1 id, $2 namespace filter.
 CANCEL_JOB: Final = """
 UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = now()
-WHERE id = $1 AND state = 'scheduled'
+WHERE id = $1 AND state = 'scheduled' AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
 RETURNING *
 """
 
@@ -134,6 +148,35 @@ RETURNING shard, epoch
 
 # Current epochs (for status pages). No arguments.
 SELECT_EPOCHS: Final = "SELECT shard, epoch, owner FROM shard_epochs ORDER BY shard"
+
+# --- API keys -----------------------------------------------------------------------------------
+
+# $1 token SHA-256, $2 name, $3 scope, $4 namespace or NULL, $5 routing-key prefixes.
+INSERT_API_KEY: Final = """
+INSERT INTO api_keys (token_sha256, name, scope, namespace, routing_key_prefixes)
+VALUES ($1, $2, $3, $4, $5::text[])
+RETURNING id, name, scope, namespace, routing_key_prefixes, created_at, revoked_at
+"""
+
+# The live key with this token hash, if any. $1 token SHA-256.
+SELECT_API_KEY: Final = """
+SELECT id, name, scope, namespace, routing_key_prefixes, created_at, revoked_at
+FROM api_keys WHERE token_sha256 = $1 AND revoked_at IS NULL
+"""
+
+# Every key, revoked ones too, without their hashes. No arguments.
+LIST_API_KEYS: Final = """
+SELECT id, name, scope, namespace, routing_key_prefixes, created_at, revoked_at
+FROM api_keys ORDER BY id
+"""
+
+# $1 key id. Returns nothing when there is no such live key.
+REVOKE_API_KEY: Final = """
+UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING id
+"""
+
+# Whether a key was ever created (auth is on from then on). No arguments.
+ANY_API_KEY: Final = "SELECT EXISTS (SELECT 1 FROM api_keys)"
 
 # --- migrations ---------------------------------------------------------------------------------
 

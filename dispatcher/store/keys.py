@@ -1,0 +1,85 @@
+"""KeyStore: API keys in PostgreSQL, kept as token hashes. The only code that runs SQL on keys."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import asyncpg
+
+from dispatcher import errors, keys
+from dispatcher.store import queries
+from dispatcher.store.db import Database
+
+
+def key_from_row(row: asyncpg.Record) -> keys.ApiKey:
+    return keys.ApiKey(
+        id=row["id"],
+        name=row["name"],
+        scope=keys.Scope(row["scope"]),
+        namespace=row["namespace"],
+        routing_key_prefixes=tuple(row["routing_key_prefixes"]),
+        created_at=row["created_at"],
+        revoked_at=row["revoked_at"],
+    )
+
+
+class KeyStore:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.pool.PoolConnectionProxy]:
+        try:
+            async with self._db.connection() as connection:
+                yield connection
+        except asyncpg.UndefinedTableError as exc:
+            # `dispatcher keys` may run before any node migrated this database.
+            raise errors.MigrationError(
+                "no api_keys table: run 'dispatcher migrate' first"
+            ) from exc
+
+    async def create(
+        self,
+        *,
+        scope: keys.Scope,
+        namespace: str | None = None,
+        routing_key_prefixes: Sequence[str] = (),
+        name: str = "",
+    ) -> tuple[keys.ApiKey, str]:
+        """A new key and its token: the token exists only in this return value."""
+        namespace, prefixes = keys.check_grant(scope, namespace, routing_key_prefixes)
+        token = keys.new_token()
+        async with self._connection() as connection:
+            row = await connection.fetchrow(
+                queries.INSERT_API_KEY,
+                keys.digest(token),
+                name,
+                scope.value,
+                namespace,
+                list(prefixes),
+            )
+        assert row is not None  # INSERT ... RETURNING always returns the row
+        return key_from_row(row), token
+
+    async def find(self, token_digest: bytes) -> keys.ApiKey | None:
+        """The live key with this token hash."""
+        async with self._connection() as connection:
+            row = await connection.fetchrow(queries.SELECT_API_KEY, token_digest)
+        return None if row is None else key_from_row(row)
+
+    async def list(self) -> list[keys.ApiKey]:
+        async with self._connection() as connection:
+            rows = await connection.fetch(queries.LIST_API_KEYS)
+        return [key_from_row(row) for row in rows]
+
+    async def revoke(self, key_id: int) -> bool:
+        """False when there is no such live key."""
+        async with self._connection() as connection:
+            revoked = await connection.fetchval(queries.REVOKE_API_KEY, key_id)
+        return revoked is not None
+
+    async def any(self) -> bool:
+        """Whether a key was ever created: auth stays on from then on, even once all are revoked."""
+        async with self._connection() as connection:
+            return bool(await connection.fetchval(queries.ANY_API_KEY))
