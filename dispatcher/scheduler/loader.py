@@ -129,8 +129,16 @@ class Loader:
         self._on_due()
 
     def heap_drained(self) -> None:
-        """Called by the firing loop: a capped heap has room again."""
-        if len(self._heap) < self._heap_cap // 2 or len(self._backlog) < self._backlog_cap // 2:
+        """Called by the firing loop after every pop: load again only if a capped lane has room.
+
+        A lane is capped while a cursor has not reached its target; waking the loader on every
+        pop otherwise would run a load query per firing batch for nothing.
+        """
+        heap_starved = len(self._heap) < self._heap_cap // 2 and any(
+            cursor.position[0] < cursor.target for cursor in self._live
+        )
+        backlog_starved = bool(self._backlogs) and len(self._backlog) < self._backlog_cap // 2
+        if heap_starved or backlog_starved:
             self._wake.set()
 
     # --- loading --------------------------------------------------------------------------------
