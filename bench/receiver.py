@@ -31,7 +31,8 @@ async def main(amqp_url: str, binding: str, output: str) -> None:
         durable=True,
         arguments=dict[str, FieldValue](contract.exchange_arguments()),
     )
-    queue = await channel.declare_queue("bench.receiver", durable=True)
+    # A queue per binding: receivers with different bindings must not share one.
+    queue = await channel.declare_queue(f"bench.receiver.{binding}", durable=True)
     await queue.bind(exchange, binding)
 
     async def on(message: AbstractIncomingMessage) -> None:

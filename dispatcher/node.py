@@ -59,14 +59,8 @@ class Node:
             required=settings.api_auth_required,
         )
         self.ownership: ownership_mod.Ownership = self._build_ownership()
-        self.publisher = Publisher(
-            settings.amqp_url,
-            exchange=settings.exchange,
-            unroutable_exchange=settings.unroutable_exchange,
-            connection_name=f"dispatcher-{settings.node_id}-publisher",
-            timeout_s=settings.publish_timeout_s,
-            metrics=self.metrics,
-        )
+        self.publisher = self._build_publisher("publisher")
+        self.live_publisher = self._build_publisher("live-publisher")
         self.heap = DueHeap()
         self.backlog = Backlog()
         self.loader = Loader(
@@ -84,6 +78,7 @@ class Node:
         self.firer = Firer(
             store=self.store,
             publisher=self.publisher,
+            live_publisher=self.live_publisher,
             ownership=self.ownership,
             heap=self.heap,
             backlog=self.backlog,
@@ -108,6 +103,16 @@ class Node:
         self._http: _HttpServer | None = None
         self._stop = asyncio.Event()
         self.started = asyncio.Event()
+
+    def _build_publisher(self, role: str) -> Publisher:
+        return Publisher(
+            self.settings.amqp_url,
+            exchange=self.settings.exchange,
+            unroutable_exchange=self.settings.unroutable_exchange,
+            connection_name=f"dispatcher-{self.settings.node_id}-{role}",
+            timeout_s=self.settings.publish_timeout_s,
+            metrics=self.metrics,
+        )
 
     def _build_ownership(self) -> ownership_mod.Ownership:
         if not self.settings.zk_hosts:
@@ -138,6 +143,7 @@ class Node:
             await self.ownership.start()
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="amqp-connect")
+                group.create_task(self.live_publisher.run(), name="amqp-connect-live")
                 coordination = group.create_task(self.ownership.run(), name="ownership")
                 intake = group.create_task(self.intake.run(), name="intake")
                 watch = group.create_task(self._watch_ownership(), name="ownership-watch")
@@ -162,6 +168,7 @@ class Node:
         finally:
             await self.ownership.stop()
             await self.publisher.close()
+            await self.live_publisher.close()
             await self.db.close()
             logger.info("stopped", extra={"action": "stopped"})
 
@@ -205,7 +212,7 @@ class Node:
     async def readiness(self) -> dict[str, bool]:
         return {
             "postgres": await self.db.ping(),
-            "rabbitmq": self.publisher.is_ready(),
+            "rabbitmq": self.publisher.is_ready() and self.live_publisher.is_ready(),
             "shards": bool(self.ownership.epochs()),
         }
 

@@ -34,6 +34,7 @@ class Firer:
         *,
         store: JobStore,
         publisher: Publisher,
+        live_publisher: Publisher,
         ownership: Ownership,
         heap: DueHeap,
         backlog: Backlog,
@@ -46,6 +47,7 @@ class Firer:
     ) -> None:
         self._store = store
         self._publisher = publisher
+        self._live_publisher = live_publisher
         self._ownership = ownership
         self._heap = heap
         self._backlog = backlog
@@ -82,10 +84,13 @@ class Firer:
         self._stop.set()
 
     async def _work(self, live_only: bool) -> None:
+        # The live worker publishes on a connection of its own: on the shared one its jobs would
+        # queue behind the backlog batches in flight (one socket, one reader at the broker).
+        publisher = self._live_publisher if live_only else self._publisher
         failures = 0
-        while (entries := await self._take(live_only)) is not None:
+        while (entries := await self._take(live_only, publisher)) is not None:
             try:
-                await self._fire(entries)
+                await self._fire(entries, publisher)
                 failures = 0
                 continue
             except errors.StoreUnavailable as exc:
@@ -111,15 +116,13 @@ class Firer:
             stopper.cancel()
         return not self._stop.is_set()
 
-    async def _take(self, live_only: bool) -> list[models.DueEntry] | None:
+    async def _take(self, live_only: bool, publisher: Publisher) -> list[models.DueEntry] | None:
         """Wait until jobs are due, the broker is there and this node may fire; take a batch.
 
         None once the firer is stopping.
         """
         while not self._stop.is_set():
-            if not self._publisher.is_ready() and not await self._unless_stopped(
-                self._publisher.wait_ready()
-            ):
+            if not publisher.is_ready() and not await self._unless_stopped(publisher.wait_ready()):
                 return None
             if not self._ownership.can_fire() and not await self._unless_stopped(
                 self._ownership.wait_can_fire()
@@ -147,7 +150,7 @@ class Firer:
         entries.extend(self._backlog.pop(self._batch - len(entries)))
         return entries
 
-    async def _fire(self, entries: list[models.DueEntry]) -> None:
+    async def _fire(self, entries: list[models.DueEntry], publisher: Publisher) -> None:
         held = self._ownership.epochs()
         mine = [entry for entry in entries if entry.shard in held]
         if not mine:
@@ -171,7 +174,7 @@ class Firer:
             await self._store.release(job.id for job in live)
             self._loader.put_back(_entries(live))
             return
-        confirmed, failed = await self._publisher.publish_many(live)
+        confirmed, failed = await publisher.publish_many(live)
         if confirmed:
             self._marks.add(job.id for job in confirmed)
             self._observe(confirmed)

@@ -22,6 +22,7 @@ async def running_node(**settings: object) -> AsyncIterator[Node]:
         started.cancel()
         task.result()  # raises what stopped the node
     await asyncio.wait_for(node.publisher.wait_ready(), 30)
+    await asyncio.wait_for(node.live_publisher.wait_ready(), 30)
     try:
         yield node
     finally:
