@@ -9,4 +9,4 @@ if __name__ == "__main__":
     asyncio.run(lateness.main(seconds=60, rates=[1000, 5000], runs=3))
     asyncio.run(backlog.main(rows=[1_000_000, 10_000_000], overdue=200_000, runs=3))
     asyncio.run(failover.main(kills=3, rate=200, session_s=5.0))
-    asyncio.run(versus_celery.main(count=20000))
+    asyncio.run(versus_celery.main(count=20000, runs=3))

@@ -2,7 +2,7 @@
 submit rate, lateness, the consumer's memory while jobs wait, and jobs lost when the worker or
 consumer is killed with -9 halfway and restarted.
 
-    .venv/bin/python -m bench.versus_celery [--jobs 20000]
+    .venv/bin/python -m bench.versus_celery [--jobs 20000] [--runs 3]
 
 Jobs are due uniformly 10 to 30 s after submission starts; Celery runs one worker (threads pool,
 concurrency 4), the dispatcher one SDK consumer (prefetch 64).
@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 
 from bench.backlog import rss_mb
-from bench.harness import services, summary, write
+from bench.harness import Services, median, services, summary, write
 from bench.lateness import received
 from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
@@ -96,86 +96,116 @@ async def run_side(
     return result
 
 
-async def main(count: int) -> None:
-    results: dict[str, object] = {"jobs": count}
-    with services() as svc, tempfile.TemporaryDirectory() as folder:
-        # Celery: countdown tasks, one worker.
-        celery_results = Path(folder) / "celery.txt"
-        env = {"AMQP_URL": svc.amqp_url, "RESULTS_FILE": str(celery_results)}
-        os.environ.update(env)
-        from bench.celery_app import record
+async def one_round(
+    svc: Services, folder: str, count: int, run: int
+) -> dict[str, dict[str, object]]:
+    results: dict[str, dict[str, object]] = {}
+    # Celery: countdown tasks, one worker.
+    celery_results = Path(folder) / f"celery-{run}.txt"
+    env = {"AMQP_URL": svc.amqp_url, "RESULTS_FILE": str(celery_results)}
+    os.environ.update(env)
+    from bench.celery_app import record
 
-        def celery_submit(plan: list[tuple[str, float]]) -> None:
-            for job_id, run_at in plan:
-                record.apply_async(args=[job_id], countdown=run_at - time.time())
+    def celery_submit(plan: list[tuple[str, float]]) -> None:
+        for job_id, run_at in plan:
+            record.apply_async(args=[job_id], countdown=run_at - time.time())
 
-        celery_bin = str(Path(sys.executable).parent / "celery")
-        results["celery"] = await run_side(
-            "celery",
-            schedule_plan(count, time.time()),
-            celery_submit,
+    celery_bin = str(Path(sys.executable).parent / "celery")
+    results["celery"] = await run_side(
+        "celery",
+        schedule_plan(count, time.time()),
+        celery_submit,
+        lambda: spawn(
+            [
+                celery_bin,
+                "-A",
+                "bench.celery_app",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+                "--loglevel",
+                "warning",
+            ],
+            env,
+        ),
+        celery_results,
+    )
+
+    # The dispatcher: batch POSTs, one SDK consumer.
+    node = DispatcherProcess(
+        Path(folder),
+        port=free_port(),
+        env={"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url},
+    )
+    node.start()
+    sdk_results = Path(folder) / f"sdk-{run}.txt"
+
+    def dispatcher_submit(plan: list[tuple[str, float]]) -> None:
+        with httpx.Client(base_url=node.url, timeout=60) as http:
+            for first in range(0, len(plan), 1000):
+                jobs = [
+                    {
+                        "routing_key": "bench.versus",
+                        "payload": None,
+                        "run_at": datetime.fromtimestamp(run_at, UTC).isoformat(),
+                        "idempotency_key": job_id,
+                    }
+                    for job_id, run_at in plan[first : first + 1000]
+                ]
+                http.post("/v1/jobs/batch", json={"jobs": jobs}).raise_for_status()
+
+    plan = schedule_plan(count, time.time())
+    sdk_env = {"AMQP_URL": svc.amqp_url, "RESULTS_FILE": str(sdk_results)}
+    try:
+        outcome = await run_side(
+            "dispatcher",
+            plan,
+            dispatcher_submit,
             lambda: spawn(
-                [
-                    celery_bin,
-                    "-A",
-                    "bench.celery_app",
-                    "worker",
-                    "--pool",
-                    "threads",
-                    "--concurrency",
-                    "4",
-                    "--loglevel",
-                    "warning",
-                ],
-                env,
+                [sys.executable, "-m", "consumers_sdk", "bench.sdk_consumer:consumer"], sdk_env
             ),
-            celery_results,
+            sdk_results,
         )
+    finally:
+        node.stop()
+    results["dispatcher"] = outcome
+    return results
 
-        # The dispatcher: batch POSTs, one SDK consumer.
-        node = DispatcherProcess(
-            Path(folder),
-            port=free_port(),
-            env={"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url},
+
+def _median_of(runs: list[dict[str, object]], key: str) -> object:
+    values = [run[key] for run in runs]
+    if isinstance(values[0], dict):
+        return {k: median([float(v[k]) for v in values]) for k in values[0]}  # type: ignore[index]
+    return median([float(v) for v in values])  # type: ignore[arg-type]
+
+
+async def main(count: int, runs: int = 3) -> None:
+    results: dict[str, object] = {"jobs": count, "runs": runs}
+    with services() as svc, tempfile.TemporaryDirectory() as folder:
+        rounds = [await one_round(svc, folder, count, run) for run in range(runs)]
+    for side in ("celery", "dispatcher"):
+        each = [one[side] for one in rounds]
+        m = {key: _median_of(each, key) for key in each[0]}
+        results[side] = {"median": m, "runs": each}
+        late = m["lateness_s"]
+        assert isinstance(late, dict)
+        print(
+            f"  {side:10} median of {runs}: submit {m['submit_jobs_s']:7.0f} jobs/s  lateness p50 "
+            f"{late['p50'] * 1000:6.0f} ms  p99 {late['p99'] * 1000:6.0f} ms  consumer RSS "
+            f"{m['peak_consumer_rss_mb_while_waiting']:4.0f} MB  lost (sum) "
+            f"{sum(int(str(run['lost_after_kill_9'])) for run in each)}  duplicates (sum) "
+            f"{sum(int(str(run['duplicates'])) for run in each)}",
+            flush=True,
         )
-        node.start()
-        sdk_results = Path(folder) / "sdk.txt"
-
-        def dispatcher_submit(plan: list[tuple[str, float]]) -> None:
-            with httpx.Client(base_url=node.url, timeout=60) as http:
-                for first in range(0, len(plan), 1000):
-                    jobs = [
-                        {
-                            "routing_key": "bench.versus",
-                            "payload": None,
-                            "run_at": datetime.fromtimestamp(run_at, UTC).isoformat(),
-                            "idempotency_key": job_id,
-                        }
-                        for job_id, run_at in plan[first : first + 1000]
-                    ]
-                    http.post("/v1/jobs/batch", json={"jobs": jobs}).raise_for_status()
-
-        plan = schedule_plan(count, time.time())
-        sdk_env = {"AMQP_URL": svc.amqp_url, "RESULTS_FILE": str(sdk_results)}
-        try:
-            outcome = await run_side(
-                "dispatcher",
-                plan,
-                dispatcher_submit,
-                lambda: spawn(
-                    [sys.executable, "-m", "consumers_sdk", "bench.sdk_consumer:consumer"], sdk_env
-                ),
-                sdk_results,
-            )
-        finally:
-            node.stop()
-        results["dispatcher"] = outcome
     print(f"  written to {write('versus_celery', results)}")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     print(f"versus Celery: {args.jobs} jobs due 10-30 s ahead, worker/consumer killed -9 halfway")
-    asyncio.run(main(args.jobs))
+    asyncio.run(main(args.jobs, args.runs))
