@@ -87,23 +87,29 @@ LIMIT $3
 # Claim due jobs for publishing, fenced: a row is claimed only while the shard's epoch is the one
 # this node holds, and the epoch rows are share-locked so a concurrent takeover (which bumps them)
 # waits for this claim to commit or happens entirely before it.
-# The state test is a CASE so the planner drives the update from the primary key, not from a scan
-# of a partial index whose predicate an OR of states would match.
-# $1 ids, $2 shards held, $3 their epochs, $4 node id, $5 lease seconds.
+# The plan must look each id up by the primary key whatever the table's statistics: the fence is
+# folded into one array (an InitPlan run once), because as a joined relation the planner looped
+# over it, repeating the lookups once per shard (128k index scans for 500 jobs). The state test
+# is a CASE, not an OR of states, which would match a partial index instead.
+# $1 ids, $2 shards held, $3 their epochs (same order), $4 node id, $5 lease seconds.
 CLAIM_JOBS: Final = """
-WITH fence AS (
-    SELECT se.shard, se.epoch
+WITH locked AS (
+    SELECT se.shard
     FROM shard_epochs se
     JOIN unnest($2::int[], $3::bigint[]) AS held(shard, epoch)
       ON se.shard = held.shard AND se.epoch = held.epoch
     FOR SHARE OF se
+),
+fence AS (
+    SELECT coalesce(array_agg(shard), '{}') AS shards FROM locked
 )
 UPDATE jobs j
 SET state = 'dispatching', lease_until = now() + make_interval(secs => $5),
-    claim_epoch = fence.epoch, claimed_by = $4, publish_attempts = j.publish_attempts + 1,
-    updated_at = now()
-FROM fence
-WHERE j.id = ANY($1::uuid[]) AND j.shard = fence.shard
+    claim_epoch = ($3::bigint[])[array_position($2::int[], j.shard)], claimed_by = $4,
+    publish_attempts = j.publish_attempts + 1, updated_at = now()
+FROM unnest($1::uuid[]) AS wanted(id)
+WHERE j.id = wanted.id
+  AND j.shard = ANY((SELECT shards FROM fence)::int[])
   AND CASE j.state
         WHEN 'scheduled' THEN true
         WHEN 'dispatching' THEN j.lease_until < now()
