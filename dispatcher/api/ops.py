@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from dispatcher.api.jobs import NodeDep
@@ -17,7 +17,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={503: {"description": "not ready; `checks` names what failed"}})
 async def readyz(node: NodeDep) -> JSONResponse:
     """200 when PostgreSQL and RabbitMQ answer and this node owns shards; 503 otherwise."""
     checks = await node.readiness()
@@ -28,8 +28,9 @@ async def readyz(node: NodeDep) -> JSONResponse:
     )
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(node: NodeDep) -> Response:
+    """Prometheus text format."""
     return Response(node.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 

@@ -79,6 +79,11 @@ async def _dispatcher_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # FastAPI's answer to a body it could not even decode (not UTF-8): name the body too.
+        message = "not a JSON document (it could not be decoded)"
+        fields = [{"field": "body", "message": message}]
+        return problem(400, "malformed_json", f"body: {message}", fields=fields)
     return problem(exc.status_code, "http_error", str(exc.detail))
 
 

@@ -234,6 +234,7 @@ JOB = {"routing_key": "a", "payload": 1}
 
 BAD_REQUESTS: list[tuple[str, str, bytes, int, str]] = [
     ("malformed JSON", "/v1/jobs", b'{"routing_key": "a", ', 400, "body"),
+    ("not UTF-8", "/v1/jobs", b"\xff", 400, "body"),
     ("wrong type", "/v1/jobs", b'{"routing_key": 5, "payload": 1}', 422, "routing_key"),
     (
         "unknown field",
