@@ -7,8 +7,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,7 +19,9 @@ import pytest
 from consumers_sdk import Consumer, Job, MemoryDeduplicator, Reject, Retry, topology
 from tests.services.ports import free_port
 from tests.services.rabbitmq import RabbitServer
+from tests.support.consumers import running
 from tests.support.jobs_out import job, new_id, publish, publish_raw
+from tests.support.queues import depth_reaches, queue_depth
 from tests.support.waiting import eventually
 
 TIERS = (0.3, 0.6, 1.2)
@@ -29,36 +30,6 @@ WORK = "billing.orders.expire"
 
 def fixed(seconds: float) -> Callable[[int], float]:
     return lambda _attempt: seconds
-
-
-@asynccontextmanager
-async def running(consumer: Consumer) -> AsyncIterator[Consumer]:
-    task = asyncio.create_task(consumer.run(handle_signals=False))
-    ready = asyncio.create_task(consumer.ready.wait())
-    await asyncio.wait({task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()
-    try:
-        yield consumer
-    finally:
-        consumer.stop()
-        await asyncio.wait_for(task, 30)
-
-
-async def queue_depth(amqp_url: str, name: str) -> int:
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(name, passive=True)
-        return int(queue.declaration_result.message_count or 0)
-    finally:
-        await connection.close()
-
-
-async def depth_reaches(amqp_url: str, name: str, depth: int, deadline_s: float) -> None:
-    async with asyncio.timeout(deadline_s):
-        while await queue_depth(amqp_url, name) != depth:  # noqa: ASYNC110 - broker state
-            await asyncio.sleep(0.1)
 
 
 async def peek_via_management(

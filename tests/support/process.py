@@ -11,6 +11,11 @@ from pathlib import Path
 
 import httpx
 
+ROOT = Path(__file__).parents[2]
+
+# Short leases and few shards: a claim cut off by a crash fires again within seconds.
+FAST_LEASE = {"DISPATCHER_LEASE_S": "3", "DISPATCHER_SHARD_COUNT": "32"}
+
 
 class DispatcherProcess:
     def __init__(
@@ -91,3 +96,16 @@ class DispatcherProcess:
                 self.terminate(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``python <args>`` from the project root, in its own session, output appended to ``log``."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
