@@ -96,7 +96,9 @@ async def cancel_job(job_id: uuid.UUID, node: NodeDep) -> schemas.JobOut:
 async def list_jobs(
     node: NodeDep,
     state: models.JobState | None = None,
-    routing_key: Annotated[str | None, Query(max_length=255)] = None,
+    routing_key: Annotated[
+        str | None, Query(max_length=255, pattern=schemas.ROUTING_KEY.pattern)
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: uuid.UUID | None = None,
 ) -> schemas.JobPage | JSONResponse:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import orjson
@@ -30,6 +30,7 @@ from dispatcher.settings import Settings
 # Topic-exchange words: no wildcards (a job is published, not bound), no empty words.
 ROUTING_KEY = re.compile(r"^[A-Za-z0-9_\-:]+(\.[A-Za-z0-9_\-:]+)*$")
 AMQP_SHORTSTR_BYTES = 255
+INT64_MAX = 2**63 - 1  # PostgreSQL bigint, AMQP long-long, orjson: no integer may exceed it
 
 HeaderValue = StrictStr | StrictBool | StrictInt | StrictFloat
 
@@ -48,7 +49,7 @@ class JobCreate(BaseModel):
     idempotency_key: Annotated[StrictStr, Field(min_length=1, max_length=255)] | None = None
     headers: dict[str, HeaderValue] = Field(default_factory=dict)
     priority: Annotated[StrictInt, Field(ge=0, le=9)] | None = None
-    ttl_ms: Annotated[StrictInt, Field(ge=1)] | None = Field(
+    ttl_ms: Annotated[StrictInt, Field(ge=1, le=INT64_MAX)] | None = Field(
         None, description="expire the job if it cannot be dispatched by run_at + ttl_ms"
     )
 
@@ -147,11 +148,46 @@ class Problem(BaseModel):
     state: str | None = None
 
 
+def unstorable(text: str) -> str | None:
+    """Why PostgreSQL could not store this text (it holds no NUL, UTF-8 no lone surrogate)."""
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def check_headers(
+    headers: dict[str, HeaderValue], settings: Settings, field_prefix: str = ""
+) -> None:
+    """The configured header limits, and values PostgreSQL and AMQP can hold."""
+    if len(headers) > settings.max_headers:
+        raise errors.InvalidField(
+            f"{field_prefix}headers", f"at most {settings.max_headers} headers"
+        )
+    for name, value in headers.items():
+        problem = unstorable(name) or (unstorable(value) if isinstance(value, str) else None)
+        if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            problem = "integers must fit in 64 bits"
+        if problem:
+            raise errors.InvalidField(f"{field_prefix}headers.{name}", problem)
+        if len(name.encode()) + len(str(value).encode()) > settings.max_header_bytes:
+            raise errors.InvalidField(
+                f"{field_prefix}headers.{name}",
+                f"name and value must fit in {settings.max_header_bytes} bytes",
+            )
+
+
 def to_spec(
     job: JobCreate, settings: Settings, *, now: datetime, field_prefix: str = ""
 ) -> models.JobSpec:
     """Check the configurable limits and turn a request into what the intake stores."""
-    payload = orjson.dumps(job.payload)
+    try:
+        payload = orjson.dumps(job.payload)
+    except TypeError as exc:  # an integer past 64 bits, a lone surrogate
+        raise errors.InvalidField(f"{field_prefix}payload", f"cannot be encoded: {exc}") from None
     if len(payload) > settings.max_payload_bytes:
         raise errors.PayloadTooLarge(
             f"{field_prefix}payload", len(payload), settings.max_payload_bytes
@@ -160,16 +196,9 @@ def to_spec(
         raise errors.InvalidField(
             f"{field_prefix}routing_key", f"must be at most {settings.max_routing_key_bytes} bytes"
         )
-    if len(job.headers) > settings.max_headers:
-        raise errors.InvalidField(
-            f"{field_prefix}headers", f"at most {settings.max_headers} headers"
-        )
-    for name, value in job.headers.items():
-        if len(name.encode()) + len(str(value).encode()) > settings.max_header_bytes:
-            raise errors.InvalidField(
-                f"{field_prefix}headers.{name}",
-                f"name and value must fit in {settings.max_header_bytes} bytes",
-            )
+    check_headers(job.headers, settings, field_prefix)
+    if job.idempotency_key is not None and (problem := unstorable(job.idempotency_key)):
+        raise errors.InvalidField(f"{field_prefix}idempotency_key", problem)
     if job.idempotency_key is not None and (
         len(job.idempotency_key) > settings.max_idempotency_key_length
     ):
@@ -177,13 +206,16 @@ def to_spec(
             f"{field_prefix}idempotency_key",
             f"must be at most {settings.max_idempotency_key_length} characters",
         )
-    if job.run_at is not None:
-        run_at = job.run_at
-    else:
-        run_at = now + timedelta(milliseconds=job.delay_ms or 0)
+    field = "run_at" if job.run_at is not None else "delay_ms"
+    try:  # a year past 9999 (or before 1) once in UTC cannot be stored
+        if job.run_at is not None:
+            run_at = job.run_at.astimezone(UTC)
+        else:
+            run_at = now + timedelta(milliseconds=job.delay_ms or 0)
+    except OverflowError:
+        raise errors.InvalidField(f"{field_prefix}{field}", "out of range") from None
     latest = now + timedelta(days=settings.max_delay_days)
     if run_at > latest:
-        field = "run_at" if job.run_at is not None else "delay_ms"
         raise errors.InvalidField(
             f"{field_prefix}{field}", f"must be within {settings.max_delay_days} days from now"
         )
