@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run down test test-unit lint fmt typecheck check bench clean
+.PHONY: help venv run down test test-unit lint fmt typecheck check bench soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ check: lint typecheck ## lint and typecheck
 bench: $(STAMP) ## run the benchmarks against throwaway services; prints tables, writes bench/results/
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m bench.run_all
+
+soak: $(STAMP) ## hold a steady load for 10 minutes: lost jobs, duplicates, lateness and RSS over time
+	$(BIN)/python -m bench.soak --duration-s $${SOAK_S:-600} --rate $${SOAK_RATE:-500}
 
 clean: ## remove the venv, caches and local service data
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -1,10 +1,14 @@
 """Markers and cross-cutting fixtures only; the service fixtures live in tests/services."""
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.services.ports import free_port
+from tests.support.cluster import SESSION_S, SHARDS, Cluster
 from tests.support.collector import Collector
+from tests.support.process import FAST_LEASE, DispatcherProcess
 
 pytest_plugins = ["tests.services.fixtures"]
 
@@ -16,3 +20,36 @@ async def collector(amqp_url: str) -> AsyncIterator[Collector]:
     await consumer.start()
     yield consumer
     await consumer.stop()
+
+
+@pytest.fixture
+def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[DispatcherProcess]:
+    """One single-node dispatcher process; its log is printed when the test ends."""
+    process = DispatcherProcess(
+        tmp_path,
+        port=free_port(),
+        env={
+            "DISPATCHER_DATABASE_URL": database_url,
+            "DISPATCHER_AMQP_URL": amqp_url,
+            **FAST_LEASE,
+        },
+    )
+    process.start()
+    yield process
+    print(process.logs(200))
+    process.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, database_url: str, amqp_url: str, zk_hosts: str) -> Iterator[Cluster]:
+    """Dispatcher processes sharing a ZooKeeper chroot; the test starts the nodes it needs."""
+    env = {
+        "DISPATCHER_DATABASE_URL": database_url,
+        "DISPATCHER_AMQP_URL": amqp_url,
+        "DISPATCHER_ZK_HOSTS": zk_hosts,
+        "DISPATCHER_ZK_SESSION_TIMEOUT_S": str(SESSION_S),
+        "DISPATCHER_LEASE_S": "4",
+    }
+    group = Cluster(tmp_path, env, shard_count=SHARDS)
+    yield group
+    group.stop()

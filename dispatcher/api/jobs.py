@@ -92,7 +92,9 @@ async def list_jobs(
     node: NodeDep,
     caller: auth.Producer,
     state: models.JobState | None = None,
-    routing_key: Annotated[str | None, Query(max_length=255, pattern="^[^\x00]*$")] = None,
+    routing_key: Annotated[
+        str | None, Query(max_length=255, pattern=schemas.ROUTING_KEY.pattern)
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: uuid.UUID | None = None,
 ) -> Response:

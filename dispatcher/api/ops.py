@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from dispatcher import keys
-from dispatcher.api import auth
+from dispatcher.api import auth, schemas
 from dispatcher.api.jobs import NodeDep
 
 router = APIRouter(tags=["operations"])
+
+# Every route here but /healthz takes a key once keys are configured.
+REFUSALS: dict[int | str, dict[str, object]] = {
+    code: {"model": schemas.Problem, "content": {"application/json": {}}} for code in (401, 403)
+}
 
 
 @router.get("/healthz")
@@ -19,7 +24,10 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    responses={503: {"description": "not ready; `checks` names what failed"}, **REFUSALS},
+)
 async def readyz(node: NodeDep, caller: auth.AnyKey) -> JSONResponse:
     """200 when PostgreSQL and RabbitMQ answer and this node owns shards; 503 otherwise."""
     checks = await node.readiness()
@@ -31,12 +39,13 @@ async def readyz(node: NodeDep, caller: auth.AnyKey) -> JSONResponse:
     )
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, responses=REFUSALS)
 async def metrics(node: NodeDep, caller: auth.Monitor) -> Response:
+    """Prometheus text format."""
     return Response(node.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/v1/cluster")
+@router.get("/v1/cluster", responses=REFUSALS)
 async def cluster(node: NodeDep, caller: auth.Admin) -> dict[str, object]:
     """This node, the leader, the members, and the shards each owns with their epochs."""
     return await node.ownership.describe()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dispatcher import errors
@@ -36,13 +37,16 @@ def problem(
     *,
     fields: list[dict[str, str]] | None = None,
     **extra: Any,
-) -> JSONResponse:
+) -> Response:
     body: dict[str, Any] = {"error": error, "message": message, "fields": fields or []}
     body.update(extra)
-    return JSONResponse(body, status_code=status)
+    # ASCII-escaped: a field name echoed from the request may hold a lone surrogate, which
+    # UTF-8 cannot encode (JSONResponse would fail and answer 500).
+    content = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
+    return Response(content, status_code=status, media_type="application/json")
 
 
-async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+async def _invalid_request(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     fields = []
     for error in exc.errors():
@@ -58,7 +62,7 @@ async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     return problem(422, "invalid_request", summary, fields=fields)
 
 
-async def _dispatcher_error(request: Request, exc: Exception) -> JSONResponse:
+async def _dispatcher_error(request: Request, exc: Exception) -> Response:
     match exc:
         case errors.InvalidField():
             fields = [{"field": exc.field, "message": exc.detail}]
@@ -84,8 +88,13 @@ async def _dispatcher_error(request: Request, exc: Exception) -> JSONResponse:
     return problem(500, "internal", "internal error")
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # FastAPI's answer to a body it could not even decode (not UTF-8): name the body too.
+        message = "not a JSON document (it could not be decoded)"
+        fields = [{"field": "body", "message": message}]
+        return problem(400, "malformed_json", f"body: {message}", fields=fields)
     return problem(exc.status_code, "http_error", str(exc.detail))
 
 

@@ -31,8 +31,7 @@ from dispatcher.settings import Settings
 # Topic-exchange words: no wildcards (a job is published, not bound), no empty words.
 ROUTING_KEY = re.compile(r"^[A-Za-z0-9_\-:]+(\.[A-Za-z0-9_\-:]+)*$")
 AMQP_SHORTSTR_BYTES = 255
-# PostgreSQL text and jsonb cannot hold U+0000 (a payload can: it is stored as bytes).
-NO_NUL = "must not contain the NUL character (U+0000)"
+INT64_MAX = 2**63 - 1  # PostgreSQL bigint, AMQP long-long, orjson: no integer may exceed it
 
 HeaderValue = StrictStr | StrictBool | StrictInt | StrictFloat
 
@@ -51,7 +50,7 @@ class JobCreate(BaseModel):
     idempotency_key: Annotated[StrictStr, Field(min_length=1, max_length=255)] | None = None
     headers: dict[str, HeaderValue] = Field(default_factory=dict)
     priority: Annotated[StrictInt, Field(ge=0, le=9)] | None = None
-    ttl_ms: Annotated[StrictInt, Field(ge=1)] | None = Field(
+    ttl_ms: Annotated[StrictInt, Field(ge=1, le=INT64_MAX)] | None = Field(
         None, description="expire the job if it cannot be dispatched by run_at + ttl_ms"
     )
 
@@ -66,21 +65,12 @@ class JobCreate(BaseModel):
             raise ValueError(f"must be at most {AMQP_SHORTSTR_BYTES} bytes")
         return value
 
-    @field_validator("idempotency_key")
-    @classmethod
-    def _idempotency_key_text(cls, value: str | None) -> str | None:
-        if value is not None and "\x00" in value:
-            raise ValueError(NO_NUL)
-        return value
-
     @field_validator("headers")
     @classmethod
     def _headers_not_reserved(cls, value: dict[str, HeaderValue]) -> dict[str, HeaderValue]:
-        for name, header in value.items():
+        for name in value:
             if not name:
                 raise ValueError("header names must not be empty")
-            if "\x00" in name or (isinstance(header, str) and "\x00" in header):
-                raise ValueError(NO_NUL)
             if contract.is_reserved_header(name):
                 raise ValueError(f"header {name!r} is reserved for the dispatcher and RabbitMQ")
         return value
@@ -179,11 +169,46 @@ def json_response(content: object, status_code: int = 200) -> Response:
     )
 
 
+def unstorable(text: str) -> str | None:
+    """Why PostgreSQL could not store this text (it holds no NUL, UTF-8 no lone surrogate)."""
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def check_headers(
+    headers: dict[str, HeaderValue], settings: Settings, field_prefix: str = ""
+) -> None:
+    """The configured header limits, and values PostgreSQL and AMQP can hold."""
+    if len(headers) > settings.max_headers:
+        raise errors.InvalidField(
+            f"{field_prefix}headers", f"at most {settings.max_headers} headers"
+        )
+    for name, value in headers.items():
+        problem = unstorable(name) or (unstorable(value) if isinstance(value, str) else None)
+        if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            problem = "integers must fit in 64 bits"
+        if problem:
+            raise errors.InvalidField(f"{field_prefix}headers.{name}", problem)
+        if len(name.encode()) + len(str(value).encode()) > settings.max_header_bytes:
+            raise errors.InvalidField(
+                f"{field_prefix}headers.{name}",
+                f"name and value must fit in {settings.max_header_bytes} bytes",
+            )
+
+
 def to_spec(
     job: JobCreate, settings: Settings, *, now: datetime, field_prefix: str = ""
 ) -> models.JobSpec:
     """Check the configurable limits and turn a request into what the intake stores."""
-    payload = orjson.dumps(job.payload)
+    try:
+        payload = orjson.dumps(job.payload)
+    except TypeError as exc:  # an integer past 64 bits, a lone surrogate
+        raise errors.InvalidField(f"{field_prefix}payload", f"cannot be encoded: {exc}") from None
     if len(payload) > settings.max_payload_bytes:
         raise errors.PayloadTooLarge(
             f"{field_prefix}payload", len(payload), settings.max_payload_bytes
@@ -192,16 +217,9 @@ def to_spec(
         raise errors.InvalidField(
             f"{field_prefix}routing_key", f"must be at most {settings.max_routing_key_bytes} bytes"
         )
-    if len(job.headers) > settings.max_headers:
-        raise errors.InvalidField(
-            f"{field_prefix}headers", f"at most {settings.max_headers} headers"
-        )
-    for name, value in job.headers.items():
-        if len(name.encode()) + len(str(value).encode()) > settings.max_header_bytes:
-            raise errors.InvalidField(
-                f"{field_prefix}headers.{name}",
-                f"name and value must fit in {settings.max_header_bytes} bytes",
-            )
+    check_headers(job.headers, settings, field_prefix)
+    if job.idempotency_key is not None and (problem := unstorable(job.idempotency_key)):
+        raise errors.InvalidField(f"{field_prefix}idempotency_key", problem)
     if job.idempotency_key is not None and (
         len(job.idempotency_key) > settings.max_idempotency_key_length
     ):
@@ -209,13 +227,16 @@ def to_spec(
             f"{field_prefix}idempotency_key",
             f"must be at most {settings.max_idempotency_key_length} characters",
         )
-    if job.run_at is not None:
-        run_at = job.run_at.astimezone(UTC)  # answered and stored alike, whatever the offset
-    else:
-        run_at = now + timedelta(milliseconds=job.delay_ms or 0)
+    field = "run_at" if job.run_at is not None else "delay_ms"
+    try:  # a year past 9999 (or before 1) once in UTC cannot be stored
+        if job.run_at is not None:
+            run_at = job.run_at.astimezone(UTC)
+        else:
+            run_at = now + timedelta(milliseconds=job.delay_ms or 0)
+    except OverflowError:
+        raise errors.InvalidField(f"{field_prefix}{field}", "out of range") from None
     latest = now + timedelta(days=settings.max_delay_days)
     if run_at > latest:
-        field = "run_at" if job.run_at is not None else "delay_ms"
         raise errors.InvalidField(
             f"{field_prefix}{field}", f"must be within {settings.max_delay_days} days from now"
         )

@@ -1,5 +1,5 @@
-"""The consumer SDK end to end: the examples against a dispatcher, a consumer process killed
-with -9, and dead jobs brought back with `dispatcher dlq requeue`."""
+"""The consumer SDK end to end: the examples against a dispatcher, and dead jobs brought back
+with `dispatcher dlq requeue`. A consumer killed with -9 is in tests/faults."""
 
 from __future__ import annotations
 
@@ -9,64 +9,19 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import aio_pika
 import pytest
 
 from consumers_sdk import Consumer, Job
-from tests.services.ports import free_port
 from tests.services.rabbitmq import RabbitServer
 from tests.support.jobs_out import job, publish
-from tests.support.process import DispatcherProcess
+from tests.support.process import DispatcherProcess, spawn
+from tests.support.queues import wait_for_queue
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).parents[2]
-PREFETCH = 5
-
-
-def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, *args],
-            cwd=ROOT,
-            env={**os.environ, **env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-async def queue_exists(amqp_url: str, name: str) -> bool:
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel()
-        await channel.declare_queue(name, passive=True)
-        return True
-    except aio_pika.exceptions.ChannelClosed:
-        return False
-    finally:
-        await connection.close()
-
-
-async def wait_for_queue(amqp_url: str, name: str) -> None:
-    async with asyncio.timeout(30):
-        while not await queue_exists(amqp_url, name):  # noqa: ASYNC110 - another process declares it
-            await asyncio.sleep(0.2)
-
-
-@pytest.fixture
-def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[DispatcherProcess]:
-    process = DispatcherProcess(
-        tmp_path,
-        port=free_port(),
-        env={"DISPATCHER_DATABASE_URL": database_url, "DISPATCHER_AMQP_URL": amqp_url},
-    )
-    process.start()
-    yield process
-    process.stop()
 
 
 async def test_the_example_producer_and_consumer_work_against_a_dispatcher(
@@ -94,60 +49,6 @@ async def test_the_example_producer_and_consumer_work_against_a_dispatcher(
         assert await asyncio.to_thread(consumer.wait, 30) == 0
     orders = sorted(line.split()[2] for line in log.read_text().splitlines() if "expiring" in line)
     assert orders == ["0", "1", "2", "3"]
-
-
-def ledger(results: Path) -> list[tuple[str, str, bool]]:
-    """(event, job id, redelivered) per line the recording consumers wrote, in order."""
-    lines = [line.split() for line in results.read_text().splitlines() if line.strip()]
-    return [(parts[0], parts[1], parts[2:] == ["1"]) for parts in lines]
-
-
-def most_in_flight(events: list[tuple[str, str, bool]]) -> int:
-    running: set[str] = set()
-    most = 0
-    for event, job_id, _ in events:
-        if event == "start":
-            running.add(job_id)
-        else:
-            running.discard(job_id)
-        most = max(most, len(running))
-    return most
-
-
-async def test_a_consumer_killed_mid_handling_loses_nothing(tmp_path: Path, amqp_url: str) -> None:
-    results = tmp_path / "handled.txt"
-    results.touch()
-    env = {"AMQP_URL": amqp_url, "RESULTS_FILE": str(results), "PREFETCH": str(PREFETCH)}
-    args = ["-m", "consumers_sdk", "tests.support.recording_consumer:consumer"]
-    first = spawn(args, env, tmp_path / "first.log")
-    await wait_for_queue(amqp_url, "crashy.crash.work")
-    ids = await publish(amqp_url, [job("crash.work", i) for i in range(40)])
-    await eventually(lambda: sum(e == "done" for e, _, _ in ledger(results)) >= 8, 30)
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait(10)
-    before = ledger(results)
-    done_before = {job_id for event, job_id, _ in before if event == "done"}
-    cut_off = {job_id for event, job_id, _ in before if event == "start"} - done_before
-    assert cut_off, "killed while handlers were running"
-    assert most_in_flight(before) <= PREFETCH
-
-    second = spawn(args, env, tmp_path / "second.log")
-    try:
-        await eventually(lambda: set(ids) <= {j for e, j, _ in ledger(results) if e == "done"}, 60)
-    finally:
-        second.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(second.wait, 30) == 0
-    after = ledger(results)[len(before) :]
-    redelivered = {job_id for event, job_id, again in after if event == "start" and again}
-    assert cut_off <= redelivered, "the jobs cut off were redelivered to the other consumer"
-    assert most_in_flight(after) <= PREFETCH
-    done = [job_id for event, job_id, _ in ledger(results) if event == "done"]
-    print(
-        f"\nconsumer kill -9 with {len(cut_off)} jobs mid-handler after {len(done_before)} done: "
-        f"{len(set(done))} handled, {len(done) - len(set(done))} handled twice, "
-        f"{len(set(ids) - set(done))} lost"
-    )
-    assert set(ids) <= set(done)
 
 
 async def test_dlq_requeue_brings_dead_jobs_back_with_fresh_attempts(

@@ -234,6 +234,7 @@ JOB = {"routing_key": "a", "payload": 1}
 
 BAD_REQUESTS: list[tuple[str, str, bytes, int, str]] = [
     ("malformed JSON", "/v1/jobs", b'{"routing_key": "a", ', 400, "body"),
+    ("not UTF-8", "/v1/jobs", b"\xff", 400, "body"),
     ("wrong type", "/v1/jobs", b'{"routing_key": 5, "payload": 1}', 422, "routing_key"),
     (
         "unknown field",
@@ -271,6 +272,106 @@ BAD_REQUESTS: list[tuple[str, str, bytes, int, str]] = [
         "headers",
     ),
     ("not an object", "/v1/jobs", b"[1, 2]", 422, "body"),
+    # Found by the fuzz tests: all but the last of these once answered 500.
+    (
+        "payload integer past 64 bits",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": 1180591620717411303424}',
+        422,
+        "payload",
+    ),
+    (
+        "header integer past 64 bits",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": 1, "headers": {"h": 1180591620717411303424}}',
+        422,
+        "headers.h",
+    ),
+    (
+        "delay past any date",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": 1, "delay_ms": 1180591620717411303424}',
+        422,
+        "delay_ms",
+    ),
+    (
+        "ttl past 64 bits",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": 1, "ttl_ms": 1180591620717411303424}',
+        422,
+        "ttl_ms",
+    ),
+    (
+        "run_at before year 1 in UTC",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": 1, "run_at": "0001-01-01T00:00:00+14:00"}',
+        422,
+        "run_at",
+    ),
+    (
+        "header with NUL",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": 1, "headers": {"h": "a\\u0000b"}}',
+        422,
+        "headers.h",
+    ),
+    (
+        "header with a lone surrogate",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": 1, "headers": {"h": "\\ud800"}}',
+        422,
+        "headers.h",
+    ),
+    (
+        "idempotency key with NUL",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": 1, "idempotency_key": "k\\u0000"}',
+        422,
+        "idempotency_key",
+    ),
+    (
+        "payload with a lone surrogate",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": "\\ud800"}',
+        422,
+        "payload",
+    ),
+    (
+        "unknown field named by a lone surrogate",
+        "/v1/jobs",
+        b'{"routing_key": "a", "payload": 1, "\\ud800": 1}',
+        422,
+        "body",
+    ),
+    # The limits of the README at their defaults (configured values: tests/unit/test_schemas.py).
+    (
+        "too many headers",
+        "/v1/jobs",
+        orjson.dumps({**JOB, "headers": {f"h{i}": i for i in range(33)}}),
+        422,
+        "headers",
+    ),
+    (
+        "header too large",
+        "/v1/jobs",
+        orjson.dumps({**JOB, "headers": {"h": "v" * 1024}}),
+        422,
+        "headers.h",
+    ),
+    (
+        "idempotency key too long",
+        "/v1/jobs",
+        orjson.dumps({**JOB, "idempotency_key": "k" * 256}),
+        422,
+        "idempotency_key",
+    ),
+    (
+        "run_at too far ahead",
+        "/v1/jobs",
+        orjson.dumps({**JOB, "run_at": "2999-01-01T00:00:00Z"}),
+        422,
+        "run_at",
+    ),
     (
         "batch item invalid",
         "/v1/jobs/batch",
@@ -332,6 +433,18 @@ async def test_bad_input_is_refused_by_name_and_stores_nothing(
     assert field in [item["field"] for item in problem["fields"]], problem
     assert problem["message"]
     assert await row_count(database_url) == before
+
+
+@pytest.mark.parametrize("routing_key", ["a\x00", "\ud800", "orders.*"])
+async def test_a_list_filter_that_is_no_routing_key_is_refused_by_name(
+    node: Node, routing_key: str
+) -> None:
+    async with client(node) as http:
+        response = await http.get(
+            "/v1/jobs", params={"routing_key": routing_key.encode("utf-8", "surrogatepass")}
+        )
+    assert response.status_code == 422, response.text
+    assert response.json()["fields"][0]["field"] == "routing_key"
 
 
 async def test_operations_endpoints(node: Node) -> None:

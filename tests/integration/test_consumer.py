@@ -7,8 +7,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,10 +16,12 @@ import aio_pika
 import httpx
 import pytest
 
-from consumers_sdk import Consumer, Job, MemoryDeduplicator, Reject, Retry, topology
+from consumers_sdk import Consumer, Job, MemoryDeduplicator, Reject, Retry, contract, topology
 from tests.services.ports import free_port
 from tests.services.rabbitmq import RabbitServer
+from tests.support.consumers import running
 from tests.support.jobs_out import job, new_id, publish, publish_raw
+from tests.support.queues import depth_reaches, queue_depth
 from tests.support.waiting import eventually
 
 TIERS = (0.3, 0.6, 1.2)
@@ -29,36 +30,6 @@ WORK = "billing.orders.expire"
 
 def fixed(seconds: float) -> Callable[[int], float]:
     return lambda _attempt: seconds
-
-
-@asynccontextmanager
-async def running(consumer: Consumer) -> AsyncIterator[Consumer]:
-    task = asyncio.create_task(consumer.run(handle_signals=False))
-    ready = asyncio.create_task(consumer.ready.wait())
-    await asyncio.wait({task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()
-    try:
-        yield consumer
-    finally:
-        consumer.stop()
-        await asyncio.wait_for(task, 30)
-
-
-async def queue_depth(amqp_url: str, name: str) -> int:
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(name, passive=True)
-        return int(queue.declaration_result.message_count or 0)
-    finally:
-        await connection.close()
-
-
-async def depth_reaches(amqp_url: str, name: str, depth: int, deadline_s: float) -> None:
-    async with asyncio.timeout(deadline_s):
-        while await queue_depth(amqp_url, name) != depth:  # noqa: ASYNC110 - broker state
-            await asyncio.sleep(0.1)
 
 
 async def peek_via_management(
@@ -176,7 +147,26 @@ async def test_prefetch_bounds_the_jobs_in_flight(amqp_url: str) -> None:
     assert consumer.max_in_flight <= 3
 
 
-async def test_reject_and_undecodable_deliveries_go_straight_to_dead(
+async def publish_without_message_id(
+    rabbit: RabbitServer, amqp_url: str, routing_key: str, body: bytes
+) -> None:
+    """Through the management API: aiormq gives every message it publishes a message_id."""
+    vhost = urlsplit(amqp_url).path.lstrip("/")
+    async with httpx.AsyncClient(base_url=rabbit.mgmt_url, auth=("guest", "guest")) as http:
+        response = await http.post(
+            f"/api/exchanges/{vhost}/{contract.EXCHANGE}/publish",
+            json={
+                "routing_key": routing_key,
+                "payload": body.decode(),
+                "payload_encoding": "string",
+                "properties": {"content_type": "application/json", "delivery_mode": 2},
+            },
+        )
+    response.raise_for_status()
+    assert response.json()["routed"] is True
+
+
+async def test_reject_and_malformed_deliveries_go_straight_to_dead_and_block_nothing(
     amqp_url: str, rabbit_server: RabbitServer
 ) -> None:
     consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
@@ -188,25 +178,30 @@ async def test_reject_and_undecodable_deliveries_go_straight_to_dead(
         if job.payload == "poison":
             raise Reject("cannot expire a paid order")
 
+    malformed = {
+        "not JSON": aio_pika.Message(
+            b"not json", content_type="application/json", message_id="m-1"
+        ),
+        "wrong content type": aio_pika.Message(b"{}", content_type="text/plain", message_id="m-2"),
+    }
     async with running(consumer):
         await publish(amqp_url, [job("orders.expire", "poison")])
-        await publish_raw(
-            amqp_url,
-            "orders.expire",
-            aio_pika.Message(b"not json", content_type="application/json", message_id="m-1"),
-        )
-        await publish_raw(
-            amqp_url,
-            "orders.expire",
-            aio_pika.Message(b"{}", content_type="text/plain", message_id="m-2"),
-        )
-        await publish(amqp_url, [job("orders.expire", "fine")])
-        await eventually(lambda: "fine" in handled, 20)
-        await asyncio.sleep(0.5)
+        for message in malformed.values():
+            await publish_raw(amqp_url, "orders.expire", message)
+        await publish_without_message_id(rabbit_server, amqp_url, "orders.expire", b"{}")
+        # Good jobs behind the malformed ones are handled: the queue is not blocked.
+        await publish(amqp_url, [job("orders.expire", f"fine-{i}") for i in range(5)])
+        await eventually(lambda: len(handled) == 6, 20)
+        await depth_reaches(amqp_url, topology.dead_queue(WORK), 4, 10)
     assert handled.count("poison") == 1
+    assert sorted(handled[1:]) == [f"fine-{i}" for i in range(5)]
     dead = await peek_via_management(rabbit_server, amqp_url, topology.dead_queue(WORK))
-    errors = sorted(m["properties"]["headers"]["x-dead-error"].split(":")[0] for m in dead)
-    assert errors == ["Reject", "Undecodable", "Undecodable"]
+    reasons = sorted(m["properties"]["headers"]["x-dead-error"] for m in dead)
+    assert [reason.split(":")[0] for reason in reasons] == ["Reject"] + ["Undecodable"] * 3
+    assert any("content_type 'text/plain'" in reason for reason in reasons), reasons
+    assert any("neither message_id nor x-job-id" in reason for reason in reasons), reasons
+    assert any("JSON" in reason or "json" in reason for reason in reasons[1:]), reasons
+    assert await queue_depth(amqp_url, WORK) == 0
 
 
 async def test_sync_handlers_run_off_the_event_loop_and_timeouts_count_as_failures(

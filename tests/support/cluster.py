@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,9 @@ import httpx
 
 from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
+
+SESSION_S = 3.0  # ZooKeeper session timeout for test clusters: failover within seconds
+SHARDS = 32
 
 
 class Cluster:
@@ -71,3 +75,10 @@ class Cluster:
             if node.is_running():
                 node.resume()
             node.stop()
+
+
+async def start_nodes(cluster: Cluster, *names: str) -> None:
+    """Start the named nodes in turn, then wait until the live ones share every shard."""
+    for name in names:
+        await asyncio.to_thread(cluster.start, name)
+    await asyncio.to_thread(cluster.wait_converged, {node.name for node in cluster.live()})

@@ -127,18 +127,34 @@ class Collector:
             except TimeoutError:
                 return
 
+    async def reckon(
+        self, accepted: dict[str, float], *, deadline_s: float = 90, quiet_s: float = 1.5
+    ) -> Ledger:
+        """Wait for every accepted job (or the deadline), then for late duplicates; the ledger."""
+        await self.wait_for(accepted, deadline_s)
+        await self.settle(quiet_s)
+        return self.ledger(accepted)
+
     def ledger(self, accepted: dict[str, float], *, tolerance_s: float = 0.0) -> Ledger:
         """Classify accepted jobs (id -> run_at seconds) against what arrived."""
-        ledger = Ledger()
-        for job_id, run_at_s in accepted.items():
-            got = self.deliveries.get(job_id, [])
-            if not got:
-                ledger.lost.append(job_id)
-                continue
-            if min(d.received_at for d in got) < run_at_s - tolerance_s:
-                ledger.early.append(job_id)
-            if len(got) == 1:
-                ledger.once += 1
-            else:
-                ledger.duplicated[job_id] = len(got)
-        return ledger
+        arrivals = {job_id: [d.received_at for d in got] for job_id, got in self.deliveries.items()}
+        return classify(accepted, arrivals, tolerance_s=tolerance_s)
+
+
+def classify(
+    accepted: dict[str, float], arrivals: dict[str, list[float]], *, tolerance_s: float = 0.0
+) -> Ledger:
+    """Accepted jobs (id -> due, epoch seconds) against their arrival times (id -> [times])."""
+    ledger = Ledger()
+    for job_id, run_at_s in accepted.items():
+        got = arrivals.get(job_id, [])
+        if not got:
+            ledger.lost.append(job_id)
+            continue
+        if min(got) < run_at_s - tolerance_s:
+            ledger.early.append(job_id)
+        if len(got) == 1:
+            ledger.once += 1
+        else:
+            ledger.duplicated[job_id] = len(got)
+    return ledger

@@ -11,10 +11,21 @@ from pathlib import Path
 
 import httpx
 
+ROOT = Path(__file__).parents[2]
+
+# Short leases and few shards: a claim cut off by a crash fires again within seconds.
+FAST_LEASE = {"DISPATCHER_LEASE_S": "3", "DISPATCHER_SHARD_COUNT": "32"}
+
 
 class DispatcherProcess:
     def __init__(
-        self, log_dir: Path, *, port: int, env: dict[str, str], name: str = "node"
+        self,
+        log_dir: Path,
+        *,
+        port: int,
+        env: dict[str, str],
+        name: str = "node",
+        api_key: str | None = None,
     ) -> None:
         self.port = port
         self.name = name
@@ -26,6 +37,7 @@ class DispatcherProcess:
             **env,
         }
         self._log_path = log_dir / f"dispatcher-{name}.log"
+        self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._process: subprocess.Popen[bytes] | None = None
 
     def start(self, *, ready_timeout: float = 30.0) -> None:
@@ -46,7 +58,7 @@ class DispatcherProcess:
             if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited early:\n{self.logs()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/readyz", headers=self.auth, timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -91,3 +103,16 @@ class DispatcherProcess:
                 self.terminate(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``python <args>`` from the project root, in its own session, output appended to ``log``."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )

@@ -1,8 +1,9 @@
 """A consumer process for kill -9 tests: appends ``start <id> <redelivered>`` when a handler
-begins and ``done <id>`` when it returns (just before the ack) to RESULTS_FILE."""
+begins and ``done <id> <epoch seconds>`` when it returns (just before the ack) to RESULTS_FILE."""
 
 import asyncio
 import os
+import time
 
 from consumers_sdk import Consumer, Job
 
@@ -18,4 +19,4 @@ def record(line: str) -> None:
 async def work(job: Job) -> None:
     record(f"start {job.id} {int(job.message.redelivered or False)}")
     await asyncio.sleep(0.2)
-    record(f"done {job.id}")
+    record(f"done {job.id} {time.time():.6f}")

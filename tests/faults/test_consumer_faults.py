@@ -1,0 +1,152 @@
+"""Faults on the consuming side: an SDK consumer process killed with -9 mid-handling (its unacked
+jobs are redelivered), and RabbitMQ restarted while jobs sit in the SDK's retry wait queues and in
+its dead-letter queue (quorum queues, at-least-once dead-lettering: none lost)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import aio_pika
+import pytest
+
+from consumers_sdk import Consumer, Job, Reject, topology
+from consumers_sdk import job as job_mod
+from tests.services.rabbitmq import RabbitServer
+from tests.support.collector import classify
+from tests.support.consumers import running
+from tests.support.process import DispatcherProcess, spawn
+from tests.support.queues import depth_reaches, wait_for_queue
+from tests.support.schedule import schedule_spread
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.faults
+PREFETCH = 20
+
+
+def events(results: Path) -> list[tuple[str, str, str]]:
+    """(event, job id, extra) per line the recording consumers wrote, in order: ``start`` lines
+    carry the redelivered flag, ``done`` lines the time the handler returned."""
+    lines = [line.split() for line in results.read_text().splitlines() if line.strip()]
+    return [(parts[0], parts[1], parts[2] if len(parts) > 2 else "") for parts in lines]
+
+
+def most_in_flight(log: list[tuple[str, str, str]]) -> int:
+    running_now: set[str] = set()
+    most = 0
+    for event, job_id, _ in log:
+        if event == "start":
+            running_now.add(job_id)
+        else:
+            running_now.discard(job_id)
+        most = max(most, len(running_now))
+    return most
+
+
+def handled_at(log: list[tuple[str, str, str]]) -> dict[str, list[float]]:
+    done: dict[str, list[float]] = {}
+    for event, job_id, at in log:
+        if event == "done":
+            done.setdefault(job_id, []).append(float(at))
+    return done
+
+
+async def test_a_consumer_killed_mid_handling_has_its_unacked_jobs_redelivered(
+    tmp_path: Path, dispatcher: DispatcherProcess, amqp_url: str
+) -> None:
+    results = tmp_path / "handled.txt"
+    results.touch()
+    env = {"AMQP_URL": amqp_url, "RESULTS_FILE": str(results), "PREFETCH": str(PREFETCH)}
+    args = ["-m", "consumers_sdk", "tests.support.recording_consumer:consumer"]
+    first = spawn(args, env, tmp_path / "first.log")
+    await wait_for_queue(amqp_url, "crashy.crash.work")
+    accepted = await schedule_spread(dispatcher.url, 1000, over_s=4, routing_key="crash.work")
+    await eventually(lambda: sum(e == "done" for e, _, _ in events(results)) >= 150, 30)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(10)
+    before = events(results)
+    done_before = {job_id for event, job_id, _ in before if event == "done"}
+    cut_off = {job_id for event, job_id, _ in before if event == "start"} - done_before
+    assert cut_off, "killed while handlers were running"
+    assert most_in_flight(before) <= PREFETCH
+
+    second = spawn(args, env, tmp_path / "second.log")
+    try:
+        await eventually(lambda: accepted.keys() <= handled_at(events(results)).keys(), 60)
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(second.wait, 30) == 0
+    after = events(results)[len(before) :]
+    redelivered = {job_id for event, job_id, again in after if event == "start" and again == "1"}
+    ledger = classify(accepted, handled_at(events(results)))
+    print(
+        f"\nconsumer kill -9 with {len(cut_off)} jobs mid-handler after {len(done_before)} done, "
+        f"{len(redelivered)} redelivered; handled {ledger}"
+    )
+    assert cut_off <= redelivered, "the jobs cut off were redelivered to the other consumer"
+    assert most_in_flight(after) <= PREFETCH
+    assert ledger.lost == []
+    assert ledger.early == []
+
+
+RETRY_TIER_S = 10.0  # long enough that the retries still wait when the broker goes down
+
+
+async def drain(amqp_url: str, queue_name: str) -> dict[str, list[float]]:
+    """Consume (and ack) everything in a queue: message id -> times taken."""
+    taken: dict[str, list[float]] = {}
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(queue_name, passive=True)
+        while (message := await queue.get(fail=False)) is not None:
+            assert message.headers.get(job_mod.DEAD_ERROR), "a dead job carries its reason"
+            taken.setdefault(message.message_id or "", []).append(time.time())
+            await message.ack()
+    finally:
+        await connection.close()
+    return taken
+
+
+async def test_a_broker_restart_loses_no_job_waiting_to_retry_or_dead(
+    dispatcher: DispatcherProcess, amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    consumer = Consumer(amqp_url, group="faulty", prefetch=200, retry_tiers=(RETRY_TIER_S,))
+    succeeded: dict[str, list[float]] = {}
+
+    @consumer.handler("faults.retry", max_attempts=5, backoff=lambda _: RETRY_TIER_S)
+    async def flaky(job: Job) -> None:
+        if job.attempt == 1:
+            raise RuntimeError("first attempt fails")
+        succeeded.setdefault(job.id, []).append(time.time())
+
+    @consumer.handler("faults.poison")
+    async def poison(job: Job) -> None:
+        raise Reject("never handled")
+
+    retry_work = topology.work_queue("faulty", "faults.retry")
+    dead = topology.dead_queue(topology.work_queue("faulty", "faults.poison"))
+    async with running(consumer):
+        retries = await schedule_spread(
+            dispatcher.url, 1000, over_s=2, routing_key="faults.retry", batch=1000
+        )
+        poisoned = await schedule_spread(
+            dispatcher.url, 500, over_s=2, routing_key="faults.poison", batch=500
+        )
+        waiting = topology.wait_queue(retry_work, RETRY_TIER_S)
+        await depth_reaches(amqp_url, waiting, len(retries), 30)
+        await depth_reaches(amqp_url, dead, len(poisoned), 30)
+        await asyncio.to_thread(rabbit_server.restart)
+        await eventually(lambda: retries.keys() <= succeeded.keys(), 90)
+    retried = classify(retries, succeeded)
+    parked = classify(poisoned, await drain(amqp_url, dead))
+    print(
+        f"\nRabbitMQ restarted with {len(retries)} jobs in {waiting} and {len(poisoned)} in "
+        f"{dead}: retried {retried}; dead-lettered {parked}"
+    )
+    for ledger in (retried, parked):
+        assert ledger.lost == []
+        assert ledger.early == []

@@ -1,0 +1,41 @@
+"""Looking at RabbitMQ queues from outside: does one exist, how deep is it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aio_pika
+
+
+async def queue_exists(amqp_url: str, name: str) -> bool:
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        await channel.declare_queue(name, passive=True)
+        return True
+    except aio_pika.exceptions.ChannelClosed:
+        return False
+    finally:
+        await connection.close()
+
+
+async def wait_for_queue(amqp_url: str, name: str) -> None:
+    async with asyncio.timeout(30):
+        while not await queue_exists(amqp_url, name):  # noqa: ASYNC110 - another process declares it
+            await asyncio.sleep(0.2)
+
+
+async def queue_depth(amqp_url: str, name: str) -> int:
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(name, passive=True)
+        return int(queue.declaration_result.message_count or 0)
+    finally:
+        await connection.close()
+
+
+async def depth_reaches(amqp_url: str, name: str, depth: int, deadline_s: float) -> None:
+    async with asyncio.timeout(deadline_s):
+        while await queue_depth(amqp_url, name) != depth:  # noqa: ASYNC110 - broker state
+            await asyncio.sleep(0.1)
