@@ -30,7 +30,12 @@ async def get_node(request: Request) -> Node:
 NodeDep = Annotated["Node", Depends(get_node)]
 
 
-@router.post("", response_model=schemas.JobSubmitted, status_code=201, responses=ERRORS)
+@router.post(
+    "",
+    response_model=schemas.JobSubmitted,
+    status_code=201,
+    responses={200: {"description": "the job stored earlier under this idempotency key"}, **ERRORS},
+)
 async def create_job(body: schemas.JobCreate, node: NodeDep, caller: auth.Producer) -> Response:
     """Schedule one job. 201 once it is committed; 200 with the existing job for a known key."""
     auth.check_routing_key(caller, body.routing_key, "routing_key")
@@ -42,7 +47,12 @@ async def create_job(body: schemas.JobCreate, node: NodeDep, caller: auth.Produc
     )
 
 
-@router.post("/batch", response_model=schemas.BatchOut, status_code=201, responses=ERRORS)
+@router.post(
+    "/batch",
+    response_model=schemas.BatchOut,
+    status_code=201,
+    responses={200: {"description": "every job was stored earlier under its key"}, **ERRORS},
+)
 async def create_jobs(
     body: schemas.JobBatchCreate, node: NodeDep, caller: auth.Producer
 ) -> Response:
