@@ -89,6 +89,22 @@ class Settings(BaseSettings):
         False, description="answer 401 even while no key is configured (fail closed)"
     )
 
+    # Job history, retention and statistics
+    retention_days: float = Field(
+        7.0, gt=0, description="finished jobs (and their events) are deleted after this long"
+    )
+    retention_batch: int = Field(1000, ge=1, description="rows per retention DELETE")
+    stats_interval_s: float = Field(
+        15.0, gt=0, description="job counts (console, /metrics) and retention run this often"
+    )
+    events_batch: int = Field(500, ge=1, description="consumer events recorded per round trip")
+    metrics_routing_keys: int = Field(
+        50, ge=0, description="distinct routing keys labelled in metrics; the rest are 'other'"
+    )
+    rabbitmq_ui_url: str = Field(
+        "", description="RabbitMQ UI for the console's links; empty: the management URL"
+    )
+
     log_level: str = "INFO"
 
     @field_validator("api_keys")

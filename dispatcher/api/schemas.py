@@ -119,6 +119,24 @@ class JobOut(BaseModel):
     ttl_ms: int | None
     publish_attempts: int
     namespace: str | None = None
+    last_error: str | None = Field(None, description="a dead job's error, from its consumer")
+
+
+class HistoryEntry(BaseModel):
+    """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired`` (from
+    the job's own timestamps) and the consumers' ``started``, ``failed``, ``succeeded``, ``dead``,
+    and ``requeued``."""
+
+    event: str
+    at: datetime
+    attempt: int | None = None
+    group: str | None = None
+    consumer: str | None = None
+    error: str | None = None
+
+
+class JobWithHistory(JobOut):
+    history: list[HistoryEntry]
 
 
 class JobSubmitted(JobOut):
@@ -165,9 +183,44 @@ def job_document(job: models.Job, *, created: bool | None = None) -> dict[str, o
         "ttl_ms": job.ttl_ms,
         "publish_attempts": job.publish_attempts,
         "namespace": job.namespace,
+        "last_error": job.last_error,
     }
     if created is not None:
         document["created"] = created
+    return document
+
+
+def history_document(job: models.Job, events: list[models.JobEvent]) -> dict[str, object]:
+    """``job_document`` plus ``history`` (``JobWithHistory``), oldest first.
+
+    The dispatcher's own steps come from the row's timestamps, so the hot paths write no event
+    rows. ``dispatched_at`` is the latest dispatch (a requeue fires the job again), and it is
+    marked after RabbitMQ's confirm, which may be after a fast consumer's first event: so
+    ``dispatched`` is placed by meaning, after the last ``requeued`` (or ``scheduled``) and
+    before the consumers' events that follow, not by its time.
+    """
+    consumer_steps: list[dict[str, object]] = [
+        {
+            "event": event.outcome,
+            "at": event.at,
+            "attempt": event.attempt,
+            "group": event.group,
+            "consumer": event.consumer,
+            "error": event.error,
+        }
+        for event in events
+    ]
+    requeues = [i for i, event in enumerate(events) if event.outcome == "requeued"]
+    split = requeues[-1] + 1 if requeues else 0
+    steps: list[dict[str, object]] = [{"event": "scheduled", "at": job.created_at}]
+    steps.extend(consumer_steps[:split])
+    if job.dispatched_at is not None:
+        steps.append({"event": "dispatched", "at": job.dispatched_at})
+    steps.extend(consumer_steps[split:])
+    if job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED):
+        steps.append({"event": job.state.value, "at": job.updated_at})
+    document = job_document(job)
+    document["history"] = steps
     return document
 
 

@@ -9,14 +9,12 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import aio_pika
 import pytest
 
 from consumers_sdk import Consumer, Job
-from tests.services.ports import free_port
 from tests.services.rabbitmq import RabbitServer
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess
@@ -55,18 +53,6 @@ async def wait_for_queue(amqp_url: str, name: str) -> None:
     async with asyncio.timeout(30):
         while not await queue_exists(amqp_url, name):  # noqa: ASYNC110 - another process declares it
             await asyncio.sleep(0.2)
-
-
-@pytest.fixture
-def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[DispatcherProcess]:
-    process = DispatcherProcess(
-        tmp_path,
-        port=free_port(),
-        env={"DISPATCHER_DATABASE_URL": database_url, "DISPATCHER_AMQP_URL": amqp_url},
-    )
-    process.start()
-    yield process
-    process.stop()
 
 
 async def test_the_example_producer_and_consumer_work_against_a_dispatcher(
