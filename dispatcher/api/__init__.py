@@ -8,6 +8,7 @@ from fastapi import FastAPI
 
 from dispatcher.api import jobs, ops, problems
 from dispatcher.api.body_limit import BodyLimit
+from dispatcher.api.timing import Timing
 
 if TYPE_CHECKING:
     from dispatcher.node import Node
@@ -26,4 +27,5 @@ def create_api(node: Node) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(ops.router)
     app.add_middleware(BodyLimit, max_bytes=node.settings.max_body_bytes)
+    app.add_middleware(Timing, histogram=node.metrics.api_latency)  # outermost: times it all
     return app

@@ -1,16 +1,21 @@
-"""Operations: liveness, readiness, metrics, the cluster view."""
+"""Operations: liveness, readiness, metrics, statistics, the cluster view."""
 
 from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from urllib.parse import unquote, urlsplit
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from dispatcher import keys
-from dispatcher.api import auth
+from dispatcher import keys, models
+from dispatcher.api import auth, schemas
 from dispatcher.api.jobs import NodeDep
 
 router = APIRouter(tags=["operations"])
+NEXT_DUE = 20
 
 
 @router.get("/healthz")
@@ -34,6 +39,34 @@ async def readyz(node: NodeDep, caller: auth.AnyKey) -> JSONResponse:
 @router.get("/metrics")
 async def metrics(node: NodeDep, caller: auth.Monitor) -> Response:
     return Response(node.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/stats")
+async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
+    """Jobs per state and routing key (as of ``counted_at``: refreshed every
+    ``stats_interval_s``), the next jobs due, and this node's scheduler figures."""
+    snapshot = node.housekeeper.snapshot
+    by_state = dict.fromkeys((state.value for state in models.JobState), 0)
+    for count in snapshot.counts:
+        by_state[count.state] += count.jobs
+    due = await node.history.next_due(NEXT_DUE)
+    return schemas.json_response(
+        {
+            "counted_at": datetime.fromtimestamp(snapshot.taken_at_s, UTC)
+            if snapshot.taken_at_s
+            else None,
+            "by_state": by_state,
+            "counts": [dataclasses.asdict(count) for count in snapshot.counts],
+            "next_due": [
+                {"id": str(d.id), "routing_key": d.routing_key, "run_at": d.run_at} for d in due
+            ],
+            "node": node.settings.node_id,
+            "heap_size": len(node.heap),
+            "rabbitmq_ui": node.rabbitmq_ui_url(),
+            "rabbitmq_vhost": unquote(urlsplit(node.settings.amqp_url).path[1:]) or "/",
+            "exchange": node.settings.exchange,
+        }
+    )
 
 
 @router.get("/v1/cluster")
