@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,9 +15,16 @@ import httpx
 
 class DispatcherProcess:
     def __init__(
-        self, log_dir: Path, *, port: int, env: dict[str, str], name: str = "node"
+        self,
+        log_dir: Path,
+        *,
+        port: int,
+        env: dict[str, str],
+        name: str = "node",
+        api_key: str | None = None,
     ) -> None:
         self.port = port
+        self._auth = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.name = name
         self.url = f"http://127.0.0.1:{port}"
         self._env = {
@@ -46,7 +54,10 @@ class DispatcherProcess:
             if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited early:\n{self.logs()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if (
+                    httpx.get(f"{self.url}/readyz", headers=self._auth, timeout=1).status_code
+                    == 200
+                ):
                     return
             except httpx.HTTPError:
                 pass
@@ -91,3 +102,29 @@ class DispatcherProcess:
                 self.terminate(10)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def served(
+    log_dir: Path,
+    database_url: str,
+    amqp_url: str,
+    *,
+    env: dict[str, str] | None = None,
+    api_key: str | None = None,
+) -> Iterator[DispatcherProcess]:
+    """A started dispatcher on a free port for a fixture to yield from; stopped afterwards."""
+    from tests.services.ports import free_port
+
+    process = DispatcherProcess(
+        log_dir,
+        port=free_port(),
+        env={
+            "DISPATCHER_DATABASE_URL": database_url,
+            "DISPATCHER_AMQP_URL": amqp_url,
+            **(env or {}),
+        },
+        api_key=api_key,
+    )
+    process.start()
+    yield process
+    process.stop()
