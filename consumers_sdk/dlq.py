@@ -43,9 +43,9 @@ def work_queue_of(dead_queue: str) -> str:
     return dead_queue.removesuffix(topology.DEAD_SUFFIX)
 
 
-async def list_dead(amqp_url: str, management_url: str) -> list[DeadQueue]:
-    """The dead-letter queues of the AMQP URL's vhost with their message counts (the management
-    API refreshes counts every few seconds)."""
+async def list_queues(amqp_url: str, management_url: str) -> list[tuple[str, int]]:
+    """(name, messages) of every queue of the AMQP URL's vhost, by name (the management API
+    refreshes counts every few seconds)."""
     parts = urlsplit(management_url)
     auth = (unquote(parts.username or "guest"), unquote(parts.password or "guest"))
     base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path.rstrip('/')}"
@@ -56,14 +56,16 @@ async def list_dead(amqp_url: str, management_url: str) -> list[DeadQueue]:
             response.raise_for_status()
     except httpx.HTTPError as exc:
         raise DlqError(f"RabbitMQ management API at {base}: {exc!r}") from exc
-    return sorted(
-        (
-            DeadQueue(q["name"], int(q.get("messages") or 0), work_queue_of(q["name"]))
-            for q in response.json()
-            if q["name"].endswith(topology.DEAD_SUFFIX)
-        ),
-        key=lambda queue: queue.name,
-    )
+    return sorted((q["name"], int(q.get("messages") or 0)) for q in response.json())
+
+
+async def list_dead(amqp_url: str, management_url: str) -> list[DeadQueue]:
+    """The dead-letter queues of the AMQP URL's vhost with their message counts."""
+    return [
+        DeadQueue(name, messages, work_queue_of(name))
+        for name, messages in await list_queues(amqp_url, management_url)
+        if name.endswith(topology.DEAD_SUFFIX)
+    ]
 
 
 def progress_bar(done: int, total: int) -> None:

@@ -69,6 +69,20 @@ async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
     )
 
 
+@router.get("/v1/queues")
+async def queues(node: NodeDep, caller: auth.Monitor) -> Response:
+    """The queues of the dispatcher's vhost with their message counts, from RabbitMQ's
+    management API (for the console's links); 503 when it does not answer."""
+    from consumers_sdk import dlq
+    from consumers_sdk import errors as sdk_errors
+
+    try:
+        listed = await dlq.list_queues(node.settings.amqp_url, node.settings.amqp_management_url)
+    except sdk_errors.DlqError as exc:
+        return JSONResponse({"error": "unavailable", "message": str(exc)}, status_code=503)
+    return schemas.json_response([{"name": n, "messages": m} for n, m in listed])
+
+
 @router.get("/v1/cluster")
 async def cluster(node: NodeDep, caller: auth.Admin) -> dict[str, object]:
     """This node, the leader, the members, and the shards each owns with their epochs."""
