@@ -177,19 +177,25 @@ def encode_event(event: JobEvent) -> bytes:
     ).encode()
 
 
+def _text(value: object, limit: int = 255) -> str:
+    # PostgreSQL text cannot hold U+0000, and an exception message may carry one.
+    return str(value).replace("\x00", "\ufffd")[:limit]
+
+
 def decode_event(body: bytes) -> JobEvent:
-    """Inverse of ``encode_event``; raises ValueError for anything else."""
+    """Inverse of ``encode_event``; raises ValueError for anything else. Text is cut to its limit
+    and NUL characters are replaced, so whatever a consumer sent can be stored."""
     try:
         data = json.loads(body)
         event = JobEvent(
             event_id=str(uuid.UUID(data["event_id"])),
             job_id=str(uuid.UUID(data["job_id"])),
-            routing_key=str(data["routing_key"]),
-            group=str(data["group"]),
-            consumer=str(data["consumer"]),
+            routing_key=_text(data["routing_key"]),
+            group=_text(data["group"]),
+            consumer=_text(data["consumer"]),
             attempt=int(data["attempt"]),
             outcome=str(data["outcome"]),
-            error=None if data.get("error") is None else str(data["error"])[:EVENT_ERROR_LIMIT],
+            error=None if data.get("error") is None else _text(data["error"], EVENT_ERROR_LIMIT),
             at=parse_run_at(str(data["at"])),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -198,4 +204,6 @@ def decode_event(body: bytes) -> JobEvent:
         raise ValueError(f"unknown outcome {event.outcome!r}")
     if event.at.tzinfo is None:
         raise ValueError("event time without an offset")
+    if not 0 <= event.attempt < 2**31:
+        raise ValueError(f"attempt {event.attempt} out of range")
     return event

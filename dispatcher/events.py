@@ -100,15 +100,7 @@ class EventsConsumer:
                 events.append(contract.decode_event(message.body))
             except ValueError as exc:  # not ours to keep: acked and dropped
                 logger.warning("events: dropped a message that is not a job event: %s", exc)
-        delay = 0.2
-        while True:
-            try:
-                recorded = await self._store.record(events)
-                break
-            except errors.StoreUnavailable as exc:
-                logger.warning("events: not recorded (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+        recorded = await self._store_retrying(events)
         for event in recorded:
             self._metrics.consumer_outcomes.labels(
                 outcome=event.outcome, routing_key=self._metrics.key_label(event.routing_key)
@@ -121,3 +113,23 @@ class EventsConsumer:
             Exception
         ) as exc:  # the channel is gone: the broker redelivers, recording is idempotent
             logger.info("events: batch not acked (%r); it will be redelivered", exc)
+
+    async def _store_retrying(self, events: list[contract.JobEvent]) -> list[contract.JobEvent]:
+        """Record, retrying while PostgreSQL is away. An event PostgreSQL refuses would come back
+        forever (and stop every node in turn): the batch is recorded one by one without it."""
+        delay = 0.2
+        while True:
+            try:
+                return await self._store.record(events)
+            except errors.InvalidEvent as exc:
+                if len(events) == 1:
+                    logger.warning("events: dropped %s: %s", events[0].event_id, exc)
+                    return []
+                recorded = []
+                for event in events:
+                    recorded.extend(await self._store_retrying([event]))
+                return recorded
+            except errors.StoreUnavailable as exc:
+                logger.warning("events: not recorded (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import asyncpg
+
 from consumers_sdk import contract
-from dispatcher import models
+from dispatcher import errors, models
 from dispatcher.store import queries
 from dispatcher.store.db import Database
 
@@ -41,19 +43,27 @@ class HistoryStore:
         if not events:
             return []
         async with self._db.connection(BACKGROUND_TIMEOUT_S) as connection:
-            rows = await connection.fetch(
-                queries.RECORD_EVENTS,
-                [uuid.UUID(e.event_id) for e in events],
-                [uuid.UUID(e.job_id) for e in events],
-                [e.outcome for e in events],
-                [e.attempt for e in events],
-                [e.group for e in events],
-                [e.consumer for e in events],
-                [e.error for e in events],
-                [e.at for e in events],
-            )
+            try:
+                rows = await self._record(connection, events)
+            except asyncpg.DataError as exc:
+                raise errors.InvalidEvent(str(exc)) from exc
         new = {str(row["event_id"]) for row in rows}
         return [event for event in events if event.event_id in new]
+
+    async def _record(
+        self, connection: asyncpg.pool.PoolConnectionProxy, events: Sequence[contract.JobEvent]
+    ) -> list[asyncpg.Record]:
+        return await connection.fetch(
+            queries.RECORD_EVENTS,
+            [uuid.UUID(e.event_id) for e in events],
+            [uuid.UUID(e.job_id) for e in events],
+            [e.outcome for e in events],
+            [e.attempt for e in events],
+            [e.group for e in events],
+            [e.consumer for e in events],
+            [e.error for e in events],
+            [e.at for e in events],
+        )
 
     async def events(self, job_id: uuid.UUID) -> list[models.JobEvent]:
         async with self._db.connection() as connection:

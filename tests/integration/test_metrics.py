@@ -43,6 +43,9 @@ async def test_metrics_cover_jobs_per_routing_key_scheduler_outcomes_and_api_lat
         await asyncio.sleep(0.3)  # one more stats round: the final state is counted
         text = (await http.get("/metrics")).text
         stats = (await http.get("/v1/stats")).json()
+        console = await http.get("/console", follow_redirects=True)
+        assert console.status_code == 200
+        assert "<title>Delay dispatcher console</title>" in console.text
 
     for line in (
         'dispatcher_jobs_submitted_total{routing_key="a.one"} 2.0',
