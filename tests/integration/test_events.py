@@ -3,6 +3,7 @@ up a handler, and the dispatcher's store records each event once."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from datetime import UTC, datetime
@@ -12,12 +13,13 @@ import aio_pika
 import asyncpg
 import httpx
 
-from consumers_sdk import Consumer, Job, contract, topology
+from consumers_sdk import Consumer, Job, contract, reporter, topology
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from tests.integration.test_consumer import TIERS, WORK, depth_reaches, fixed, queue_depth, running
 from tests.services.rabbitmq import RabbitServer
 from tests.support.jobs_out import job, publish
+from tests.support.nodes import client, running_node
 from tests.support.waiting import eventually
 
 
@@ -154,3 +156,35 @@ async def test_the_store_records_each_event_once_and_moves_the_job_to_its_final_
         await db.close()
     finally:
         await connection.close()
+
+
+async def test_nodes_share_one_events_queue_and_record_each_event_once(
+    database_url: str, amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    settings = {"database_url": database_url, "amqp_url": amqp_url, "shard_count": 4}
+    async with (
+        running_node(node_id="a", **settings) as first,
+        running_node(node_id="b", **settings) as second,
+        client(second) as http,
+    ):
+        job_id = (await http.post("/v1/jobs", json={"routing_key": "a.b", "payload": 1})).json()[
+            "id"
+        ]
+        vhost = quote(unquote(urlsplit(amqp_url).path.lstrip("/")), safe="")
+        async with httpx.AsyncClient(base_url=rabbit_server.mgmt_url, auth=("guest", "guest")) as m:
+            # The management API shows consumers once its stats were collected.
+            async def consumers() -> int:
+                queue = (await m.get(f"/api/queues/{vhost}/{contract.EVENTS_QUEUE}")).json()
+                return int(queue.get("consumers") or 0)
+
+            async with asyncio.timeout(20):
+                while await consumers() != 2:  # noqa: ASYNC110 - broker state
+                    await asyncio.sleep(0.3)
+        events = reporter.EventReporter(amqp_url, group="g", consumer="c")
+        events.open()
+        for attempt in range(1, 41):
+            events.report(job_id=job_id, routing_key="a.b", attempt=attempt, outcome="failed")
+        await events.close(10)
+        await eventually(lambda: first.events.recorded + second.events.recorded == 40, 10)
+        history = (await http.get(f"/v1/jobs/{job_id}")).json()["history"]
+    assert [step["attempt"] for step in history if step["event"] == "failed"] == list(range(1, 41))
