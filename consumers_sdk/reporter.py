@@ -20,6 +20,7 @@ from collections import deque
 from datetime import UTC, datetime
 
 import aio_pika
+import aiormq
 from aio_pika.abc import AbstractConnection, AbstractExchange
 
 from consumers_sdk import contract, topology
@@ -123,7 +124,12 @@ class EventReporter:
                     timeout=self._timeout_s,
                 )
                 channel = await connection.channel(publisher_confirms=True)
-                await topology.declare_events(channel)
+                try:
+                    await topology.declare_events(channel)
+                except aiormq.exceptions.ChannelAccessRefused as exc:
+                    # A consumer's user may lack configure rights: the dispatcher declares them.
+                    logger.info("job events topology not declared (%r); publishing anyway", exc)
+                    channel = await connection.channel(publisher_confirms=True)
                 exchange = await channel.get_exchange(contract.EVENTS_EXCHANGE, ensure=False)
                 while True:
                     await self._publish_buffer(exchange)
