@@ -109,9 +109,8 @@ class EventsConsumer:
         try:
             # Deliveries of one channel arrive in order, so the last one acks the whole batch.
             await batch[-1].ack(multiple=True)
-        except (
-            Exception
-        ) as exc:  # the channel is gone: the broker redelivers, recording is idempotent
+        except Exception as exc:
+            # The channel is gone: the broker redelivers them, and recording is idempotent.
             logger.info("events: batch not acked (%r); it will be redelivered", exc)
 
     async def _store_retrying(self, events: list[contract.JobEvent]) -> list[contract.JobEvent]:

@@ -175,8 +175,9 @@ function renderCluster(cluster) {
   fill(
     $("cluster").tBodies[0],
     nodes.map((node) => {
-      const shards = Object.keys(cluster.assignment[node] || {}).length && !Array.isArray(cluster.assignment[node])
-        ? Object.keys(cluster.assignment[node]) : cluster.assignment[node] || [];
+      // A list of shards (single-node) or a {shard: epoch} map (ZooKeeper).
+      const owned = cluster.assignment[node] || [];
+      const shards = Array.isArray(owned) ? owned : Object.keys(owned);
       return row([node, node === cluster.leader ? "leader" : "", shards.length, ranges(shards)]);
     }),
   );
