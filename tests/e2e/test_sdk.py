@@ -88,6 +88,15 @@ def ledger(results: Path) -> list[tuple[str, str, bool]]:
     return [(parts[0], parts[1], parts[2:] == ["1"]) for parts in lines]
 
 
+def done_of(events: list[tuple[str, str, bool]]) -> set[str]:
+    return {job_id for event, job_id, _ in events if event == "done"}
+
+
+def running_in(results: Path) -> bool:
+    events = ledger(results)
+    return bool({job_id for event, job_id, _ in events if event == "start"} - done_of(events))
+
+
 def most_in_flight(events: list[tuple[str, str, bool]]) -> int:
     running: set[str] = set()
     most = 0
@@ -108,11 +117,13 @@ async def test_a_consumer_killed_mid_handling_loses_nothing(tmp_path: Path, amqp
     first = spawn(args, env, tmp_path / "first.log")
     await wait_for_queue(amqp_url, "crashy.crash.work")
     ids = await publish(amqp_url, [job("crash.work", i) for i in range(40)])
-    await eventually(lambda: sum(e == "done" for e, _, _ in ledger(results)) >= 8, 30)
+    # Kill once 8 are done and some handler is mid-way (they run in lockstep: between two rounds
+    # every started job is done, for the few milliseconds the acks and the next deliveries take).
+    await eventually(lambda: len(done_of(ledger(results))) >= 8 and running_in(results), 30)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait(10)
     before = ledger(results)
-    done_before = {job_id for event, job_id, _ in before if event == "done"}
+    done_before = done_of(before)
     cut_off = {job_id for event, job_id, _ in before if event == "start"} - done_before
     assert cut_off, "killed while handlers were running"
     assert most_in_flight(before) <= PREFETCH
