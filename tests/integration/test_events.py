@@ -188,3 +188,34 @@ async def test_nodes_share_one_events_queue_and_record_each_event_once(
         await eventually(lambda: first.events.recorded + second.events.recorded == 40, 10)
         history = (await http.get(f"/v1/jobs/{job_id}")).json()["history"]
     assert [step["attempt"] for step in history if step["event"] == "failed"] == list(range(1, 41))
+
+
+async def test_a_blocked_broker_never_holds_up_handlers_and_events_follow_once_unblocked(
+    amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    def consumer_of(handled: list[str]) -> Consumer:
+        made = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
+        made.handler("orders.expire")(lambda job: handled.append(job.id))
+        return made
+
+    async with running(consumer_of([])):  # declares the queues, then goes away
+        pass
+    ids = await publish(amqp_url, [job("orders.expire", {"order": n}) for n in range(5)])
+    handled: list[str] = []
+    consumer = consumer_of(handled)
+    # A memory alarm: RabbitMQ stops reading from any connection that publishes.
+    await asyncio.to_thread(rabbit_server.ctl, "set_vm_memory_high_watermark", "0.000001")
+    try:
+        async with running(consumer):
+            await eventually(lambda: len(handled) == 5, 20)
+            await depth_reaches(amqp_url, WORK, 0, 10)  # handled and acked while blocked
+            assert consumer.events is not None
+            assert consumer.events.pending > 0  # held back by the block, in memory
+            await asyncio.to_thread(rabbit_server.ctl, "set_vm_memory_high_watermark", "0.4")
+            await eventually(
+                lambda: consumer.events is not None and not consumer.events.pending, 30
+            )
+    finally:
+        await asyncio.to_thread(rabbit_server.ctl, "set_vm_memory_high_watermark", "0.4")
+    events = await drain_events(amqp_url)
+    assert sorted(e.job_id for e in events if e.outcome == "succeeded") == sorted(ids)
