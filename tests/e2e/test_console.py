@@ -1,6 +1,6 @@
 """The web console in a real headless browser (Debian's chromium through Selenium): it opens with
-an API key, finds a job by id with its history, and requeues a dead job. A screenshot is saved to
-test-artifacts/console.png."""
+an API key, finds a job by idempotency key and by id with its history, and requeues a dead job.
+A screenshot is saved to test-artifacts/console.png."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     dispatcher: DispatcherProcess, amqp_url: str, browser: webdriver.Chrome
 ) -> None:
     http = httpx.Client(base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"})
-    job = {"routing_key": "orders.expire", "payload": {"order": 7}}
+    job = {"routing_key": "orders.expire", "payload": {"order": 7}, "idempotency_key": "order-7"}
     job_id = http.post("/v1/jobs", json=job).json()["id"]
     until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dispatched")
     asyncio.run(report_dead(amqp_url, job_id))  # as a consumer that gave up would
@@ -82,7 +82,12 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     wait.until(lambda b: "node" in b.find_element(By.ID, "cluster").text)
     wait.until(lambda b: "dispatcher.events" in b.find_element(By.ID, "queues").text)
 
-    browser.find_element(By.ID, "search").send_keys(job_id)
+    search = browser.find_element(By.ID, "search")
+    search.send_keys("order-7")  # by idempotency key
+    browser.find_element(By.ID, "search-go").click()
+    wait.until(lambda b: job_id in b.find_element(By.ID, "job").text)
+    search.clear()
+    search.send_keys(job_id)  # by id
     browser.find_element(By.ID, "search-go").click()
     wait.until(lambda b: "RuntimeError: order 7 is locked" in b.find_element(By.ID, "job").text)
     history = browser.find_element(By.ID, "history").text
