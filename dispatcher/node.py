@@ -9,7 +9,6 @@ import logging
 import signal
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
 
@@ -229,16 +228,6 @@ class Node:
                 "API auth is off: no API key is configured, every caller may do everything",
                 extra={"action": "auth"},
             )
-
-    def rabbitmq_ui_url(self) -> str:
-        """Where the console links to queues: the setting, or the management URL without its
-        credentials."""
-        if self.settings.rabbitmq_ui_url:
-            return self.settings.rabbitmq_ui_url.rstrip("/")
-        parts = urlsplit(self.settings.amqp_management_url)
-        host = parts.hostname or "127.0.0.1"
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
 
     async def readiness(self) -> dict[str, bool]:
         return {

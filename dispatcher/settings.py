@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -115,3 +116,13 @@ class Settings(BaseSettings):
 
     def static_keys(self) -> list[keys.StaticKey]:
         return keys.parse_static(self.api_keys.get_secret_value())
+
+    def rabbitmq_ui(self) -> str:
+        """Where the console links to queues: ``rabbitmq_ui_url``, or the management URL without
+        its credentials."""
+        if self.rabbitmq_ui_url:
+            return self.rabbitmq_ui_url.rstrip("/")
+        parts = urlsplit(self.amqp_management_url)
+        host = parts.hostname or "127.0.0.1"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))

@@ -10,6 +10,8 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from consumers_sdk import dlq
+from consumers_sdk import errors as sdk_errors
 from dispatcher import keys, models
 from dispatcher.api import auth, schemas
 from dispatcher.api.jobs import NodeDep
@@ -62,7 +64,7 @@ async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
             ],
             "node": node.settings.node_id,
             "heap_size": len(node.heap),
-            "rabbitmq_ui": node.rabbitmq_ui_url(),
+            "rabbitmq_ui": node.settings.rabbitmq_ui(),
             "rabbitmq_vhost": unquote(urlsplit(node.settings.amqp_url).path[1:]) or "/",
             "exchange": node.settings.exchange,
         }
@@ -73,8 +75,6 @@ async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
 async def queues(node: NodeDep, caller: auth.Monitor) -> Response:
     """The queues of the dispatcher's vhost with their message counts, from RabbitMQ's
     management API (for the console's links); 503 when it does not answer."""
-    from consumers_sdk import dlq
-    from consumers_sdk import errors as sdk_errors
 
     try:
         listed = await dlq.list_queues(node.settings.amqp_url, node.settings.amqp_management_url)

@@ -194,7 +194,19 @@ function renderQueues(queues) {
   $("queues").replaceChildren(...links.map((link) => { const li = el("li"); li.appendChild(link); return li; }));
 }
 
+let refreshing = false; // a slow answer must not pile up polls behind it
+
 async function refresh() {
+  if (refreshing) return;
+  refreshing = true;
+  try {
+    await refreshAll();
+  } finally {
+    refreshing = false;
+  }
+}
+
+async function refreshAll() {
   const status = $("status");
   try {
     renderStats(await api("/v1/stats"));
