@@ -75,7 +75,6 @@ async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
 async def queues(node: NodeDep, caller: auth.Monitor) -> Response:
     """The queues of the dispatcher's vhost with their message counts, from RabbitMQ's
     management API (for the console's links); 503 when it does not answer."""
-
     try:
         listed = await dlq.list_queues(node.settings.amqp_url, node.settings.amqp_management_url)
     except sdk_errors.DlqError as exc:

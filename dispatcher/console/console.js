@@ -83,7 +83,9 @@ function renderStats(stats) {
       const bar = el("div", null, "bar");
       bar.style.width = `${Math.max(0, ((new Date(due.run_at) - Date.now()) / 1000 / horizon) * 100)}%`;
       bar.title = `${due.routing_key} ${due.id} at ${due.run_at}`;
-      li.append(el("span", since(due.run_at)), bar);
+      const what = el("div");
+      what.append(bar, el("small", due.routing_key));
+      li.append(el("span", since(due.run_at)), what);
       return li;
     }),
   );

@@ -70,6 +70,8 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     http = httpx.Client(base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"})
     job = {"routing_key": "orders.expire", "payload": {"order": 7}, "idempotency_key": "order-7"}
     job_id = http.post("/v1/jobs", json=job).json()["id"]
+    later = {"routing_key": "orders.remind", "payload": {"order": 8}, "delay_ms": 600_000}
+    http.post("/v1/jobs", json=later).raise_for_status()
     until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dispatched")
     asyncio.run(report_dead(amqp_url, job_id))  # as a consumer that gave up would
     until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dead")
@@ -80,6 +82,7 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     browser.find_element(By.ID, "key-save").click()
     wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"]'))
     wait.until(lambda b: "node" in b.find_element(By.ID, "cluster").text)
+    wait.until(lambda b: "orders.remind" in b.find_element(By.ID, "timeline").text)
     wait.until(lambda b: "dispatcher.events" in b.find_element(By.ID, "queues").text)
 
     search = browser.find_element(By.ID, "search")
