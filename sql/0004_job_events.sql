@@ -13,7 +13,8 @@ CREATE TABLE job_events (
     at             timestamptz NOT NULL,          -- when the consumer saw it
     recorded_at    timestamptz NOT NULL DEFAULT now(),
     CONSTRAINT job_events_outcome_known
-        CHECK (outcome IN ('started', 'succeeded', 'failed', 'dead', 'requeued'))
+        -- the consumers' four, and the dispatcher's requeued (with the dispatch it replaces)
+        CHECK (outcome IN ('started', 'succeeded', 'failed', 'dead', 'requeued', 'dispatched'))
 );
 CREATE INDEX job_events_job ON job_events (job_id, at);
 

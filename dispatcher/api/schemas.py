@@ -193,14 +193,16 @@ def job_document(job: models.Job, *, created: bool | None = None) -> dict[str, o
 def history_document(job: models.Job, events: list[models.JobEvent]) -> dict[str, object]:
     """``job_document`` plus ``history`` (``JobWithHistory``), oldest first.
 
-    The dispatcher's own steps come from the row's timestamps, so the hot paths write no event
-    rows. ``dispatched_at`` is the latest dispatch (a requeue fires the job again), and it is
-    marked after RabbitMQ's confirm, which may be after a fast consumer's first event: so
-    ``dispatched`` is placed by meaning, after the last ``requeued`` (or ``scheduled``) and
-    before the consumers' events that follow, not by its time.
+    The dispatcher's own steps come from the row's timestamps (so the hot paths write no event
+    rows), plus a ``dispatched`` event kept by each requeue for the dispatch it replaced. A job is
+    marked dispatched after RabbitMQ's confirm, which may come after a fast consumer's first
+    event, so each ``dispatched`` is placed by meaning, right after the ``scheduled`` or
+    ``requeued`` step it follows, not by its time.
     """
-    consumer_steps: list[dict[str, object]] = [
-        {
+    rounds: list[list[dict[str, object]]] = [[{"event": "scheduled", "at": job.created_at}]]
+    dispatches: list[dict[str, object]] = []
+    for event in events:
+        step: dict[str, object] = {
             "event": event.outcome,
             "at": event.at,
             "attempt": event.attempt,
@@ -208,15 +210,17 @@ def history_document(job: models.Job, events: list[models.JobEvent]) -> dict[str
             "consumer": event.consumer,
             "error": event.error,
         }
-        for event in events
-    ]
-    requeues = [i for i, event in enumerate(events) if event.outcome == "requeued"]
-    split = requeues[-1] + 1 if requeues else 0
-    steps: list[dict[str, object]] = [{"event": "scheduled", "at": job.created_at}]
-    steps.extend(consumer_steps[:split])
+        if event.outcome == "dispatched":
+            dispatches.append({"event": "dispatched", "at": event.at})
+        elif event.outcome == "requeued":
+            rounds.append([step])
+        else:
+            rounds[-1].append(step)
     if job.dispatched_at is not None:
-        steps.append({"event": "dispatched", "at": job.dispatched_at})
-    steps.extend(consumer_steps[split:])
+        dispatches.append({"event": "dispatched", "at": job.dispatched_at})
+    for round_steps, dispatch in zip(rounds, dispatches, strict=False):
+        round_steps.insert(1, dispatch)
+    steps = [step for round_steps in rounds for step in round_steps]
     if job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED):
         steps.append({"event": job.state.value, "at": job.updated_at})
     document = job_document(job)

@@ -167,17 +167,26 @@ SELECT outcome, attempt, consumer_group, consumer, error, at FROM job_events
 WHERE job_id = $1 ORDER BY at, attempt, outcome <> 'started'
 """
 
-# Put a dead job back on the schedule, due now, on a shard this node owns (so it fires from here),
-# and note it in its history. $1 id, $2 namespace filter, $3 shard, $4 node id.
+# Put a dead job back on the schedule, due now, on a shard this node owns (so it fires from here).
+# Its history keeps the dispatch being replaced (the row holds only the latest) and notes the
+# requeue. $1 id, $2 namespace filter, $3 shard, $4 node id.
 REQUEUE_DEAD_JOB: Final = """
-WITH requeued AS (
-    UPDATE jobs SET state = 'scheduled', run_at = now(), shard = $3, last_error = NULL,
-                    lease_until = NULL, claimed_by = NULL, updated_at = now()
+WITH old AS (
+    SELECT id, dispatched_at FROM jobs
     WHERE id = $1 AND state = 'dead' AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
-    RETURNING *
+    FOR UPDATE
+), requeued AS (
+    UPDATE jobs j SET state = 'scheduled', run_at = now(), shard = $3, last_error = NULL,
+                      dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
+                      updated_at = now()
+    FROM old WHERE j.id = old.id
+    RETURNING j.*
 ), noted AS (
     INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at)
-    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $4, now() FROM requeued
+    SELECT gen_random_uuid(), id, 'dispatched', 0, 'dispatcher', $4, dispatched_at
+    FROM old WHERE dispatched_at IS NOT NULL
+    UNION ALL
+    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $4, now() FROM old
 )
 SELECT * FROM requeued
 """

@@ -78,7 +78,18 @@ async def test_history_shows_every_attempt_and_the_final_state_and_a_dead_job_ca
         assert requeued.status_code == 200, requeued.text
         again = await job_when(http, doomed, "succeeded")
         events = [s["event"] for s in again["history"]]
-        # The requeue fired it again as a fresh delivery (attempts start over).
-        assert events[-4:] == ["requeued", "dispatched", "started", "succeeded"]
+        # The requeue fired it again as a fresh delivery (attempts start over); both dispatches
+        # stay in the history.
+        assert events == [
+            "scheduled",
+            "dispatched",
+            *["started", "failed"] * 2,
+            "started",
+            "dead",
+            "requeued",
+            "dispatched",
+            "started",
+            "succeeded",
+        ]
         assert events.count("dead") == 1
         assert (await http.post(f"/v1/jobs/{doomed}/requeue")).status_code == 409
