@@ -23,6 +23,7 @@ run: $(STAMP) ## start services, migrate, serve a dispatcher on http://127.0.0.1
 	$(BIN)/python -m tests.services.stack up
 	$(BIN)/dispatcher migrate
 	@echo "API docs:    http://127.0.0.1:8080/docs"
+	@echo "Console:     http://127.0.0.1:8080/console/"
 	@echo "RabbitMQ UI: http://127.0.0.1:15672  (guest / guest)"
 	@echo "Ctrl-C stops the dispatcher; 'make down' stops the services."
 	exec $(BIN)/dispatcher serve

@@ -24,7 +24,7 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
-from consumers_sdk import contract, dedup, delivery, retry, topology
+from consumers_sdk import contract, dedup, delivery, reporter, retry, topology
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +72,16 @@ class Consumer:
         consumer_timeout_s: float = RABBITMQ_CONSUMER_TIMEOUT_S,
         exchange: str = contract.EXCHANGE,
         rng: random.Random | None = None,
+        report_events: bool = True,
+        events_buffer: int = 10_000,
+        name: str | None = None,
     ) -> None:
         """``consumer_timeout_s`` is the broker's ``consumer_timeout`` (rabbitmq.conf): a delivery
-        not settled by then closes the channel, so handler timeouts must stay below it."""
+        not settled by then closes the channel, so handler timeouts must stay below it.
+
+        ``report_events`` sends each attempt's outcome to the dispatcher (``reporter.py``), at
+        most ``events_buffer`` of them held while the broker refuses; ``name`` is this consumer
+        in those events (default: host-pid)."""
         if prefetch < 1 or (concurrency is not None and concurrency < 1):
             raise ValueError("prefetch and concurrency must be at least 1")
         if max_per_second is not None and max_per_second <= 0:
@@ -94,6 +101,16 @@ class Consumer:
         self._consumer_timeout_s = consumer_timeout_s
         self._exchange = exchange
         self._rng = rng or random.Random()
+        self.events = (
+            reporter.EventReporter(
+                amqp_url,
+                group=group,
+                consumer=name or reporter.default_consumer_name(),
+                capacity=events_buffer,
+            )
+            if report_events
+            else None
+        )
         self._handlers: list[delivery.HandlerSpec] = []
         self._stop = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
@@ -152,6 +169,8 @@ class Consumer:
             try:
                 await self._consume(connection)
             finally:
+                if self.events is not None:  # flushed on its own connection, after the drain
+                    await self.events.close(timeout_s=min(self._stop_timeout_s, 5.0))
                 await connection.close()
                 self._outcomes = None
         finally:
@@ -183,7 +202,11 @@ class Consumer:
         # Mandatory publishes that raise when unroutable: a copy that reached no queue must not
         # count as moved (the original would be acked and the job lost).
         publisher = await connection.channel(publisher_confirms=True, on_return_raises=True)
-        self._outcomes = delivery.Outcomes(publisher, tiers=self._tiers, deduplicator=self._dedup)
+        self._outcomes = delivery.Outcomes(
+            publisher, tiers=self._tiers, deduplicator=self._dedup, events=self.events
+        )
+        if self.events is not None:
+            self.events.open()
         consuming = []
         for spec in self._handlers:
             queue = await topology.declare(

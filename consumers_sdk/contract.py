@@ -17,6 +17,8 @@ Jobs whose routing key has no bound queue are routed by the alternate exchange
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -119,3 +121,89 @@ def _as_str(value: object) -> str | None:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return value if isinstance(value, str) else None
+
+
+# --- job events: what consumers report back -----------------------------------------------------
+#
+# The SDK publishes one event per step of an attempt to the durable topic exchange
+# ``EVENTS_EXCHANGE`` with the outcome as routing key. Every dispatcher node consumes the one
+# shared quorum queue ``EVENTS_QUEUE`` (competing consumers) and records the events; delivery is
+# at-least-once, so each event carries a unique ``event_id`` (also its ``message_id``) and is
+# recorded once whatever the number of copies.
+#
+# Body (JSON): ``event_id``, ``job_id``, ``routing_key`` (the job's own), ``group``, ``consumer``,
+# ``attempt`` (1 for the first delivery), ``outcome`` (one of ``OUTCOMES``), ``error`` (exception
+# type and message, at most ``EVENT_ERROR_LIMIT`` characters, or null) and ``at`` (RFC 3339 UTC,
+# microseconds).
+
+EVENTS_EXCHANGE: Final = "dispatcher.events"
+EVENTS_QUEUE: Final = "dispatcher.events"
+EVENT_TYPE: Final = "dispatcher.job-event"  # the message's ``type`` property
+OUTCOMES: Final = ("started", "succeeded", "failed", "dead")
+FINAL_OUTCOMES: Final = ("succeeded", "dead")
+EVENT_ERROR_LIMIT: Final = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobEvent:
+    """One step of one attempt, as a consumer saw it."""
+
+    event_id: str
+    job_id: str
+    routing_key: str
+    group: str
+    consumer: str
+    attempt: int
+    outcome: str
+    error: str | None
+    at: datetime
+
+
+def encode_event(event: JobEvent) -> bytes:
+    """The event's JSON body (``json`` rather than orjson: the contract stays dependency-free)."""
+    return json.dumps(
+        {
+            "event_id": event.event_id,
+            "job_id": event.job_id,
+            "routing_key": event.routing_key,
+            "group": event.group,
+            "consumer": event.consumer,
+            "attempt": event.attempt,
+            "outcome": event.outcome,
+            "error": event.error[:EVENT_ERROR_LIMIT] if event.error is not None else None,
+            "at": event.at.astimezone(UTC).isoformat(),  # microseconds: steps of one attempt
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def _text(value: object, limit: int = 255) -> str:
+    # PostgreSQL text cannot hold U+0000, and an exception message may carry one.
+    return str(value).replace("\x00", "\ufffd")[:limit]
+
+
+def decode_event(body: bytes) -> JobEvent:
+    """Inverse of ``encode_event``; raises ValueError for anything else. Text is cut to its limit
+    and NUL characters are replaced, so whatever a consumer sent can be stored."""
+    try:
+        data = json.loads(body)
+        event = JobEvent(
+            event_id=str(uuid.UUID(data["event_id"])),
+            job_id=str(uuid.UUID(data["job_id"])),
+            routing_key=_text(data["routing_key"]),
+            group=_text(data["group"]),
+            consumer=_text(data["consumer"]),
+            attempt=int(data["attempt"]),
+            outcome=str(data["outcome"]),
+            error=None if data.get("error") is None else _text(data["error"], EVENT_ERROR_LIMIT),
+            at=parse_run_at(str(data["at"])),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"not a job event: {exc!r}") from exc
+    if event.outcome not in OUTCOMES:
+        raise ValueError(f"unknown outcome {event.outcome!r}")
+    if event.at.tzinfo is None:
+        raise ValueError("event time without an offset")
+    if not 0 <= event.attempt < 2**31:
+        raise ValueError(f"attempt {event.attempt} out of range")
+    return event

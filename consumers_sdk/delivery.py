@@ -28,7 +28,7 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from consumers_sdk import dedup, retry, topology
+from consumers_sdk import dedup, reporter, retry, topology
 from consumers_sdk import job as job_mod
 from consumers_sdk.errors import HandlerTimeout, Reject, Retry
 
@@ -58,10 +58,24 @@ class Outcomes:
         *,
         tiers: Sequence[float],
         deduplicator: dedup.Deduplicator | None,
+        events: reporter.EventReporter | None = None,
     ) -> None:
         self._publisher = publisher
         self._tiers = tiers
         self._dedup = deduplicator
+        self._events = events
+
+    def _report(
+        self, job_id: str | None, routing_key: str, attempt: int, outcome: str, error: str | None
+    ) -> None:
+        if self._events is not None and job_id:
+            self._events.report(
+                job_id=job_id,
+                routing_key=routing_key,
+                attempt=attempt,
+                outcome=outcome,
+                error=error,
+            )
 
     async def process(self, spec: HandlerSpec, message: AbstractIncomingMessage) -> None:
         try:
@@ -72,6 +86,7 @@ class Outcomes:
         if self._dedup is not None and await self._dedup.seen(job.id):
             await settle(message.ack)
             return
+        self._report(job.id, job.routing_key, job.attempt, "started", None)
         timer = asyncio.timeout(spec.timeout_s)
         try:
             async with timer:
@@ -90,6 +105,7 @@ class Outcomes:
             await self._fail(spec, job, error, delay_s=None)
         else:
             await settle(message.ack)
+            self._report(job.id, job.routing_key, job.attempt, "succeeded", None)
             if self._dedup is not None:
                 await self._dedup.remember(job.id)
 
@@ -101,6 +117,7 @@ class Outcomes:
             return
         delay = spec.backoff(job.attempt) if delay_s is None else delay_s
         tier_s = retry.tier_for(delay, self._tiers)
+        self._report(job.id, job.routing_key, job.attempt, "failed", error_text(error))
         copy = job_mod.retry_copy(job, error=error_text(error), work_queue=spec.queue)
         await self._move(job.message, copy, topology.wait_queue(spec.queue, tier_s))
 
@@ -114,6 +131,8 @@ class Outcomes:
     ) -> None:
         text = error_text(error)
         logger.warning("job %s dead after %d attempts: %s", message.message_id, attempts, text)
+        routing_key = job_mod.routing_key_of(message)
+        self._report(message.message_id, routing_key, attempts, "dead", text)
         copy = job_mod.dead_copy(
             message, attempts=attempts, error=text, work_queue=spec.queue, at=datetime.now(UTC)
         )

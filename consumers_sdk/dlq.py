@@ -11,9 +11,14 @@ from urllib.parse import quote, unquote, urlsplit
 import aio_pika
 import aiormq
 import httpx
-from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractConnection,
+    AbstractIncomingMessage,
+    AbstractQueue,
+)
 
-from consumers_sdk import job, topology
+from consumers_sdk import contract, job, topology
 from consumers_sdk.errors import DlqError
 
 BATCH = 100  # dead jobs moved per round of pipelined confirms
@@ -38,9 +43,9 @@ def work_queue_of(dead_queue: str) -> str:
     return dead_queue.removesuffix(topology.DEAD_SUFFIX)
 
 
-async def list_dead(amqp_url: str, management_url: str) -> list[DeadQueue]:
-    """The dead-letter queues of the AMQP URL's vhost with their message counts (the management
-    API refreshes counts every few seconds)."""
+async def list_queues(amqp_url: str, management_url: str) -> list[tuple[str, int]]:
+    """(name, messages) of every queue of the AMQP URL's vhost, by name (the management API
+    refreshes counts every few seconds)."""
     parts = urlsplit(management_url)
     auth = (unquote(parts.username or "guest"), unquote(parts.password or "guest"))
     base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path.rstrip('/')}"
@@ -51,17 +56,20 @@ async def list_dead(amqp_url: str, management_url: str) -> list[DeadQueue]:
             response.raise_for_status()
     except httpx.HTTPError as exc:
         raise DlqError(f"RabbitMQ management API at {base}: {exc!r}") from exc
-    return sorted(
-        (
-            DeadQueue(q["name"], int(q.get("messages") or 0), work_queue_of(q["name"]))
-            for q in response.json()
-            if q["name"].endswith(topology.DEAD_SUFFIX)
-        ),
-        key=lambda queue: queue.name,
-    )
+    return sorted((q["name"], int(q.get("messages") or 0)) for q in response.json())
 
 
-def _progress(done: int, total: int) -> None:
+async def list_dead(amqp_url: str, management_url: str) -> list[DeadQueue]:
+    """The dead-letter queues of the AMQP URL's vhost with their message counts."""
+    return [
+        DeadQueue(name, messages, work_queue_of(name))
+        for name, messages in await list_queues(amqp_url, management_url)
+        if name.endswith(topology.DEAD_SUFFIX)
+    ]
+
+
+def progress_bar(done: int, total: int) -> None:
+    """A progress bar on stderr, redrawn in place (stdout stays for results)."""
     width = 30
     filled = width * done // max(total, 1)
     sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
@@ -87,12 +95,7 @@ async def requeue(
     work = work_queue_of(queue)
     if limit is not None and limit < 0:
         raise DlqError("limit must not be negative")
-    try:
-        connection = await aio_pika.connect(
-            amqp_url, client_properties={"connection_name": "dispatcher-dlq"}
-        )
-    except (OSError, aiormq.exceptions.AMQPConnectionError) as exc:
-        raise DlqError(f"RabbitMQ at {urlsplit(amqp_url).hostname}: {exc!r}") from exc
+    connection = await _connect(amqp_url)
     moved = 0
     try:
         channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
@@ -112,7 +115,7 @@ async def requeue(
             done, failure = await _move(channel, batch, work)
             moved += done
             if progress:
-                _progress(moved, total)
+                progress_bar(moved, total)
             if failure is not None:
                 raise DlqError(f"moved {moved}, then could not republish to {work!r}: {failure!r}")
     finally:
@@ -120,6 +123,52 @@ async def requeue(
             sys.stderr.write("\n")
         await connection.close()
     return moved
+
+
+async def requeue_job(
+    amqp_url: str, queue: str, job_id: str, *, exchange: str = contract.EXCHANGE
+) -> str:
+    """Publish one dead job (by id) back to ``exchange`` with its original routing key and its
+    attempt history in its headers, then take it off ``queue``; returns the routing key.
+
+    The dead jobs looked at before it are held unacked until the end, then handed back in their
+    order, so each is looked at once. DlqError when the job is not in the queue.
+    """
+    connection = await _connect(amqp_url)
+    held: list[AbstractIncomingMessage] = []
+    try:
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        dead = await _passive(channel, queue)
+        target = await channel.get_exchange(exchange, ensure=False)
+        for _ in range(dead.declaration_result.message_count or 0):
+            message = await dead.get(fail=False)
+            if message is None:
+                break
+            if message.message_id != job_id:
+                held.append(message)
+                continue
+            routing_key, copy = job.returned_copy(message)
+            try:
+                await target.publish(copy, routing_key=routing_key)
+            except Exception as exc:
+                held.append(message)
+                raise DlqError(f"could not republish {job_id} to {exchange!r}: {exc!r}") from exc
+            await message.ack()
+            return routing_key
+        raise DlqError(f"no job {job_id} in {queue!r}")
+    finally:
+        for message in held:
+            await message.nack(requeue=True)
+        await connection.close()
+
+
+async def _connect(amqp_url: str) -> AbstractConnection:
+    try:
+        return await aio_pika.connect(
+            amqp_url, client_properties={"connection_name": "dispatcher-dlq"}
+        )
+    except (OSError, aiormq.exceptions.AMQPConnectionError) as exc:
+        raise DlqError(f"RabbitMQ at {urlsplit(amqp_url).hostname}: {exc!r}") from exc
 
 
 async def _move(

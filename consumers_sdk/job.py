@@ -190,6 +190,17 @@ def dead_copy(
     return _copy(message, headers)
 
 
+def returned_copy(message: AbstractIncomingMessage) -> tuple[str, aio_pika.Message]:
+    """A dead job sent back to its original routing key with every header it has kept: the
+    ``x-dead-`` ones (attempts, error, time, queue) stay as its history. A dead copy carries no
+    ``x-death``/``x-retry-`` counters, so its attempts start over. Returns (routing key, message).
+    """
+    routing_key = routing_key_of(message)
+    headers = dict(message.headers or {})
+    headers[HEADER_ROUTING_KEY] = routing_key
+    return routing_key, _copy(message, headers)
+
+
 def revived_copy(message: AbstractIncomingMessage) -> aio_pika.Message:
     """A dead job sent back to its work queue: attempts start afresh, its routing key is kept."""
     routing_key = routing_key_of(message)

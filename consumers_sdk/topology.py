@@ -108,3 +108,17 @@ async def declare(
     )
     await queue.bind(jobs, routing_key)
     return queue
+
+
+async def declare_events(channel: AbstractChannel) -> AbstractQueue:
+    """The events exchange and the dispatchers' shared queue bound to it (idempotent; both the
+    SDK and the dispatcher declare them, so events published before any dispatcher ran wait in
+    the queue instead of being dropped)."""
+    events = await channel.declare_exchange(
+        contract.EVENTS_EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True
+    )
+    queue = await channel.declare_queue(
+        contract.EVENTS_QUEUE, durable=True, arguments={"x-queue-type": "quorum"}
+    )
+    await queue.bind(events, "#")
+    return queue

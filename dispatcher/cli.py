@@ -1,5 +1,5 @@
-"""Command line: ``dispatcher serve | migrate | keys | dlq``. Parses, builds Settings, calls; no
-logic."""
+"""Command line: ``dispatcher serve | migrate | keys | dlq | jobs | cluster | stats``. Parses,
+builds Settings, calls; no logic (the HTTP API's commands are in ``cli_http``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from dispatcher import errors, keys, logs
+from dispatcher import cli_http, errors, keys, logs
 from dispatcher.settings import Settings
 
 
@@ -29,6 +29,12 @@ def _dlq(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.dlq_command == "list":
             queues = asyncio.run(dlq.list_dead(settings.amqp_url, settings.amqp_management_url))
+        elif args.job is not None:
+            routing_key = asyncio.run(
+                dlq.requeue_job(settings.amqp_url, args.queue, args.job, exchange=settings.exchange)
+            )
+            print(f"requeued job {args.job} from {args.queue} to routing key {routing_key}")
+            return 0
         else:
             moved = asyncio.run(dlq.requeue(settings.amqp_url, args.queue, limit=args.limit))
     except errors.DlqError as exc:
@@ -130,6 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     dlq_requeue = dlq.add_parser("requeue", help="move dead jobs back to their work queue")
     dlq_requeue.add_argument("queue", help="a dead-letter queue, e.g. billing.orders.expire.dead")
     dlq_requeue.add_argument("--limit", type=int, default=None, help="move at most this many")
+    dlq_requeue.add_argument(
+        "--job",
+        default=None,
+        help="only this job (id), back to its original routing key with its attempt history",
+    )
+    cli_http.add_parsers(commands)
     args = parser.parse_args(argv)
 
     settings = Settings()
@@ -150,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         elif args.command == "dlq":
             return _dlq(args, settings)
+        else:
+            return cli_http.run(args, f"http://{settings.http_host}:{settings.http_port}")
     except errors.DispatcherError as exc:
         print(f"dispatcher: {exc}", file=sys.stderr)
         return 1

@@ -19,6 +19,10 @@ class JobNotFound(DispatcherError):
     """No job has this id."""
 
 
+class InvalidEvent(DispatcherError):
+    """PostgreSQL refused a consumer's event (a value it cannot store)."""
+
+
 class JobStateConflict(DispatcherError):
     """The job is no longer in a state that allows this."""
 

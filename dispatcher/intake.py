@@ -4,6 +4,7 @@ scheduler, so they fire without waiting for a load."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 
 from dispatcher import metrics, models
@@ -77,5 +78,15 @@ class Intake:
         self._loader.offer(
             models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in created
         )
-        self._metrics.jobs_submitted.inc(len(created))
+        self._metrics.count_by_key(self._metrics.jobs_submitted, created)
         return results
+
+    async def requeue(self, job_id: uuid.UUID, *, namespace: str | None = None) -> models.Job:
+        """A dead job back to ``scheduled``, due now, moved to a shard this node owns so that it
+        fires from here without waiting for a load (JobStateConflict unless it is dead)."""
+        owned = list(self._ownership.epochs()) or self._all_shards
+        job = await self._store.requeue(
+            job_id, shard=ownership.shard_for(job_id.bytes, owned), namespace=namespace
+        )
+        self._loader.offer([models.DueEntry(job.run_at.timestamp(), job.id, job.shard)])
+        return job

@@ -2,24 +2,99 @@
 
 from __future__ import annotations
 
+from collections import Counter as Tally
+from collections.abc import Iterable
+from typing import Protocol
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
+OTHER = "other"
+API_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+
+
+class _Routed(Protocol):
+    @property
+    def routing_key(self) -> str: ...
+
+
+class RoutingKeyLabels:
+    """Bounded label cardinality: the first ``limit`` distinct routing keys seen keep their name,
+    every later one counts as ``other`` (a producer inventing keys cannot grow the registry)."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._known: set[str] = set()
+
+    def __call__(self, routing_key: str) -> str:
+        if routing_key in self._known:
+            return routing_key
+        if len(self._known) < self._limit:
+            self._known.add(routing_key)
+            return routing_key
+        return OTHER
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, *, routing_key_labels: int = 50) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self.key_label = RoutingKeyLabels(routing_key_labels)
         r = self.registry
+        key = ["routing_key"]
         self.jobs_submitted = Counter(
-            "dispatcher_jobs_submitted", "Jobs created through the API", registry=r
+            "dispatcher_jobs_submitted", "Jobs created through the API", key, registry=r
         )
         self.jobs_dispatched = Counter(
-            "dispatcher_jobs_dispatched", "Jobs published and confirmed by RabbitMQ", registry=r
+            "dispatcher_jobs_dispatched",
+            "Jobs published and confirmed by RabbitMQ",
+            key,
+            registry=r,
         )
-        self.jobs_cancelled = Counter("dispatcher_jobs_cancelled", "Jobs cancelled", registry=r)
+        self.jobs_cancelled = Counter(
+            "dispatcher_jobs_cancelled", "Jobs cancelled", key, registry=r
+        )
         self.jobs_expired = Counter(
-            "dispatcher_jobs_expired", "Jobs whose ttl ran out before they could fire", registry=r
+            "dispatcher_jobs_expired",
+            "Jobs whose ttl ran out before they could fire",
+            key,
+            registry=r,
+        )
+        self.consumer_outcomes = Counter(
+            "dispatcher_consumer_outcomes",
+            "Attempts' outcomes reported by consumers (started, succeeded, failed, dead)",
+            ["outcome", "routing_key"],
+            registry=r,
+        )
+        self.publish_confirms = Counter(
+            "dispatcher_publish_confirms", "Publishes RabbitMQ confirmed", registry=r
+        )
+        self.window_horizon = Gauge(
+            "dispatcher_window_horizon_seconds",
+            "How far ahead of now the jobs held in memory reach (the loader's horizon)",
+            registry=r,
+        )
+        self.scheduled_backlog = Gauge(
+            "dispatcher_scheduled_jobs",
+            "Scheduled jobs in the database (refreshed by the stats task)",
+            registry=r,
+        )
+        self.jobs_by_state = Gauge(
+            "dispatcher_jobs",
+            "Jobs in the database by state (refreshed by the stats task)",
+            ["state"],
+            registry=r,
+        )
+        self.retention_deleted = Counter(
+            "dispatcher_retention_deleted", "Finished jobs deleted after the retention", registry=r
+        )
+        self.api_latency = Histogram(
+            "dispatcher_api_request_seconds",
+            "API request latency by route template, method and status",
+            ["route", "method", "status"],
+            buckets=API_BUCKETS,
+            registry=r,
         )
         self.publish_failures = Counter(
             "dispatcher_publish_failures", "Publishes RabbitMQ did not confirm", registry=r
@@ -46,6 +121,12 @@ class Metrics:
             "Time since this node last saw the shard assignment change",
             registry=r,
         )
+
+    def count_by_key(self, counter: Counter, items: Iterable[_Routed]) -> None:
+        """Add one per item to ``counter``, labelled by its (bounded) routing key; one ``inc``
+        per distinct key, not per item, on the hot paths."""
+        for key, n in Tally(self.key_label(item.routing_key) for item in items).items():
+            counter.labels(routing_key=key).inc(n)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

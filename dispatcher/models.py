@@ -7,9 +7,11 @@ Job states and their transitions (the database enforces the set, ``store`` the t
     dispatching --publish fails-> scheduled     (released; or re-claimed once the lease runs out)
     dispatching --ttl passed-->   expired       (never published)
     scheduled   --DELETE-->       cancelled     (never published)
+    dispatched  --consumer event--> succeeded | dead   (reported by the SDK, see ``events``)
+    dead        --requeue-->      scheduled     (due now; its history is kept)
 
-``dispatched`` is terminal for the dispatcher; consumer outcomes (succeeded, dead) are events
-reported by the SDK and recorded later without changing these transitions.
+Consumer events may arrive before the confirm is marked, so ``dispatching`` may also move to
+``succeeded`` or ``dead``; a later final event (a requeued job succeeding) wins.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ class JobState(StrEnum):
     DISPATCHED = "dispatched"
     CANCELLED = "cancelled"
     EXPIRED = "expired"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+
+
+FINISHED_STATES = frozenset(
+    {JobState.DISPATCHED, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED, JobState.EXPIRED}
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,6 +93,7 @@ class Job:
     dispatched_at: datetime | None
     publish_attempts: int
     namespace: str | None = None  # None: the default namespace
+    last_error: str | None = None  # a dead job's error, as its consumer reported it
 
     @property
     def expires_at(self) -> datetime | None:
@@ -91,6 +101,19 @@ class Job:
         if self.ttl_ms is None:
             return None
         return self.run_at + timedelta(milliseconds=self.ttl_ms)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobEvent:
+    """One step of a job's life after its publish (``consumers_sdk.contract.JobEvent``, or a
+    requeue by the dispatcher), as recorded."""
+
+    outcome: str
+    attempt: int
+    group: str
+    consumer: str
+    error: str | None
+    at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

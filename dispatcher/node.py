@@ -14,6 +14,8 @@ import uvicorn
 
 from dispatcher import api, metrics
 from dispatcher.cluster import ownership as ownership_mod
+from dispatcher.events import EventsConsumer
+from dispatcher.housekeeping import Housekeeper
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.publisher import Publisher
@@ -23,6 +25,7 @@ from dispatcher.scheduler.loader import Loader
 from dispatcher.settings import Settings
 from dispatcher.store import migrate
 from dispatcher.store.db import Database
+from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.keys import KeyStore
 from dispatcher.store.shards import ShardStore
@@ -43,7 +46,7 @@ class _HttpServer(uvicorn.Server):
 class Node:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
-        self.metrics = metrics.Metrics()
+        self.metrics = metrics.Metrics(routing_key_labels=settings.metrics_routing_keys)
         self.db = Database(
             settings.database_url,
             min_size=settings.db_pool_min,
@@ -52,6 +55,22 @@ class Node:
         )
         self.store = JobStore(self.db, node_id=settings.node_id, lease_s=settings.lease_s)
         self.shard_store = ShardStore(self.db)
+        self.history = HistoryStore(self.db)
+        self.events = EventsConsumer(
+            settings.amqp_url,
+            store=self.history,
+            metrics=self.metrics,
+            connection_name=f"dispatcher-{settings.node_id}-events",
+            batch=settings.events_batch,
+        )
+        self.housekeeper = Housekeeper(
+            self.history,
+            self.metrics,
+            retention_s=settings.retention_days * 86400,
+            batch=settings.retention_batch,
+            stats_interval_s=settings.stats_interval_s,
+            clock=clock,
+        )
         self.keyring = Keyring(
             static=settings.static_keys(),
             store=KeyStore(self.db),
@@ -99,6 +118,8 @@ class Node:
             group_commit=settings.group_commit,
             clock=clock,
         )
+        self.metrics.heap_size.set_function(lambda: len(self.heap))
+        self.metrics.window_horizon.set_function(self._horizon_s)
         self.app = api.create_api(self)
         self._http: _HttpServer | None = None
         self._stop = asyncio.Event()
@@ -128,6 +149,10 @@ class Node:
     def _on_due(self) -> None:
         self.firer.notify()
 
+    def _horizon_s(self) -> float:
+        horizon = self.loader.horizon
+        return 0.0 if horizon is None else max(0.0, horizon.timestamp() - time.time())
+
     # --- lifecycle ------------------------------------------------------------------------------
 
     def request_stop(self) -> None:
@@ -149,6 +174,8 @@ class Node:
                 watch = group.create_task(self._watch_ownership(), name="ownership-watch")
                 loader = group.create_task(self.loader.run(), name="loader")
                 firing = group.create_task(self.firer.run(), name="firing")
+                events = group.create_task(self.events.run(), name="events")
+                housekeeping = group.create_task(self.housekeeper.run(), name="housekeeping")
                 http = None
                 if serve_http:
                     http = group.create_task(self._serve_http(), name="http")
@@ -163,7 +190,7 @@ class Node:
                 self.firer.stop()
                 await asyncio.wait([firing], timeout=DRAIN_TIMEOUT_S)
                 await self.ownership.stop()
-                for task in (firing, loader, watch, coordination, intake):
+                for task in (firing, loader, watch, coordination, intake, events, housekeeping):
                     task.cancel()
         finally:
             await self.ownership.stop()

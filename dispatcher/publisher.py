@@ -174,6 +174,7 @@ class Publisher:
                 confirmed.append(job)
             else:
                 failed.append(job)
+        self._metrics.publish_confirms.inc(len(confirmed))
         if failed:
             self._metrics.publish_failures.inc(len(failed))
             first = next(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -89,6 +90,22 @@ class Settings(BaseSettings):
         False, description="answer 401 even while no key is configured (fail closed)"
     )
 
+    # Job history, retention and statistics
+    retention_days: float = Field(
+        7.0, gt=0, description="finished jobs (and their events) are deleted after this long"
+    )
+    retention_batch: int = Field(1000, ge=1, description="rows per retention DELETE")
+    stats_interval_s: float = Field(
+        15.0, gt=0, description="job counts (console, /metrics) and retention run this often"
+    )
+    events_batch: int = Field(500, ge=1, description="consumer events recorded per round trip")
+    metrics_routing_keys: int = Field(
+        50, ge=0, description="distinct routing keys labelled in metrics; the rest are 'other'"
+    )
+    rabbitmq_ui_url: str = Field(
+        "", description="RabbitMQ UI for the console's links; empty: the management URL"
+    )
+
     log_level: str = "INFO"
 
     @field_validator("api_keys")
@@ -99,3 +116,13 @@ class Settings(BaseSettings):
 
     def static_keys(self) -> list[keys.StaticKey]:
         return keys.parse_static(self.api_keys.get_secret_value())
+
+    def rabbitmq_ui(self) -> str:
+        """Where the console links to queues: ``rabbitmq_ui_url``, or the management URL without
+        its credentials."""
+        if self.rabbitmq_ui_url:
+            return self.rabbitmq_ui_url.rstrip("/")
+        parts = urlsplit(self.amqp_management_url)
+        host = parts.hostname or "127.0.0.1"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+        return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from dispatcher.api import jobs, ops, problems
 from dispatcher.api.body_limit import BodyLimit
+from dispatcher.api.timing import Timing
 
 if TYPE_CHECKING:
     from dispatcher.node import Node
@@ -25,5 +28,10 @@ def create_api(node: Node) -> FastAPI:
     problems.install(app)
     app.include_router(jobs.router)
     app.include_router(ops.router)
+    # The console's static files hold no data (every figure comes from the API with a key), so
+    # they are served without one. Shipped as package data: no build step.
+    console = resources.files("dispatcher") / "console"
+    app.mount("/console", StaticFiles(directory=str(console), html=True), name="console")
     app.add_middleware(BodyLimit, max_bytes=node.settings.max_body_bytes)
+    app.add_middleware(Timing, histogram=node.metrics.api_latency)  # outermost: times it all
     return app

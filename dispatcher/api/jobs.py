@@ -83,9 +83,19 @@ async def create_jobs(
     )
 
 
-@router.get("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
+@router.get("/{job_id}", response_model=schemas.JobWithHistory, responses=ERRORS)
 async def get_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Response:
+    """The job with its whole history: scheduled, dispatched, each attempt, the final state."""
     job = await node.store.get(job_id, namespace=caller.namespace_filter)
+    events = await node.history.events(job_id)
+    return schemas.json_response(schemas.history_document(job, events))
+
+
+@router.post("/{job_id}/requeue", response_model=schemas.JobOut, responses=ERRORS)
+async def requeue_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Admin) -> Response:
+    """A dead job back to ``scheduled``, due now: published again to its routing key as a fresh
+    delivery (attempts start over; the history keeps the earlier ones). 409 unless dead."""
+    job = await node.intake.requeue(job_id, namespace=caller.namespace_filter)
     return schemas.json_response(schemas.job_document(job))
 
 
@@ -93,7 +103,7 @@ async def get_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Re
 async def cancel_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Response:
     """Cancel a scheduled job: it is never published. 409 once it is being or was dispatched."""
     job = await node.store.cancel(job_id, namespace=caller.namespace_filter)
-    node.metrics.jobs_cancelled.inc()
+    node.metrics.count_by_key(node.metrics.jobs_cancelled, [job])
     return schemas.json_response(schemas.job_document(job))
 
 
@@ -107,8 +117,17 @@ async def list_jobs(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: uuid.UUID | None = None,
+    idempotency_key: Annotated[str | None, Query(max_length=255, pattern="^[^\x00]*$")] = None,
 ) -> Response:
-    """A page of jobs in creation order; follow ``next_after`` for the next one."""
+    """A page of jobs in creation order; follow ``next_after`` for the next one. With
+    ``idempotency_key``, the jobs stored under that key (one per namespace) instead."""
+    if idempotency_key is not None:
+        found = await node.store.by_idempotency_key(
+            idempotency_key, namespace=caller.namespace_filter
+        )
+        return schemas.json_response(
+            {"jobs": [schemas.job_document(job) for job in found], "next_after": None}
+        )
     jobs = await node.store.page(
         state=state,
         routing_key=routing_key,

@@ -1,16 +1,23 @@
-"""Operations: liveness, readiness, metrics, the cluster view."""
+"""Operations: liveness, readiness, metrics, statistics, the cluster view."""
 
 from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+from urllib.parse import unquote, urlsplit
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from dispatcher import keys
+from consumers_sdk import dlq
+from consumers_sdk import errors as sdk_errors
+from dispatcher import keys, models
 from dispatcher.api import auth, schemas
 from dispatcher.api.jobs import NodeDep
 
 router = APIRouter(tags=["operations"])
+NEXT_DUE = 20
 
 # Every route here but /healthz takes a key once keys are configured.
 REFUSALS: dict[int | str, dict[str, object]] = {
@@ -43,6 +50,45 @@ async def readyz(node: NodeDep, caller: auth.AnyKey) -> JSONResponse:
 async def metrics(node: NodeDep, caller: auth.Monitor) -> Response:
     """Prometheus text format."""
     return Response(node.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/v1/stats", responses=REFUSALS)
+async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
+    """Jobs per state and routing key (as of ``counted_at``: refreshed every
+    ``stats_interval_s``), the next jobs due, and this node's scheduler figures."""
+    snapshot = node.housekeeper.snapshot
+    by_state = dict.fromkeys((state.value for state in models.JobState), 0)
+    for count in snapshot.counts:
+        by_state[count.state] += count.jobs
+    due = await node.history.next_due(NEXT_DUE)
+    return schemas.json_response(
+        {
+            "counted_at": datetime.fromtimestamp(snapshot.taken_at_s, UTC)
+            if snapshot.taken_at_s
+            else None,
+            "by_state": by_state,
+            "counts": [dataclasses.asdict(count) for count in snapshot.counts],
+            "next_due": [
+                {"id": str(d.id), "routing_key": d.routing_key, "run_at": d.run_at} for d in due
+            ],
+            "node": node.settings.node_id,
+            "heap_size": len(node.heap),
+            "rabbitmq_ui": node.settings.rabbitmq_ui(),
+            "rabbitmq_vhost": unquote(urlsplit(node.settings.amqp_url).path[1:]) or "/",
+            "exchange": node.settings.exchange,
+        }
+    )
+
+
+@router.get("/v1/queues", responses=REFUSALS)
+async def queues(node: NodeDep, caller: auth.Monitor) -> Response:
+    """The queues of the dispatcher's vhost with their message counts, from RabbitMQ's
+    management API (for the console's links); 503 when it does not answer."""
+    try:
+        listed = await dlq.list_queues(node.settings.amqp_url, node.settings.amqp_management_url)
+    except sdk_errors.DlqError as exc:
+        return JSONResponse({"error": "unavailable", "message": str(exc)}, status_code=503)
+    return schemas.json_response([{"name": n, "messages": m} for n, m in listed])
 
 
 @router.get("/v1/cluster", responses=REFUSALS)

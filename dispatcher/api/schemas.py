@@ -109,6 +109,24 @@ class JobOut(BaseModel):
     ttl_ms: int | None
     publish_attempts: int
     namespace: str | None = None
+    last_error: str | None = Field(None, description="a dead job's error, from its consumer")
+
+
+class HistoryEntry(BaseModel):
+    """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired`` (from
+    the job's own timestamps) and the consumers' ``started``, ``failed``, ``succeeded``, ``dead``,
+    and ``requeued``."""
+
+    event: str
+    at: datetime
+    attempt: int | None = None
+    group: str | None = None
+    consumer: str | None = None
+    error: str | None = None
+
+
+class JobWithHistory(JobOut):
+    history: list[HistoryEntry]
 
 
 class JobSubmitted(JobOut):
@@ -155,9 +173,48 @@ def job_document(job: models.Job, *, created: bool | None = None) -> dict[str, o
         "ttl_ms": job.ttl_ms,
         "publish_attempts": job.publish_attempts,
         "namespace": job.namespace,
+        "last_error": job.last_error,
     }
     if created is not None:
         document["created"] = created
+    return document
+
+
+def history_document(job: models.Job, events: list[models.JobEvent]) -> dict[str, object]:
+    """``job_document`` plus ``history`` (``JobWithHistory``), oldest first.
+
+    The dispatcher's own steps come from the row's timestamps (so the hot paths write no event
+    rows), plus a ``dispatched`` event kept by each requeue for the dispatch it replaced. A job is
+    marked dispatched after RabbitMQ's confirm, which may come after a fast consumer's first
+    event, so each ``dispatched`` is placed by meaning, right after the ``scheduled`` or
+    ``requeued`` step it follows, not by its time.
+    """
+    rounds: list[list[dict[str, object]]] = [[{"event": "scheduled", "at": job.created_at}]]
+    dispatches: list[dict[str, object]] = []
+    for event in events:
+        step: dict[str, object] = {
+            "event": event.outcome,
+            "at": event.at,
+            "attempt": event.attempt,
+            "group": event.group,
+            "consumer": event.consumer,
+            "error": event.error,
+        }
+        if event.outcome == "dispatched":
+            dispatches.append({"event": "dispatched", "at": event.at})
+        elif event.outcome == "requeued":
+            rounds.append([step])
+        else:
+            rounds[-1].append(step)
+    if job.dispatched_at is not None:
+        dispatches.append({"event": "dispatched", "at": job.dispatched_at})
+    for round_steps, dispatch in zip(rounds, dispatches, strict=False):
+        round_steps.insert(1, dispatch)
+    steps = [step for round_steps in rounds for step in round_steps]
+    if job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED):
+        steps.append({"event": job.state.value, "at": job.updated_at})
+    document = job_document(job)
+    document["history"] = steps
     return document
 
 

@@ -130,7 +130,6 @@ class Firer:
                 return None
             entries = self._pop(self._clock(), live_only)
             if entries:
-                self._metrics.heap_size.set(len(self._heap))
                 self._loader.heap_drained()
                 return entries
             next_due = self._heap.next_due_s()
@@ -166,7 +165,7 @@ class Firer:
         ]
         if expired:
             await self._store.mark_expired(job.id for job in expired)
-            self._metrics.jobs_expired.inc(len(expired))
+            self._metrics.count_by_key(self._metrics.jobs_expired, expired)
         if not live:
             return
         if not self._ownership.can_fire():
@@ -185,7 +184,7 @@ class Firer:
 
     def _observe(self, jobs: list[models.Job]) -> None:
         now_s = self._clock()
-        self._metrics.jobs_dispatched.inc(len(jobs))
+        self._metrics.count_by_key(self._metrics.jobs_dispatched, jobs)
         for job in jobs:
             self._metrics.fire_lateness.observe(max(0.0, now_s - job.run_at.timestamp()))
 

@@ -35,6 +35,7 @@ def job_from_row(row: asyncpg.Record) -> models.Job:
         dispatched_at=row["dispatched_at"],
         publish_attempts=row["publish_attempts"],
         namespace=row["namespace"],
+        last_error=row["last_error"],
     )
 
 
@@ -113,8 +114,22 @@ class JobStore:
 
     async def cancel(self, job_id: uuid.UUID, *, namespace: str | None = None) -> models.Job:
         """Cancel a scheduled job; JobStateConflict once it is claimed or done."""
-        async with self._db.connection() as connection:
-            row = await connection.fetchrow(queries.CANCEL_JOB, job_id, namespace)
+        return await self._transition(queries.CANCEL_JOB, job_id, namespace)
+
+    async def requeue(
+        self, job_id: uuid.UUID, *, shard: int, namespace: str | None = None
+    ) -> models.Job:
+        """A dead job back to ``scheduled``, due now on ``shard``; JobStateConflict otherwise."""
+        return await self._transition(
+            queries.REQUEUE_DEAD_JOB, job_id, namespace, shard, self._node_id
+        )
+
+    async def _transition(
+        self, query: str, job_id: uuid.UUID, namespace: str | None, *args: object
+    ) -> models.Job:
+        """Run a state change that returns the row; say why when it changed nothing."""
+        async with self._db.connection() as connection, connection.transaction():
+            row = await connection.fetchrow(query, job_id, namespace, *args)
             if row is None:
                 current = await connection.fetchrow(queries.SELECT_JOB, job_id, namespace)
         if row is not None:
@@ -122,6 +137,13 @@ class JobStore:
         if current is None:
             raise errors.JobNotFound()
         raise errors.JobStateConflict(current["state"])
+
+    async def by_idempotency_key(
+        self, key: str, *, namespace: str | None = None
+    ) -> list[models.Job]:
+        async with self._db.connection() as connection:
+            rows = await connection.fetch(queries.SELECT_BY_IDEMPOTENCY_KEY, key, namespace)
+        return [job_from_row(row) for row in rows]
 
     # --- scheduler ------------------------------------------------------------------------------
 

@@ -136,6 +136,104 @@ UPDATE jobs SET state = 'scheduled', lease_until = NULL, claimed_by = NULL, upda
 WHERE id = ANY($1::uuid[]) AND state = 'dispatching' AND claimed_by = $2
 """
 
+# --- job events and history ---------------------------------------------------------------------
+
+# Record consumers' events once per event id (they arrive at-least-once), only for jobs that exist
+# here, and move each job to the final state its latest new final event names. Returns the ids
+# of the events newly recorded, for the metrics.
+# $1 event ids, $2 job ids, $3 outcomes, $4 attempts, $5 groups, $6 consumers, $7 errors, $8 times.
+RECORD_EVENTS: Final = """
+WITH incoming AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::text[],
+                         $7::text[], $8::timestamptz[])
+        AS e(event_id, job_id, outcome, attempt, consumer_group, consumer, error, at)
+    WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.id = e.job_id)
+), inserted AS (
+    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at)
+    SELECT * FROM incoming
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id, job_id, outcome, error, at
+), final AS (
+    SELECT DISTINCT ON (job_id) job_id, outcome, error FROM inserted
+    WHERE outcome IN ('succeeded', 'dead')
+    ORDER BY job_id, at DESC
+), moved AS (
+    UPDATE jobs j
+    SET state = final.outcome, last_error = final.error, lease_until = NULL,
+        dispatched_at = coalesce(j.dispatched_at, now()), updated_at = now()
+    FROM final
+    WHERE j.id = final.job_id AND j.state IN ('dispatching', 'dispatched', 'succeeded', 'dead')
+)
+SELECT event_id FROM inserted
+"""
+
+# A job's events in the order they happened. $1 job id.
+SELECT_JOB_EVENTS: Final = """
+SELECT outcome, attempt, consumer_group, consumer, error, at FROM job_events
+WHERE job_id = $1 ORDER BY at, attempt, outcome <> 'started'
+"""
+
+# Put a dead job back on the schedule, due now, on a shard this node owns (so it fires from here).
+# Its history keeps the dispatch being replaced (the row holds only the latest) and notes the
+# requeue. $1 id, $2 namespace filter, $3 shard, $4 node id.
+REQUEUE_DEAD_JOB: Final = """
+WITH old AS (
+    SELECT id, dispatched_at FROM jobs
+    WHERE id = $1 AND state = 'dead' AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+    FOR UPDATE
+), requeued AS (
+    UPDATE jobs j SET state = 'scheduled', run_at = now(), shard = $3, last_error = NULL,
+                      dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
+                      updated_at = now()
+    FROM old WHERE j.id = old.id
+    RETURNING j.*
+), noted AS (
+    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at)
+    SELECT gen_random_uuid(), id, 'dispatched', 0, 'dispatcher', $4, dispatched_at
+    FROM old WHERE dispatched_at IS NOT NULL
+    UNION ALL
+    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $4, now() FROM old
+)
+SELECT * FROM requeued
+"""
+
+# --- retention and statistics --------------------------------------------------------------------
+
+# Delete a small batch of jobs finished longer ago than the retention, with their events; locked
+# rows are skipped (a requeue in flight), so no statement holds many locks for long.
+# $1 retention seconds, $2 batch size. Returns the ids deleted.
+DELETE_FINISHED: Final = """
+WITH doomed AS (
+    SELECT id FROM jobs
+    WHERE state IN ('dispatched', 'succeeded', 'dead', 'cancelled', 'expired')
+      AND updated_at < now() - make_interval(secs => $1)
+    ORDER BY updated_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), events AS (
+    DELETE FROM job_events e USING doomed WHERE e.job_id = doomed.id
+)
+DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.id
+"""
+
+# Jobs per state and routing key (a full scan: the stats task runs it every few seconds, the API
+# serves its last answer). No arguments.
+COUNT_BY_STATE: Final = """
+SELECT state, routing_key, count(*) AS jobs FROM jobs GROUP BY state, routing_key
+"""
+
+# The next scheduled jobs in due order (the jobs_due index). $1 limit.
+NEXT_DUE: Final = """
+SELECT id, routing_key, run_at FROM jobs WHERE state = 'scheduled' ORDER BY run_at, id LIMIT $1
+"""
+
+# A job by idempotency key, in any namespace allowed by the filter. $1 key, $2 namespace filter.
+SELECT_BY_IDEMPOTENCY_KEY: Final = """
+SELECT * FROM jobs WHERE idempotency_key = $1
+  AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+ORDER BY id LIMIT 10
+"""
+
 # --- shards -------------------------------------------------------------------------------------
 
 # Create the epoch rows on first start. $1 shard count.

@@ -411,6 +411,7 @@ async def test_topology_and_connection_name_as_documented_and_declared_idempoten
         f"{WORK}.retry.300ms",
         f"{WORK}.retry.600ms",
         f"{WORK}.retry.1200ms",
+        contract.EVENTS_QUEUE,  # the dispatchers' events queue, declared by the reporter too
     }
     assert all(queue["durable"] and queue["type"] == "quorum" for queue in queues)
     assert by_name[WORK]["arguments"]["x-dead-letter-strategy"] == "at-least-once"

@@ -24,6 +24,8 @@ def test_wheel_ships_the_migrations_and_migrates_from_another_folder(
     names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(n for n in names if n.startswith("dispatcher/sql/"))
     assert shipped == [f"dispatcher/sql/{p.name}" for p in sorted((ROOT / "sql").glob("*.sql"))]
+    console = {"dispatcher/console/index.html", "dispatcher/console/console.js"}
+    assert console <= set(names)  # the web console runs from the wheel, no build step
 
     installed = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(installed)

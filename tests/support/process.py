@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -116,3 +117,29 @@ def spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+
+def served(
+    log_dir: Path,
+    database_url: str,
+    amqp_url: str,
+    *,
+    env: dict[str, str] | None = None,
+    api_key: str | None = None,
+) -> Iterator[DispatcherProcess]:
+    """A started dispatcher on a free port for a fixture to yield from; stopped afterwards."""
+    from tests.services.ports import free_port
+
+    process = DispatcherProcess(
+        log_dir,
+        port=free_port(),
+        env={
+            "DISPATCHER_DATABASE_URL": database_url,
+            "DISPATCHER_AMQP_URL": amqp_url,
+            **(env or {}),
+        },
+        api_key=api_key,
+    )
+    process.start()
+    yield process
+    process.stop()

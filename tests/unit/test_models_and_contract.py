@@ -1,5 +1,8 @@
+import json
 import uuid
 from datetime import UTC, datetime
+
+import pytest
 
 from consumers_sdk import contract
 from dispatcher.cluster.ownership import shard_for
@@ -50,3 +53,33 @@ def test_reserved_headers() -> None:
     assert contract.is_reserved_header("X-Job-Id")
     assert not contract.is_reserved_header("x-trace-id")
     assert not contract.is_reserved_header("tenant")
+
+
+def test_job_events_round_trip_and_decoding_makes_any_event_storable() -> None:
+    event = contract.JobEvent(
+        event_id=str(uuid.uuid4()),
+        job_id=str(uuid.uuid4()),
+        routing_key="orders.expire",
+        group="billing",
+        consumer="w1",
+        attempt=2,
+        outcome="failed",
+        error="ValueError: a\x00b" + "x" * 2000,
+        at=datetime(2026, 11, 22, 8, 0, 0, 123456, tzinfo=UTC),
+    )
+    decoded = contract.decode_event(contract.encode_event(event))
+    assert decoded.at == event.at  # microseconds kept: the steps of one attempt stay in order
+    assert decoded.error == ("ValueError: a\ufffdb" + "x" * 2000)[: contract.EVENT_ERROR_LIMIT]
+    assert (decoded.job_id, decoded.attempt, decoded.outcome) == (event.job_id, 2, "failed")
+    body = json.loads(contract.encode_event(event))
+    for broken in (
+        {**body, "outcome": "exploded"},
+        {**body, "job_id": "order-1"},
+        {**body, "attempt": 2**40},
+        {**body, "at": "2026-11-22T08:00:00"},
+        {key: value for key, value in body.items() if key != "event_id"},
+    ):
+        with pytest.raises(ValueError, match=r"event|outcome|attempt|offset"):
+            contract.decode_event(json.dumps(broken).encode())
+    with pytest.raises(ValueError, match="not a job event"):
+        contract.decode_event(b"[1, 2]")

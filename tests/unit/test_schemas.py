@@ -1,3 +1,4 @@
+import dataclasses
 from datetime import UTC, datetime, timedelta, timezone
 
 import orjson
@@ -10,11 +11,12 @@ from dispatcher.api.schemas import (
     JobBatchCreate,
     JobCreate,
     JobSubmitted,
+    history_document,
     job_document,
     json_response,
     to_spec,
 )
-from dispatcher.models import Job, JobIds, JobState
+from dispatcher.models import Job, JobEvent, JobIds, JobState
 from dispatcher.settings import Settings
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -102,7 +104,7 @@ def test_configured_limits_name_the_field(
     assert caught.value.field == field
 
 
-def test_rendered_job_has_exactly_the_documented_shape() -> None:
+def stored(**changes: object) -> Job:
     job = Job(
         id=JobIds().next(),
         shard=3,
@@ -119,6 +121,11 @@ def test_rendered_job_has_exactly_the_documented_shape() -> None:
         dispatched_at=None,
         publish_attempts=0,
     )
+    return dataclasses.replace(job, **changes)  # type: ignore[arg-type]
+
+
+def test_rendered_job_has_exactly_the_documented_shape() -> None:
+    job = stored()
     document = job_document(job, created=True)
     body = json_response(document, 201).body
     parsed = JobSubmitted.model_validate_json(body)
@@ -135,3 +142,36 @@ def test_run_at_with_an_offset_is_stored_in_utc() -> None:
     spec = to_spec(JobCreate(routing_key="a.b", payload=1, run_at=offset), settings(), now=NOW)
     assert spec.run_at == offset
     assert spec.run_at.tzinfo == UTC
+
+
+def test_history_places_each_dispatch_after_the_step_it_follows_whatever_its_time() -> None:
+    def at(seconds: int) -> datetime:
+        return NOW + timedelta(seconds=seconds)
+
+    def event(outcome: str, seconds: int, attempt: int = 1) -> JobEvent:
+        group = "dispatcher" if outcome in ("requeued", "dispatched") else "billing"
+        return JobEvent(
+            outcome=outcome, attempt=attempt, group=group, consumer="w", error=None, at=at(seconds)
+        )
+
+    # Marked dispatched after the consumer had already started.
+    job = stored(state=JobState.SUCCEEDED, updated_at=at(9), dispatched_at=at(7))
+    events = [
+        event("started", 1),
+        event("dispatched", 2),  # the first dispatch, kept by the requeue
+        event("dead", 3),
+        event("requeued", 5),
+        event("started", 6),
+        event("succeeded", 8),
+    ]
+    steps = [step["event"] for step in history_document(job, events)["history"]]
+    assert steps == [
+        "scheduled",
+        "dispatched",
+        "started",
+        "dead",
+        "requeued",
+        "dispatched",
+        "started",
+        "succeeded",
+    ]

@@ -45,3 +45,9 @@ def test_compose_uses_the_settings_variable_names() -> None:
     assert names <= known, names - known
     required = {"DISPATCHER_DATABASE_URL", "DISPATCHER_AMQP_URL", "DISPATCHER_ZK_HOSTS"}
     assert required <= names
+
+
+def test_the_console_links_to_the_management_ui_without_its_credentials() -> None:
+    settings = Settings(amqp_management_url="https://ops:secret@mq.internal:15671/rabbit/")
+    assert settings.rabbitmq_ui() == "https://mq.internal:15671/rabbit"
+    assert Settings(rabbitmq_ui_url="https://mq.example/").rabbitmq_ui() == "https://mq.example"

@@ -1,0 +1,198 @@
+"""Reports each attempt's outcome to the dispatcher (``contract.EVENTS_EXCHANGE``) in the
+background: handlers never wait for it and never fail because of it.
+
+``report`` only appends to a bounded buffer; ``run`` publishes the buffer with publisher confirms
+on a connection of its own (a connection RabbitMQ blocks, or a channel it closes for a refused
+publish, must not hold up the consumer's acks). An event not confirmed stays at the head of the
+buffer and is sent again after a backoff; when the buffer is full the oldest event is dropped
+(counted in ``dropped``), so memory stays bounded however long the broker refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections import deque
+from datetime import UTC, datetime
+from typing import cast
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractConnection
+
+from consumers_sdk import contract, topology
+
+logger = logging.getLogger(__name__)
+
+BATCH = 200  # events per round of pipelined confirms
+PERSISTENT = 2  # delivery_mode
+RETRY_MAX_S = 5.0
+
+
+def default_consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class EventReporter:
+    """A bounded buffer of events and the task that publishes it; ``open``/``close`` bracket it."""
+
+    def __init__(
+        self,
+        amqp_url: str,
+        *,
+        group: str,
+        consumer: str,
+        capacity: int = 10_000,
+        publish_timeout_s: float = 10.0,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self._url = amqp_url
+        self.group = group
+        self.consumer = consumer
+        self._buffer: deque[contract.JobEvent] = deque()
+        self._capacity = capacity
+        self._timeout_s = publish_timeout_s
+        self._wake = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._task: asyncio.Task[None] | None = None
+        self.dropped = 0  # events dropped because the buffer was full
+        self.published = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def report(
+        self,
+        *,
+        job_id: str,
+        routing_key: str,
+        attempt: int,
+        outcome: str,
+        error: str | None = None,
+    ) -> None:
+        """Queue one event; never blocks, never raises."""
+        if len(self._buffer) >= self._capacity:
+            self._buffer.popleft()
+            self.dropped += 1
+        self._buffer.append(
+            contract.JobEvent(
+                event_id=str(uuid.uuid4()),
+                job_id=job_id,
+                routing_key=routing_key,
+                group=self.group,
+                consumer=self.consumer,
+                attempt=attempt,
+                outcome=outcome,
+                error=error,
+                at=datetime.now(UTC),
+            )
+        )
+        self._drained.clear()
+        self._wake.set()
+
+    def open(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"events-{self.group}")
+
+    async def close(self, timeout_s: float) -> None:
+        """Publish what is buffered for up to ``timeout_s``, then stop (the rest is lost)."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        drained = asyncio.create_task(self._drained.wait())
+        await asyncio.wait([task, drained], timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        drained.cancel()
+        if self._buffer:
+            logger.warning("%d job events not reported at stop", len(self._buffer))
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _run(self) -> None:
+        delay = 0.2
+        while True:
+            connection: AbstractConnection | None = None
+            try:
+                connection = await aio_pika.connect(
+                    self._url,
+                    client_properties={"connection_name": f"consumer-{self.group}-events"},
+                    timeout=self._timeout_s,
+                )
+                channel = await connection.channel(publisher_confirms=True)
+                try:
+                    await topology.declare_events(channel)
+                except aiormq.exceptions.ChannelAccessRefused as exc:
+                    # A consumer's user may lack configure rights: the dispatcher declares them.
+                    logger.info("job events topology not declared (%r); publishing anyway", exc)
+                    channel = await connection.channel(publisher_confirms=True)
+                # aiormq's channel, as the dispatcher's publisher does: aio-pika's Message and
+                # Exchange wrappers cost more CPU per event than the rest, on the handlers' loop.
+                amqp = cast(aiormq.Channel, await channel.get_underlay_channel())
+                while True:
+                    await self._publish_buffer(amqp)
+                    delay = 0.2
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("job events not reported (%r); retrying in %.1fs", exc, delay)
+            finally:
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await connection.close()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _publish_buffer(self, amqp: aiormq.Channel) -> None:
+        if not self._buffer:
+            self._wake.clear()
+            await self._wake.wait()
+        batch = [self._buffer[i] for i in range(min(BATCH, len(self._buffer)))]
+        results = await asyncio.gather(
+            *(
+                asyncio.wait_for(
+                    amqp.basic_publish(
+                        contract.encode_event(event),
+                        exchange=contract.EVENTS_EXCHANGE,
+                        routing_key=event.outcome,
+                        properties=_properties(event),
+                        wait=False,
+                    ),
+                    self._timeout_s,
+                )
+                for event in batch
+            ),
+            return_exceptions=True,
+        )
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        # Drop what was confirmed; a failed event stays buffered (a copy may still have arrived:
+        # the dispatcher records each event id once).
+        confirmed = {
+            id(event)
+            for event, result in zip(batch, results, strict=True)
+            if not isinstance(result, BaseException)
+        }
+        kept = [event for event in self._buffer if id(event) not in confirmed]
+        self._buffer.clear()
+        self._buffer.extend(kept)
+        self.published += len(confirmed)
+        if not self._buffer:
+            self._drained.set()
+        if failure is not None:
+            raise failure
+
+
+def _properties(event: contract.JobEvent) -> aiormq.spec.Basic.Properties:
+    return aiormq.spec.Basic.Properties(
+        content_type=contract.CONTENT_TYPE,
+        delivery_mode=PERSISTENT,
+        message_id=event.event_id,
+        message_type=contract.EVENT_TYPE,
+        timestamp=event.at,
+    )

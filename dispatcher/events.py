@@ -1,0 +1,134 @@
+"""The events consumer: records what consumers report about each attempt (``contract.JobEvent``)
+so that a job's history and final state (``succeeded``/``dead``) live in PostgreSQL.
+
+Every node consumes the one shared quorum queue ``contract.EVENTS_QUEUE`` (competing consumers)
+on a connection of its own. Deliveries are batched (up to ``batch``, or whatever arrived within
+``LINGER_S``), recorded in one round trip, then acked together: a crash before the ack redelivers
+them, and recording is idempotent on the event id, so at-least-once delivery records each event
+once. While PostgreSQL is unreachable the batch stays unacked and is retried with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+
+from consumers_sdk import contract, topology
+from dispatcher import errors, metrics
+from dispatcher.store.history import HistoryStore
+
+logger = logging.getLogger(__name__)
+
+LINGER_S = 0.05
+RETRY_MAX_S = 5.0
+
+
+class EventsConsumer:
+    def __init__(
+        self,
+        amqp_url: str,
+        *,
+        store: HistoryStore,
+        metrics: metrics.Metrics,
+        connection_name: str,
+        batch: int = 500,
+    ) -> None:
+        self._url = amqp_url
+        self._store = store
+        self._metrics = metrics
+        self._connection_name = connection_name
+        self._batch = batch
+        self._inbox: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
+        self._connection: AbstractRobustConnection | None = None
+        self.recorded = 0
+
+    async def run(self) -> None:
+        """Connect (retrying until the broker answers; aio-pika heals later losses), consume and
+        record until cancelled."""
+        delay = 0.2
+        while self._connection is None:
+            try:
+                self._connection = await self._connect()
+            except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as exc:
+                logger.warning("events: RabbitMQ not reachable (%r); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+        try:
+            while True:
+                await self._record(await self._next_batch())
+        finally:
+            connection, self._connection = self._connection, None
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    async def _connect(self) -> AbstractRobustConnection:
+        connection = await aio_pika.connect_robust(
+            self._url,
+            client_properties={"connection_name": self._connection_name},
+            reconnect_interval=1.0,
+        )
+        try:
+            channel = await connection.channel()
+            await channel.set_qos(prefetch_count=self._batch * 2)
+            queue = await topology.declare_events(channel)
+            await queue.consume(self._deliver)
+        except BaseException:
+            await connection.close()
+            raise
+        return connection
+
+    async def _deliver(self, message: AbstractIncomingMessage) -> None:
+        self._inbox.put_nowait(message)  # bounded by the prefetch
+
+    async def _next_batch(self) -> list[AbstractIncomingMessage]:
+        batch = [await self._inbox.get()]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(LINGER_S):
+                while len(batch) < self._batch:
+                    batch.append(await self._inbox.get())
+        return batch
+
+    async def _record(self, batch: list[AbstractIncomingMessage]) -> None:
+        events = []
+        for message in batch:
+            try:
+                events.append(contract.decode_event(message.body))
+            except ValueError as exc:  # not ours to keep: acked and dropped
+                logger.warning("events: dropped a message that is not a job event: %s", exc)
+        recorded = await self._store_retrying(events)
+        for event in recorded:
+            self._metrics.consumer_outcomes.labels(
+                outcome=event.outcome, routing_key=self._metrics.key_label(event.routing_key)
+            ).inc()
+        self.recorded += len(recorded)
+        try:
+            # Deliveries of one channel arrive in order, so the last one acks the whole batch.
+            await batch[-1].ack(multiple=True)
+        except Exception as exc:
+            # The channel is gone: the broker redelivers them, and recording is idempotent.
+            logger.info("events: batch not acked (%r); it will be redelivered", exc)
+
+    async def _store_retrying(self, events: list[contract.JobEvent]) -> list[contract.JobEvent]:
+        """Record, retrying while PostgreSQL is away. An event PostgreSQL refuses would come back
+        forever (and stop every node in turn): the batch is recorded one by one without it."""
+        delay = 0.2
+        while True:
+            try:
+                return await self._store.record(events)
+            except errors.InvalidEvent as exc:
+                if len(events) == 1:
+                    logger.warning("events: dropped %s: %s", events[0].event_id, exc)
+                    return []
+                recorded = []
+                for event in events:
+                    recorded.extend(await self._store_retrying([event]))
+                return recorded
+            except errors.StoreUnavailable as exc:
+                logger.warning("events: not recorded (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)

@@ -1,0 +1,16 @@
+"""Fixtures shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.process import DispatcherProcess, served
+
+
+@pytest.fixture
+def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[DispatcherProcess]:
+    """One dispatcher process with default settings (test modules may override it)."""
+    yield from served(tmp_path, database_url, amqp_url)

@@ -1,0 +1,63 @@
+"""Retention: jobs finished longer ago than the retention are deleted in the background, with their
+events, so the table stays bounded under a steady flow; scheduled jobs are never touched."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import asyncpg
+
+from tests.support.nodes import client, running_node
+from tests.support.waiting import eventually
+
+RETENTION_S = 1.5
+
+
+async def test_finished_jobs_and_their_events_go_after_the_retention_and_the_table_stays_bounded(
+    database_url: str, amqp_url: str
+) -> None:
+    counts: list[int] = []
+    db = await asyncpg.connect(database_url)
+    try:
+        async with (
+            running_node(
+                database_url=database_url,
+                amqp_url=amqp_url,
+                shard_count=8,
+                retention_days=RETENTION_S / 86400,
+                retention_batch=50,
+                stats_interval_s=0.3,
+            ) as node,
+            client(node) as http,
+        ):
+            later = (
+                await http.post(
+                    "/v1/jobs", json={"routing_key": "a.b", "payload": 0, "delay_ms": 3_600_000}
+                )
+            ).json()["id"]
+            first = None
+            for _ in range(10):  # 2000 jobs over about 5 s, each dispatched at once
+                jobs = [{"routing_key": "a.b", "payload": n} for n in range(200)]
+                answer = (await http.post("/v1/jobs/batch", json={"jobs": jobs})).json()
+                if first is None:
+                    first = uuid.UUID(answer["jobs"][0]["id"])
+                    await db.execute(
+                        "INSERT INTO job_events (event_id, job_id, outcome, attempt, "
+                        "consumer_group, consumer, at) "
+                        "VALUES (gen_random_uuid(), $1, 'succeeded', 1, 'g', 'c', now())",
+                        first,
+                    )
+                await asyncio.sleep(0.5)
+                counts.append(await db.fetchval("SELECT count(*) FROM jobs"))
+            deleted = node.metrics.registry.get_sample_value
+            await eventually(
+                lambda: (deleted("dispatcher_retention_deleted_total") or 0) >= 2000, 20
+            )
+            assert (await http.get(f"/v1/jobs/{later}")).json()["state"] == "scheduled"
+        assert await db.fetchval("SELECT count(*) FROM jobs") == 1
+        assert await db.fetchval("SELECT count(*) FROM job_events") == 0
+    finally:
+        await db.close()
+    # 2000 went in; at most the last retention's worth (about 3 batches of 200) was ever there.
+    assert max(counts) <= 1000, counts
