@@ -72,7 +72,9 @@ async def test_a_consumer_killed_mid_handling_has_its_unacked_jobs_redelivered(
     # Kill once 150 are done and some handler is mid-way: between two rounds of deliveries
     # every started job may be done for the few milliseconds the acks take.
     await eventually(
-        lambda: sum(e == "done" for e, _, _ in events(results)) >= 150 and mid_handler(events(results)),
+        lambda: (
+            sum(e == "done" for e, _, _ in events(results)) >= 150 and mid_handler(events(results))
+        ),
         30,
     )
     os.killpg(first.pid, signal.SIGKILL)
