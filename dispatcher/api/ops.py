@@ -80,7 +80,10 @@ async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
     )
 
 
-@router.get("/v1/queues", responses=REFUSALS)
+@router.get(
+    "/v1/queues",
+    responses={503: {"description": "RabbitMQ's management API did not answer"}, **REFUSALS},
+)
 async def queues(node: NodeDep, caller: auth.Monitor) -> Response:
     """The queues of the dispatcher's vhost with their message counts, from RabbitMQ's
     management API (for the console's links); 503 when it does not answer."""

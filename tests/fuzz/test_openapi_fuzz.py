@@ -18,6 +18,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 
 from tests.services.ports import free_port
 from tests.services.postgres import PostgresServer
+from tests.services.rabbitmq import RabbitServer
 from tests.support.process import DispatcherProcess
 
 EXAMPLES = 150  # per run of the whole API: well under a minute on two shared cores
@@ -44,7 +45,9 @@ ADMIN_KEY = "fuzz-admin-key-0123456789"
 
 
 @pytest.fixture
-def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[DispatcherProcess]:
+def dispatcher(
+    tmp_path: Path, database_url: str, amqp_url: str, rabbit_server: RabbitServer
+) -> Iterator[DispatcherProcess]:
     """A node with an admin key: the schema declares bearer auth, and schemathesis checks that
     requests with a wrong or no key are refused."""
     process = DispatcherProcess(
@@ -54,6 +57,10 @@ def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[Dis
             "DISPATCHER_DATABASE_URL": database_url,
             "DISPATCHER_AMQP_URL": amqp_url,
             "DISPATCHER_API_KEYS": f"{ADMIN_KEY}:admin",
+            # /v1/queues reads the broker's management API.
+            "DISPATCHER_AMQP_MANAGEMENT_URL": rabbit_server.mgmt_url.replace(
+                "http://", "http://guest:guest@"
+            ),
         },
         api_key=ADMIN_KEY,
     )
