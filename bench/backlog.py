@@ -77,7 +77,7 @@ def receiver(amqp_url: str, binding: str, output: Path) -> subprocess.Popen[byte
     return process
 
 
-async def memory_run(svc: Services, folder: Path, run: int) -> dict[str, float]:
+async def memory_run(svc: Services, folder: Path, run: str) -> dict[str, float]:
     """Start a dispatcher over the backlog: RSS for 30 s, and start-up to the first fire."""
     env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
     output = folder / f"received-{run}.txt"
@@ -182,7 +182,7 @@ async def main(rows: list[int], overdue: int, runs: int = 3) -> None:
             )
             loaded = count
             print(f"  {count} scheduled jobs ({time.perf_counter() - started:.0f}s to load)")
-            each = [await memory_run(svc, folder, run) for run in range(runs)]
+            each = [await memory_run(svc, folder, f"{count}-{run}") for run in range(runs)]
             m = medians(each)
             results[f"backlog_{count}"] = {"median": m, "runs": each}
             print(
@@ -191,6 +191,9 @@ async def main(rows: list[int], overdue: int, runs: int = 3) -> None:
                 f"{m['first_fire_s']:.2f}s after process start (median of {runs})",
                 flush=True,
             )
+        if not overdue:
+            print(f"  written to {write('backlog', results)}")
+            return
         each = [await catchup_run(svc, folder, overdue, run) for run in range(runs)]
         m = medians(each)
         results["catchup"] = {"median": m, "runs": each}
