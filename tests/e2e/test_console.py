@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -76,7 +77,8 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     asyncio.run(report_dead(amqp_url, job_id))  # as a consumer that gave up would
     until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dead")
 
-    wait = WebDriverWait(browser, 20)
+    # The console re-renders its panels on every poll: an element found a moment ago may be gone.
+    wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
     browser.get(f"{dispatcher.url}/console/")
     browser.find_element(By.ID, "api-key").send_keys(ADMIN)
     browser.find_element(By.ID, "key-save").click()
