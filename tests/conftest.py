@@ -5,10 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.services.ports import free_port
 from tests.support.cluster import SESSION_S, SHARDS, Cluster
 from tests.support.collector import Collector
-from tests.support.process import FAST_LEASE, DispatcherProcess
+from tests.support.process import FAST_LEASE, DispatcherProcess, served
 
 pytest_plugins = ["tests.services.fixtures"]
 
@@ -24,20 +23,8 @@ async def collector(amqp_url: str) -> AsyncIterator[Collector]:
 
 @pytest.fixture
 def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[DispatcherProcess]:
-    """One single-node dispatcher process; its log is printed when the test ends."""
-    process = DispatcherProcess(
-        tmp_path,
-        port=free_port(),
-        env={
-            "DISPATCHER_DATABASE_URL": database_url,
-            "DISPATCHER_AMQP_URL": amqp_url,
-            **FAST_LEASE,
-        },
-    )
-    process.start()
-    yield process
-    print(process.logs(200))
-    process.stop()
+    """One single-node dispatcher process with a short lease; its log is printed at the end."""
+    yield from served(tmp_path, database_url, amqp_url, env=FAST_LEASE)
 
 
 @pytest.fixture

@@ -16,10 +16,9 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from tests.services.ports import free_port
 from tests.services.postgres import PostgresServer
 from tests.services.rabbitmq import RabbitServer
-from tests.support.process import DispatcherProcess
+from tests.support.process import DispatcherProcess, served
 
 EXAMPLES = 150  # per run of the whole API: well under a minute on two shared cores
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}
@@ -50,12 +49,11 @@ def dispatcher(
 ) -> Iterator[DispatcherProcess]:
     """A node with an admin key: the schema declares bearer auth, and schemathesis checks that
     requests with a wrong or no key are refused."""
-    process = DispatcherProcess(
+    yield from served(
         tmp_path,
-        port=free_port(),
+        database_url,
+        amqp_url,
         env={
-            "DISPATCHER_DATABASE_URL": database_url,
-            "DISPATCHER_AMQP_URL": amqp_url,
             "DISPATCHER_API_KEYS": f"{ADMIN_KEY}:admin",
             # /v1/queues reads the broker's management API.
             "DISPATCHER_AMQP_MANAGEMENT_URL": rabbit_server.mgmt_url.replace(
@@ -64,10 +62,6 @@ def dispatcher(
         },
         api_key=ADMIN_KEY,
     )
-    process.start()
-    yield process
-    print(process.logs(100))
-    process.stop()
 
 
 def test_no_generated_request_crashes_the_api_or_stores_a_refused_job(

@@ -142,4 +142,5 @@ def served(
     )
     process.start()
     yield process
+    print(process.logs(200))  # shown when the test fails
     process.stop()
