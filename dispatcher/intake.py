@@ -75,9 +75,7 @@ class Intake:
         else:
             results = await self._store.insert(new_jobs)
         created = [result.job for result in results if result.created]
-        self._loader.offer(
-            models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in created
-        )
+        self._loader.offer(models.DueEntry.of(job) for job in created)
         self._metrics.count_by_key(self._metrics.jobs_submitted, created)
         return results
 
@@ -88,5 +86,5 @@ class Intake:
         job = await self._store.requeue(
             job_id, shard=ownership.shard_for(job_id.bytes, owned), namespace=namespace
         )
-        self._loader.offer([models.DueEntry(job.run_at.timestamp(), job.id, job.shard)])
+        self._loader.offer([models.DueEntry.of(job)])
         return job

@@ -17,6 +17,7 @@ Consumer events may arrive before the confirm is marked, so ``dispatching`` may 
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -104,6 +105,16 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobChange:
+    """A validated reschedule: what to change on a job still waiting to fire (None: keep)."""
+
+    run_at: datetime | None = None
+    payload: bytes | None = None
+    set_priority: bool = False
+    priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobEvent:
     """One step of a job's life after its publish (``consumers_sdk.contract.JobEvent``, or a
     requeue by the dispatcher), as recorded."""
@@ -125,11 +136,22 @@ class Submitted:
 
 
 class DueEntry(NamedTuple):
-    """What the scheduler keeps of a job: enough to order it and to claim it (about 180 B)."""
+    """What the scheduler keeps of a job: enough to order it, to claim it and to take turns
+    between routing keys (about 190 B; the key string is shared, see ``routing_key_of``)."""
 
     run_at_s: float  # POSIX seconds
     id: uuid.UUID
     shard: ShardId
+    key: str = ""  # the routing key; "" when unknown (a due notice), which only affects turns
+
+    @classmethod
+    def of(cls, job: Job) -> DueEntry:
+        return cls(job.run_at.timestamp(), job.id, job.shard, routing_key_of(job.routing_key))
+
+
+def routing_key_of(routing_key: str) -> str:
+    """One string object per routing key in memory, however many entries name it."""
+    return sys.intern(routing_key)
 
 
 class JobIds:

@@ -22,6 +22,7 @@ from dispatcher.publisher import Publisher
 from dispatcher.scheduler.firing import Firer
 from dispatcher.scheduler.heap import Backlog, DueHeap
 from dispatcher.scheduler.loader import Loader
+from dispatcher.scheduler.wakeups import DueListener
 from dispatcher.settings import Settings
 from dispatcher.store import migrate
 from dispatcher.store.db import Database
@@ -91,8 +92,14 @@ class Node:
             load_batch=settings.load_batch,
             lease_sweep_s=min(settings.lease_s / 2, 5.0),
             sweep_grace_s=settings.sweep_grace_s,
+            live_lag_s=settings.live_lag_s,
             clock=clock,
             on_due=self._on_due,
+        )
+        self.due_notices = DueListener(
+            self.db,
+            offer=self.loader.offer,
+            on_connect=lambda: self.loader.rewind(settings.sweep_grace_s),
         )
         self.firer = Firer(
             store=self.store,
@@ -106,6 +113,7 @@ class Node:
             batch=settings.fire_batch,
             workers=settings.fire_workers,
             catchup_share=settings.catchup_share,
+            catchup_max_rate=settings.catchup_max_rate,
             clock=clock,
         )
         self.intake = Intake(
@@ -173,6 +181,7 @@ class Node:
                 intake = group.create_task(self.intake.run(), name="intake")
                 watch = group.create_task(self._watch_ownership(), name="ownership-watch")
                 loader = group.create_task(self.loader.run(), name="loader")
+                notices = group.create_task(self.due_notices.run(), name="due-notices")
                 firing = group.create_task(self.firer.run(), name="firing")
                 events = group.create_task(self.events.run(), name="events")
                 housekeeping = group.create_task(self.housekeeper.run(), name="housekeeping")
@@ -190,7 +199,16 @@ class Node:
                 self.firer.stop()
                 await asyncio.wait([firing], timeout=DRAIN_TIMEOUT_S)
                 await self.ownership.stop()
-                for task in (firing, loader, watch, coordination, intake, events, housekeeping):
+                for task in (
+                    firing,
+                    loader,
+                    notices,
+                    watch,
+                    coordination,
+                    intake,
+                    events,
+                    housekeeping,
+                ):
                     task.cancel()
         finally:
             await self.ownership.stop()

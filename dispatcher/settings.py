@@ -58,6 +58,12 @@ class Settings(BaseSettings):
     catchup_share: float = Field(
         0.5, gt=0, le=1, description="share of a firing batch kept for overdue backlog"
     )
+    catchup_max_rate: float = Field(
+        0.0, ge=0, description="overdue jobs fired per second at most (0: no limit)"
+    )
+    live_lag_s: float = Field(
+        2.0, gt=0, description="jobs this late leave the live lane for the catch-up lane"
+    )
 
     # PostgreSQL
     db_timeout_s: float = Field(2.0, gt=0, description="a request waits this long, then 503")

@@ -91,6 +91,18 @@ async def get_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Re
     return schemas.json_response(schemas.history_document(job, events))
 
 
+@router.patch("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
+async def reschedule_job(
+    job_id: uuid.UUID, body: schemas.JobPatch, node: NodeDep, caller: auth.Producer
+) -> Response:
+    """Move a job that has not fired yet to a new time (and/or change its payload or priority).
+    It fires at the new time only, on whichever node owns it. 409 once it is being dispatched
+    (state ``dispatching``: it will be delivered) or done."""
+    change = schemas.to_change(body, node.settings, now=datetime.now(UTC))
+    job = await node.store.reschedule(job_id, change, namespace=caller.namespace_filter)
+    return schemas.json_response(schemas.job_document(job))
+
+
 @router.post("/{job_id}/requeue", response_model=schemas.JobOut, responses=ERRORS)
 async def requeue_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Admin) -> Response:
     """A dead job back to ``scheduled``, due now: published again to its routing key as a fresh

@@ -83,6 +83,25 @@ class JobCreate(BaseModel):
         return value
 
 
+class JobPatch(BaseModel):
+    """A new time (``delay_ms`` from now or ``run_at``), payload or priority for a job that has
+    not fired yet. Fields left out are kept; ``priority: null`` removes the priority."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    delay_ms: Annotated[StrictInt, Field(ge=0)] | None = None
+    run_at: AwareDatetime | None = Field(
+        None, description="RFC 3339 with offset; in the past means as soon as possible"
+    )
+    payload: JsonValue = Field(None, description="any JSON value; replaces the payload")
+    priority: Annotated[StrictInt, Field(ge=0, le=9)] | None = None
+
+    @field_validator("run_at")
+    @classmethod
+    def _not_with_delay(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        return JobCreate._not_with_delay(value, info)
+
+
 class JobBatchCreate(BaseModel):
     """Up to ``max_batch`` jobs, stored all or nothing."""
 
@@ -262,14 +281,7 @@ def to_spec(
     job: JobCreate, settings: Settings, *, now: datetime, field_prefix: str = ""
 ) -> models.JobSpec:
     """Check the configurable limits and turn a request into what the intake stores."""
-    try:
-        payload = orjson.dumps(job.payload)
-    except TypeError as exc:  # an integer past 64 bits, a lone surrogate
-        raise errors.InvalidField(f"{field_prefix}payload", f"cannot be encoded: {exc}") from None
-    if len(payload) > settings.max_payload_bytes:
-        raise errors.PayloadTooLarge(
-            f"{field_prefix}payload", len(payload), settings.max_payload_bytes
-        )
+    payload = _encoded_payload(job.payload, settings, f"{field_prefix}payload")
     if len(job.routing_key.encode()) > settings.max_routing_key_bytes:
         raise errors.InvalidField(
             f"{field_prefix}routing_key", f"must be at most {settings.max_routing_key_bytes} bytes"
@@ -284,25 +296,65 @@ def to_spec(
             f"{field_prefix}idempotency_key",
             f"must be at most {settings.max_idempotency_key_length} characters",
         )
-    field = "run_at" if job.run_at is not None else "delay_ms"
-    try:  # a year past 9999 (or before 1) once in UTC cannot be stored
-        if job.run_at is not None:
-            run_at = job.run_at.astimezone(UTC)
-        else:
-            run_at = now + timedelta(milliseconds=job.delay_ms or 0)
-    except OverflowError:
-        raise errors.InvalidField(f"{field_prefix}{field}", "out of range") from None
-    latest = now + timedelta(days=settings.max_delay_days)
-    if run_at > latest:
-        raise errors.InvalidField(
-            f"{field_prefix}{field}", f"must be within {settings.max_delay_days} days from now"
-        )
     return models.JobSpec(
         routing_key=job.routing_key,
         payload=payload,
-        run_at=run_at,
+        run_at=_run_at(job.run_at, job.delay_ms, settings, now=now, field_prefix=field_prefix),
         idempotency_key=job.idempotency_key,
         headers=job.headers,
         priority=job.priority,
         ttl_ms=job.ttl_ms,
     )
+
+
+def to_change(patch: JobPatch, settings: Settings, *, now: datetime) -> models.JobChange:
+    """Check a reschedule against the configurable limits; only the fields sent change."""
+    sent = patch.model_fields_set
+    if not sent:
+        raise errors.InvalidField("body", "give run_at, delay_ms, payload or priority to change")
+    run_at = None
+    if "run_at" in sent or "delay_ms" in sent:
+        if patch.run_at is None and patch.delay_ms is None:
+            raise errors.InvalidField("run_at", "must not be null")
+        run_at = _run_at(patch.run_at, patch.delay_ms, settings, now=now)
+    return models.JobChange(
+        run_at=run_at,
+        payload=_encoded_payload(patch.payload, settings, "payload") if "payload" in sent else None,
+        set_priority="priority" in sent,
+        priority=patch.priority,
+    )
+
+
+def _encoded_payload(payload: JsonValue, settings: Settings, field: str) -> bytes:
+    try:
+        encoded = orjson.dumps(payload)
+    except TypeError as exc:  # an integer past 64 bits, a lone surrogate
+        raise errors.InvalidField(field, f"cannot be encoded: {exc}") from None
+    if len(encoded) > settings.max_payload_bytes:
+        raise errors.PayloadTooLarge(field, len(encoded), settings.max_payload_bytes)
+    return encoded
+
+
+def _run_at(
+    run_at: datetime | None,
+    delay_ms: int | None,
+    settings: Settings,
+    *,
+    now: datetime,
+    field_prefix: str = "",
+) -> datetime:
+    """When a job given ``run_at`` or ``delay_ms`` (or neither: now) is due, in UTC."""
+    field = "run_at" if run_at is not None else "delay_ms"
+    try:  # a year past 9999 (or before 1) once in UTC cannot be stored
+        due = (
+            run_at.astimezone(UTC)
+            if run_at is not None
+            else now + timedelta(milliseconds=delay_ms or 0)
+        )
+    except OverflowError:
+        raise errors.InvalidField(f"{field_prefix}{field}", "out of range") from None
+    if due > now + timedelta(days=settings.max_delay_days):
+        raise errors.InvalidField(
+            f"{field_prefix}{field}", f"must be within {settings.max_delay_days} days from now"
+        )
+    return due

@@ -21,6 +21,7 @@ from dispatcher.publisher import Publisher
 from dispatcher.scheduler.heap import Backlog, DueHeap
 from dispatcher.scheduler.loader import Loader
 from dispatcher.scheduler.marks import DispatchMarks
+from dispatcher.scheduler.pacing import Pace
 from dispatcher.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class Firer:
         batch: int,
         workers: int,
         catchup_share: float,
+        catchup_max_rate: float = 0.0,
         clock: Callable[[], float],
     ) -> None:
         self._store = store
@@ -56,6 +58,7 @@ class Firer:
         self._batch = batch
         self._workers = workers
         self._catchup_share = catchup_share
+        self._catchup_pace = Pace(catchup_max_rate, batch=batch)
         self._clock = clock
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
@@ -133,20 +136,30 @@ class Firer:
                 self._loader.heap_drained()
                 return entries
             next_due = self._heap.next_due_s()
-            timeout = None if next_due is None else max(0.0, next_due - self._clock())
+            now_s = self._clock()
+            timeout = None if next_due is None else max(0.0, next_due - now_s)
+            if len(self._backlog) and not live_only:  # held back by the catch-up pace
+                paced = self._catchup_pace.wait_s(now_s, len(self._backlog))
+                timeout = paced if timeout is None else min(timeout, paced)
             self._wake.clear()
             await self._unless_stopped(self._wake.wait(), timeout)
         return None
 
     def _pop(self, now_s: float, live_only: bool) -> list[models.DueEntry]:
-        """A batch: live jobs due now, with a share kept for the overdue backlog if there is one."""
+        """A batch: live jobs due now, with a share kept for the overdue backlog if there is one
+        (as much of it as the catch-up pace allows)."""
         if live_only:
             return self._heap.pop_due(now_s, self._batch)
-        live_quota = self._batch
-        if len(self._backlog):
-            live_quota = max(1, int(self._batch * (1 - self._catchup_share)))
-        entries = self._heap.pop_due(now_s, live_quota)
-        entries.extend(self._backlog.pop(self._batch - len(entries)))
+        waiting = len(self._backlog)
+        if not waiting:
+            return self._heap.pop_due(now_s, self._batch)
+        share = min(waiting, max(1, int(self._batch * self._catchup_share)), self._batch - 1)
+        overdue = self._catchup_pace.take(now_s, share)
+        entries = self._heap.pop_due(now_s, self._batch - overdue)
+        room = min(self._batch - len(entries), waiting) - overdue
+        if room > 0:  # few live jobs due: the backlog may have the rest of the batch
+            overdue += self._catchup_pace.take(now_s, room)
+        entries.extend(self._backlog.pop(overdue))
         return entries
 
     async def _fire(self, entries: list[models.DueEntry], publisher: Publisher) -> None:
@@ -155,7 +168,7 @@ class Firer:
         if not mine:
             return
         epochs = {entry.shard: held[entry.shard] for entry in mine}
-        claimed = await self._store.claim(list(dict.fromkeys(e.id for e in mine)), epochs)
+        claimed = await self._store.claim(mine, epochs)
         if not claimed:
             return
         now = datetime.now(UTC)
@@ -190,4 +203,4 @@ class Firer:
 
 
 def _entries(jobs: list[models.Job]) -> list[models.DueEntry]:
-    return [models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in jobs]
+    return [models.DueEntry.of(job) for job in jobs]

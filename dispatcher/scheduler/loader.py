@@ -7,6 +7,11 @@ into the heap (``offer``), so nothing falls between a running query and a commit
 over (and all shards at start) also get a *backlog* cursor for the jobs already overdue, which go
 to the Backlog lane: they drain oldest first without holding up the jobs falling due meanwhile.
 
+When the live lane falls more than ``live_lag_s`` behind (a burst larger than firing can take at
+once, or an overload), what is that late moves to the backlog lane: a backlog cursor takes over
+the range, and the live cursor jumps to the present, so the jobs falling due now are loaded and
+fired on time while the burst drains beside them (at the catch-up pace, keys taking turns).
+
 Memory is bounded: the heap holds at most ``heap_cap`` entries (plus the submissions pushed
 between two loads, trimmed back to the cap), the backlog at most ``backlog_cap``.
 """
@@ -65,6 +70,7 @@ class Loader:
         load_batch: int,
         lease_sweep_s: float,
         sweep_grace_s: float,
+        live_lag_s: float = 2.0,
         clock: Callable[[], float],
         on_due: Callable[[], None],
     ) -> None:
@@ -77,6 +83,9 @@ class Loader:
         self._load_batch = load_batch
         self._lease_sweep_s = lease_sweep_s
         self._sweep_grace_s = sweep_grace_s
+        self._live_lag_s = live_lag_s
+        self._demoted_at_s = 0.0
+        self.demoted = 0  # entries moved from the live lane to the backlog lane, ever
         self._clock = clock
         self._on_due = on_due
         self._live: list[Cursor] = []
@@ -128,6 +137,14 @@ class Loader:
         self._heap.extend(entries)
         self._on_due()
 
+    def rewind(self, back_s: float) -> None:
+        """Load the window again from ``back_s`` ago: jobs may have entered it unannounced (due
+        notices missed while their connection was down)."""
+        back = (_at(self._clock() - back_s), MIN_ID)
+        for cursor in self._live:
+            cursor.position = min(cursor.position, back)
+        self._wake.set()
+
     def heap_drained(self) -> None:
         """Called by the firing loop after every pop: load again only if a capped lane has room.
 
@@ -138,8 +155,16 @@ class Loader:
             cursor.position[0] < cursor.target for cursor in self._live
         )
         backlog_starved = bool(self._backlogs) and len(self._backlog) < self._backlog_cap // 2
-        if heap_starved or backlog_starved:
+        if heap_starved or backlog_starved or self._lagging():
             self._wake.set()
+
+    def _lagging(self) -> bool:
+        """The live lane holds jobs later than ``live_lag_s`` (checked twice per lag at most)."""
+        now_s = self._clock()
+        if now_s - self._demoted_at_s < self._live_lag_s / 2:
+            return False
+        earliest = self._heap.next_due_s()
+        return earliest is not None and earliest < now_s - self._live_lag_s
 
     # --- loading --------------------------------------------------------------------------------
 
@@ -167,6 +192,8 @@ class Loader:
                 pass
 
     async def fill(self) -> None:
+        if self._lagging():
+            self._demote()
         horizon = _at(self._clock() + self._lookahead_s)
         for cursor in list(self._live):
             if cursor.target < horizon:
@@ -212,6 +239,33 @@ class Loader:
             if cursor.position >= main.position:
                 main.shards |= cursor.shards
                 self._live.remove(cursor)
+
+    def _demote(self) -> None:
+        """Hand what the live lane has left later than ``live_lag_s`` to the backlog lane."""
+        now_s = self._clock()
+        self._demoted_at_s = now_s
+        cutoff_s = now_s - self._live_lag_s
+        before = len(self._heap)
+        earliest = self._heap.evict_before(cutoff_s)
+        if earliest is None or not self._live:
+            return
+        cutoff = _at(cutoff_s)
+        # Everything of the live shards from the earliest evicted entry to the cutoff is loaded
+        # again by a backlog cursor (a millisecond early: float rounding may only duplicate).
+        start = min((_at(earliest - 0.001), MIN_ID), *(cursor.position for cursor in self._live))
+        shards = set().union(*(cursor.shards for cursor in self._live))
+        self._backlogs.append(Cursor(shards, start, cutoff, end=cutoff))
+        for cursor in self._live:
+            cursor.position = max(cursor.position, (cutoff, MAX_ID))
+            if cursor.target < cutoff:
+                cursor.aim(cutoff)
+        self.demoted += before - len(self._heap)
+        logger.warning(
+            "firing is %.1fs behind: %d jobs moved to the catch-up lane",
+            now_s - earliest,
+            before - len(self._heap),
+            extra={"action": "catch-up"},
+        )
 
     def _trim(self) -> None:
         kept = self._heap.trim(self._heap_cap)

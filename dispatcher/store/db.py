@@ -73,6 +73,13 @@ class Database:
         except _UNAVAILABLE as exc:
             raise errors.StoreUnavailable(f"PostgreSQL unavailable: {exc!r}") from exc
 
+    async def dedicated(self) -> asyncpg.Connection:
+        """A connection outside the pool, for session state the pool must not see (LISTEN)."""
+        try:
+            return await asyncpg.connect(self._dsn, timeout=self.timeout_s)
+        except _UNAVAILABLE as exc:
+            raise errors.StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+
     async def ping(self) -> bool:
         try:
             async with self.connection() as connection:

@@ -40,7 +40,8 @@ def job_from_row(row: asyncpg.Record) -> models.Job:
 
 
 def entry_from_row(row: asyncpg.Record) -> models.DueEntry:
-    return models.DueEntry(row["run_at"].timestamp(), row["id"], row["shard"])
+    key = models.routing_key_of(row["routing_key"])
+    return models.DueEntry(row["run_at"].timestamp(), row["id"], row["shard"], key)
 
 
 class JobStore:
@@ -116,6 +117,25 @@ class JobStore:
         """Cancel a scheduled job; JobStateConflict once it is claimed or done."""
         return await self._transition(queries.CANCEL_JOB, job_id, namespace)
 
+    async def reschedule(
+        self,
+        job_id: uuid.UUID,
+        change: models.JobChange,
+        *,
+        namespace: str | None = None,
+    ) -> models.Job:
+        """New time, payload or priority for a scheduled job; JobStateConflict once it is claimed
+        (being published: it will be delivered) or done."""
+        return await self._transition(
+            queries.RESCHEDULE_JOB,
+            job_id,
+            namespace,
+            change.run_at,
+            change.payload,
+            change.set_priority,
+            change.priority,
+        )
+
     async def requeue(
         self, job_id: uuid.UUID, *, shard: int, namespace: str | None = None
     ) -> models.Job:
@@ -175,17 +195,24 @@ class JobStore:
             rows = await connection.fetch(queries.OVERDUE_STRAGGLERS, list(shards), grace_s, limit)
         return [entry_from_row(row) for row in rows]
 
-    async def claim(self, ids: Sequence[uuid.UUID], epochs: Mapping[int, int]) -> list[models.Job]:
-        """Claim these jobs under the given shard epochs; rows no longer claimable are skipped."""
+    async def claim(
+        self, entries: Iterable[models.DueEntry], epochs: Mapping[int, int]
+    ) -> list[models.Job]:
+        """Claim the jobs of these entries under the given shard epochs; rows no longer claimable
+        (fired, cancelled, rescheduled past the entry's time, shard moved) are skipped."""
+        due: dict[uuid.UUID, float] = {}
+        for entry in entries:  # a job in two entries is due at the later one (a reschedule)
+            due[entry.id] = max(entry.run_at_s, due.get(entry.id, entry.run_at_s))
         shards = list(epochs)
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
                 queries.CLAIM_JOBS,
-                list(ids),
+                list(due),
                 shards,
                 [epochs[shard] for shard in shards],
                 self._node_id,
                 self._lease_s,
+                list(due.values()),
             )
         return [job_from_row(row) for row in rows]
 

@@ -54,12 +54,27 @@ WHERE id = $1 AND state = 'scheduled' AND ($2::text IS NULL OR coalesce(namespac
 RETURNING *
 """
 
+# Move a job still waiting to fire to a new time (and/or give it a new payload or priority), and
+# tell every node (``DUE_NOTICE``): the owner of its shard may hold it in memory at the old time,
+# where the claim's run_at test makes that entry fire nothing, and must learn the new one.
+# $1 id, $2 namespace filter, $3 run_at or NULL (keep), $4 payload or NULL (keep),
+# $5 whether to set the priority, $6 the priority.
+RESCHEDULE_JOB: Final = """
+UPDATE jobs
+SET run_at = coalesce($3, run_at), payload = coalesce($4, payload),
+    priority = CASE WHEN $5 THEN $6::smallint ELSE priority END, updated_at = now()
+WHERE id = $1 AND state = 'scheduled' AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+RETURNING *, pg_notify('dispatcher_due',
+                       id::text || ',' || shard || ',' || extract(epoch FROM run_at) || ','
+                       || routing_key)
+"""
+
 # --- jobs: scheduler ----------------------------------------------------------------------------
 
 # Scheduled jobs of the owned shards after the keyset cursor, up to a horizon, in due order.
 # $1 shards, $2 cursor run_at, $3 cursor id, $4 horizon, $5 limit.
 LOAD_DUE: Final = """
-SELECT id, shard, run_at FROM jobs
+SELECT id, shard, run_at, routing_key FROM jobs
 WHERE state = 'scheduled' AND (run_at, id) > ($2, $3) AND run_at <= $4 AND shard = ANY($1::int[])
 ORDER BY run_at, id
 LIMIT $5
@@ -67,7 +82,7 @@ LIMIT $5
 
 # Claimed jobs whose publish was never confirmed (crash, outage). $1 shards, $2 limit.
 EXPIRED_LEASES: Final = """
-SELECT id, shard, run_at FROM jobs
+SELECT id, shard, run_at, routing_key FROM jobs
 WHERE state = 'dispatching' AND lease_until < now() AND shard = ANY($1::int[])
 ORDER BY lease_until
 LIMIT $2
@@ -77,7 +92,7 @@ LIMIT $2
 # load put in memory (a job committed on a shard while it moved to another node, say).
 # $1 shards, $2 grace seconds, $3 limit.
 OVERDUE_STRAGGLERS: Final = """
-SELECT id, shard, run_at FROM jobs
+SELECT id, shard, run_at, routing_key FROM jobs
 WHERE state = 'scheduled' AND run_at < now() - make_interval(secs => $2)
   AND shard = ANY($1::int[])
 ORDER BY run_at, id
@@ -87,11 +102,16 @@ LIMIT $3
 # Claim due jobs for publishing, fenced: a row is claimed only while the shard's epoch is the one
 # this node holds, and the epoch rows are share-locked so a concurrent takeover (which bumps them)
 # waits for this claim to commit or happens entirely before it.
+# Each id comes with the run_at its heap entry was made for: a job rescheduled later since then is
+# not claimed by the stale entry (the entry of the new time claims it). A reschedule racing with
+# the claim either commits first (the claim re-reads the row and skips it) or waits for the claim
+# and then finds the job dispatching.
 # The plan must look each id up by the primary key whatever the table's statistics: the fence is
 # folded into one array (an InitPlan run once), because as a joined relation the planner looped
 # over it, repeating the lookups once per shard (128k index scans for 500 jobs). The state test
 # is a CASE, not an OR of states, which would match a partial index instead.
-# $1 ids, $2 shards held, $3 their epochs (same order), $4 node id, $5 lease seconds.
+# $1 ids, $2 shards held, $3 their epochs (same order), $4 node id, $5 lease seconds,
+# $6 the entries' run_at (POSIX seconds, same order as $1).
 CLAIM_JOBS: Final = """
 WITH locked AS (
     SELECT se.shard
@@ -107,8 +127,9 @@ UPDATE jobs j
 SET state = 'dispatching', lease_until = now() + make_interval(secs => $5),
     claim_epoch = ($3::bigint[])[array_position($2::int[], j.shard)], claimed_by = $4,
     publish_attempts = j.publish_attempts + 1, updated_at = now()
-FROM unnest($1::uuid[]) AS wanted(id)
+FROM unnest($1::uuid[], $6::float8[]) AS wanted(id, run_at_s)
 WHERE j.id = wanted.id
+  AND j.run_at <= to_timestamp(wanted.run_at_s) + interval '1 millisecond'
   AND j.shard = ANY((SELECT shards FROM fence)::int[])
   AND CASE j.state
         WHEN 'scheduled' THEN true

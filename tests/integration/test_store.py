@@ -33,6 +33,10 @@ async def shards(db: Database) -> ShardStore:
     return store
 
 
+def due(*jobs: models.NewJob) -> list[models.DueEntry]:
+    return [models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in jobs]
+
+
 def new_job(shard: int = 0, *, key: str | None = None, run_at: datetime = NOW) -> models.NewJob:
     return models.NewJob(
         id=IDS.next(),
@@ -111,7 +115,7 @@ async def test_cancel_only_scheduled_jobs(db: Database, shards: ShardStore) -> N
     await store.insert([a, b])
     assert (await store.cancel(a.id)).state is models.JobState.CANCELLED
     epochs = await shards.bump([0], "n1")
-    assert [j.id for j in await store.claim([a.id, b.id], epochs)] == [b.id]
+    assert [j.id for j in await store.claim(due(a, b), epochs)] == [b.id]
     with pytest.raises(errors.JobStateConflict) as caught:
         await store.cancel(b.id)
     assert caught.value.state == "dispatching"
@@ -126,9 +130,9 @@ async def test_claim_is_fenced_by_the_shard_epoch(db: Database, shards: ShardSto
     await old_owner.insert([job])
     stale = await shards.bump([3], "old")
     await shards.bump([3], "new")  # takeover
-    assert await old_owner.claim([job.id], stale) == []
+    assert await old_owner.claim(due(job), stale) == []
     current = {3: (await shards.bump([3], "new"))[3]}
-    [claimed] = await new_owner.claim([job.id], current)
+    [claimed] = await new_owner.claim(due(job), current)
     assert claimed.state is models.JobState.DISPATCHING
     assert claimed.publish_attempts == 1
 
@@ -140,13 +144,13 @@ async def test_a_claim_is_not_taken_twice_until_its_lease_expires(
     job = new_job(shard=1)
     await store.insert([job])
     epochs = await shards.bump([1], "n1")
-    assert len(await store.claim([job.id], epochs)) == 1
-    assert await store.claim([job.id], epochs) == []
+    assert len(await store.claim(due(job), epochs)) == 1
+    assert await store.claim(due(job), epochs) == []
     assert await store.expired_leases([1], 10) == []
     await asyncio.sleep(0.5)
     [expired] = await store.expired_leases([1], 10)
     assert expired.id == job.id
-    [again] = await store.claim([job.id], epochs)
+    [again] = await store.claim(due(job), epochs)
     assert again.publish_attempts == 2
 
 
@@ -155,7 +159,7 @@ async def test_mark_release_and_expire(db: Database, shards: ShardStore) -> None
     a, b, c = new_job(), new_job(), new_job()
     await store.insert([a, b, c])
     epochs = await shards.bump([0], "n1")
-    await store.claim([a.id, b.id, c.id], epochs)
+    await store.claim(due(a, b, c), epochs)
     await store.mark_dispatched([a.id])
     await store.release([b.id])
     await store.mark_expired([c.id])

@@ -77,3 +77,77 @@ def test_backlog_is_fifo_and_filters() -> None:
     backlog.retain(lambda e: e.shard == 0)
     assert backlog.pop(10) == [entries[2], entries[4]]
     assert backlog.pop(10) == []
+
+
+def keyed(run_at_s: float, key: str) -> DueEntry:
+    return DueEntry(run_at_s, uuid.uuid4(), 0, key)
+
+
+def test_a_batch_takes_turns_between_routing_keys() -> None:
+    heap = DueHeap()
+    heap.extend(keyed(1.0 + i * 1e-6, "big") for i in range(1000))
+    heap.extend(keyed(5.0 + i, "small") for i in range(3))
+    heap.push(keyed(4.0, "other"))
+    batch = heap.pop_due(10.0, limit=8)
+    assert [e.key for e in batch].count("big") == 4  # not the whole batch, though it is earlier
+    assert [e.key for e in batch if e.key != "big"] == ["other", "small", "small", "small"]
+    assert [e.run_at_s for e in batch if e.key == "big"] == sorted(
+        e.run_at_s for e in batch if e.key == "big"
+    )
+    assert len(heap) == 996
+
+
+def test_keys_not_yet_due_wait_their_time() -> None:
+    heap = DueHeap()
+    heap.extend(keyed(float(t), "a") for t in range(10))
+    heap.push(keyed(100.0, "b"))
+    assert {e.key for e in heap.pop_due(50.0, 100)} == {"a"}
+    assert heap.next_due_s() == 100.0
+    assert heap.push(keyed(20.0, "c"))  # a new earliest entry wakes the firing loop
+    assert [e.key for e in heap.pop_due(1000.0, 100)] == ["c", "b"]
+    assert len(heap) == 0
+    assert heap.next_due_s() is None
+
+
+def test_random_pushes_and_pops_lose_nothing_and_respect_due_times() -> None:
+    rng = random.Random(11)
+    heap = DueHeap()
+    pushed: set[uuid.UUID] = set()
+    popped: list[DueEntry] = []
+    now = 0.0
+    for _ in range(3000):
+        if rng.random() < 0.6:
+            item = keyed(now + rng.uniform(-5, 20), rng.choice("abcde"))
+            heap.push(item)
+            pushed.add(item.id)
+        else:
+            now += rng.uniform(0, 2)
+            batch = heap.pop_due(now, rng.randint(1, 20))
+            assert all(e.run_at_s <= now for e in batch)
+            for key in set(e.key for e in batch):  # each key's own entries earliest first
+                times = [e.run_at_s for e in batch if e.key == key]
+                assert times == sorted(times)
+            popped += batch
+        assert len(heap) == len(pushed) - len(popped)
+    popped += heap.pop_due(1e9, 10**6)
+    assert sorted(e.id for e in popped) == sorted(pushed)
+
+
+def test_evict_before_drops_the_late_entries_and_names_the_earliest() -> None:
+    heap = DueHeap()
+    heap.extend(keyed(float(t), "k" if t % 2 else "j") for t in range(10))
+    assert heap.evict_before(0.0) is None
+    assert heap.evict_before(4.0) == 0.0
+    assert len(heap) == 6
+    assert heap.next_due_s() == 4.0
+
+
+def test_backlog_takes_turns_between_keys_oldest_first_within_each() -> None:
+    backlog = Backlog()
+    big = [keyed(float(t), "big") for t in range(100)]
+    small = [keyed(50.0 + t, "small") for t in range(2)]
+    backlog.extend(big)
+    backlog.extend(small)
+    assert backlog.pop(4) == [big[0], small[0], big[1], small[1]]
+    assert backlog.pop(3) == big[2:5]
+    assert len(backlog) == 95
