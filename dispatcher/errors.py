@@ -74,3 +74,13 @@ class MigrationError(DispatcherError):
 
 class PublishFailed(DispatcherError):
     """RabbitMQ did not confirm the publish."""
+
+
+class InvalidPrerequisite(DispatcherError):
+    """A job named in ``after`` cannot be waited for."""
+
+    def __init__(self, job_index: int, after_index: int, message: str) -> None:
+        super().__init__(f"after[{after_index}]: {message}")
+        self.job_index = job_index  # the job's position in the submission
+        self.after_index = after_index
+        self.detail = message

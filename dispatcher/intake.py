@@ -68,14 +68,20 @@ class Intake:
                     priority=spec.priority,
                     ttl_ms=spec.ttl_ms,
                     namespace=namespace,
+                    after=spec.after,
                 )
             )
-        if len(new_jobs) == 1 and self._grouped:
+        # A job with prerequisites is refused on its own (422), so it never shares a group commit.
+        if len(new_jobs) == 1 and self._grouped and not new_jobs[0].after:
             results = [await self.group_commit.submit(new_jobs[0])]
         else:
             results = await self._store.insert(new_jobs)
         created = [result.job for result in results if result.created]
-        self._loader.offer(models.DueEntry.of(job) for job in created)
+        self._loader.offer(
+            models.DueEntry.of(job)
+            for job in created
+            if job.state is models.JobState.SCHEDULED  # a waiting one is released by the database
+        )
         self._metrics.count_by_key(self._metrics.jobs_submitted, created)
         return results
 

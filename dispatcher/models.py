@@ -9,6 +9,12 @@ Job states and their transitions (the database enforces the set, ``store`` the t
     scheduled   --DELETE-->       cancelled     (never published)
     dispatched  --consumer event--> succeeded | dead   (reported by the SDK, see ``events``)
     dead        --requeue-->      scheduled     (due now; its history is kept)
+    waiting     --each prerequisite succeeded-->  scheduled   (run_at kept; see ``dependencies``)
+    waiting     --a prerequisite dead, cancelled or expired; DELETE--> cancelled
+
+A job submitted with ``after`` starts ``waiting`` unless every job it names has succeeded
+already; the moves out of ``waiting`` are made by the database (``sql/0006_dependencies.sql``) in
+the transaction of the prerequisite's own change.
 
 Consumer events may arrive before the confirm is marked, so ``dispatching`` may also move to
 ``succeeded`` or ``dead``; a later final event (a requeued job succeeding) wins.
@@ -39,6 +45,7 @@ class JobState(StrEnum):
     EXPIRED = "expired"
     SUCCEEDED = "succeeded"
     DEAD = "dead"
+    WAITING = "waiting"  # for the jobs named in its ``after``
 
 
 FINISHED_STATES = frozenset(
@@ -57,6 +64,7 @@ class JobSpec:
     headers: Mapping[str, HeaderValue]
     priority: int | None
     ttl_ms: int | None
+    after: tuple[uuid.UUID, ...] = ()  # jobs that must succeed first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,6 +81,7 @@ class NewJob:
     priority: int | None = None
     ttl_ms: int | None = None
     namespace: str | None = None  # None: the default namespace
+    after: tuple[uuid.UUID, ...] = ()  # jobs that must succeed first
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

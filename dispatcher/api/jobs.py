@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated
 
@@ -30,6 +32,17 @@ async def get_node(request: Request) -> Node:
 NodeDep = Annotated["Node", Depends(get_node)]
 
 
+@contextmanager
+def prerequisites_named(prefix: str) -> Iterator[None]:
+    """A refused prerequisite answers 422 naming ``after[i]`` of the job at fault (``prefix`` is
+    formatted with the job's index in the request)."""
+    try:
+        yield
+    except errors.InvalidPrerequisite as exc:
+        field = f"{prefix.format(exc.job_index)}after[{exc.after_index}]"
+        raise errors.InvalidField(field, exc.detail) from None
+
+
 @router.post(
     "",
     response_model=schemas.JobSubmitted,
@@ -40,7 +53,8 @@ async def create_job(body: schemas.JobCreate, node: NodeDep, caller: auth.Produc
     """Schedule one job. 201 once it is committed; 200 with the existing job for a known key."""
     auth.check_routing_key(caller, body.routing_key, "routing_key")
     spec = schemas.to_spec(body, node.settings, now=datetime.now(UTC))
-    [result] = await node.intake.submit([spec], namespace=caller.namespace)
+    with prerequisites_named(""):
+        [result] = await node.intake.submit([spec], namespace=caller.namespace)
     return schemas.json_response(
         schemas.job_document(result.job, created=result.created),
         201 if result.created else 200,
@@ -76,7 +90,8 @@ async def create_jobs(
         schemas.to_spec(job, node.settings, now=now, field_prefix=f"jobs[{index}].")
         for index, job in enumerate(body.jobs)
     ]
-    results = await node.intake.submit(specs, namespace=caller.namespace)
+    with prerequisites_named("jobs[{}]."):
+        results = await node.intake.submit(specs, namespace=caller.namespace)
     return schemas.json_response(
         {"jobs": [schemas.job_document(r.job, created=r.created) for r in results]},
         201 if any(result.created for result in results) else 200,
@@ -88,7 +103,11 @@ async def get_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Re
     """The job with its whole history: scheduled, dispatched, each attempt, the final state."""
     job = await node.store.get(job_id, namespace=caller.namespace_filter)
     events = await node.history.events(job_id)
-    return schemas.json_response(schemas.history_document(job, events))
+    document = schemas.history_document(job, events)
+    prerequisites = await node.store.prerequisites(job_id)
+    document["after"] = [str(prerequisite) for prerequisite, _ in prerequisites]
+    document["pending"] = [str(prerequisite) for prerequisite, done in prerequisites if not done]
+    return schemas.json_response(document)
 
 
 @router.patch("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
@@ -113,7 +132,8 @@ async def requeue_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Admin) -> R
 
 @router.delete("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
 async def cancel_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Response:
-    """Cancel a scheduled job: it is never published. 409 once it is being or was dispatched."""
+    """Cancel a scheduled or waiting job: it is never published, and the jobs waiting for it are
+    cancelled too. 409 once it is being or was dispatched."""
     job = await node.store.cancel(job_id, namespace=caller.namespace_filter)
     node.metrics.count_by_key(node.metrics.jobs_cancelled, [job])
     return schemas.json_response(schemas.job_document(job))

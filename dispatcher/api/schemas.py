@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from consumers_sdk import contract
-from dispatcher import errors, models
+from dispatcher import dependencies, errors, models
 from dispatcher.settings import Settings
 
 # Topic-exchange words: no wildcards (a job is published, not bound), no empty words.
@@ -52,6 +52,11 @@ class JobCreate(BaseModel):
     priority: Annotated[StrictInt, Field(ge=0, le=9)] | None = None
     ttl_ms: Annotated[StrictInt, Field(ge=1, le=INT64_MAX)] | None = Field(
         None, description="expire the job if it cannot be dispatched by run_at + ttl_ms"
+    )
+    after: list[uuid.UUID] = Field(
+        default_factory=list,
+        max_length=dependencies.MAX_AFTER,
+        description="ids of jobs (in this namespace) that must succeed first; the job waits",
     )
 
     @field_validator("routing_key")
@@ -146,6 +151,10 @@ class HistoryEntry(BaseModel):
 
 class JobWithHistory(JobOut):
     history: list[HistoryEntry]
+    after: list[uuid.UUID] = Field(default_factory=list, description="the jobs it waits for")
+    pending: list[uuid.UUID] = Field(
+        default_factory=list, description="those of `after` that have not succeeded yet"
+    )
 
 
 class JobSubmitted(JobOut):
@@ -287,6 +296,8 @@ def to_spec(
             f"{field_prefix}routing_key", f"must be at most {settings.max_routing_key_bytes} bytes"
         )
     check_headers(job.headers, settings, field_prefix)
+    if twice := dependencies.repeated(job.after):
+        raise errors.InvalidField(f"{field_prefix}after[{twice[0]}]", f"repeats after[{twice[1]}]")
     if job.idempotency_key is not None and (problem := unstorable(job.idempotency_key)):
         raise errors.InvalidField(f"{field_prefix}idempotency_key", problem)
     if job.idempotency_key is not None and (
@@ -304,6 +315,7 @@ def to_spec(
         headers=job.headers,
         priority=job.priority,
         ttl_ms=job.ttl_ms,
+        after=tuple(job.after),
     )
 
 

@@ -20,6 +20,9 @@ _UNAVAILABLE = (
     asyncpg.InterfaceError,
     asyncpg.AdminShutdownError,
     asyncpg.CrashShutdownError,
+    # Transient too: a submission locking its prerequisites and a batch of events finishing them
+    # may, rarely, lock rows in opposite orders; PostgreSQL aborts one, which is retried.
+    asyncpg.DeadlockDetectedError,
 )
 
 

@@ -10,7 +10,7 @@ import asyncpg
 import orjson
 
 from dispatcher import errors, models
-from dispatcher.store import queries
+from dispatcher.store import dependencies, queries
 from dispatcher.store.db import Database
 
 _CURSOR_START = uuid.UUID(int=0)
@@ -70,11 +70,23 @@ class JobStore:
                     queries.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys
                 ):
                     existing[(row["namespace"] or "", row["idempotency_key"])] = job_from_row(row)
+            waiting: set[uuid.UUID] = set()
+            if any(job.after for job in jobs):
+                resolved = [
+                    job.id
+                    if job.id in inserted or job.idempotency_key is None
+                    else existing[(job.namespace or "", job.idempotency_key)].id
+                    for job in jobs
+                ]
+                waiting = await dependencies.attach(
+                    connection, jobs, resolved=resolved, created=inserted.keys()
+                )
         results: list[models.Submitted] = []
         for job in jobs:
             created_at = inserted.get(job.id)
             if created_at is not None:
-                results.append(models.Submitted(job=_stored(job, created_at), created=True))
+                state = models.JobState.WAITING if job.id in waiting else models.JobState.SCHEDULED
+                results.append(models.Submitted(job=_stored(job, created_at, state), created=True))
             else:
                 assert job.idempotency_key is not None  # only a key conflict skips an insert
                 found = existing[(job.namespace or "", job.idempotency_key)]
@@ -158,6 +170,11 @@ class JobStore:
             raise errors.JobNotFound()
         raise errors.JobStateConflict(current["state"])
 
+    async def prerequisites(self, job_id: uuid.UUID) -> list[tuple[uuid.UUID, bool]]:
+        """(prerequisite, succeeded) for each job named in this job's ``after``, in order."""
+        async with self._db.connection() as connection:
+            return await dependencies.prerequisites(connection, job_id)
+
     async def by_idempotency_key(
         self, key: str, *, namespace: str | None = None
     ) -> list[models.Job]:
@@ -232,12 +249,14 @@ class JobStore:
             await connection.execute(query, ids, *args)
 
 
-def _stored(job: models.NewJob, created_at: datetime) -> models.Job:
+def _stored(
+    job: models.NewJob, created_at: datetime, state: models.JobState = models.JobState.SCHEDULED
+) -> models.Job:
     """The row just inserted, as the database holds it (the column defaults of INSERT_JOBS)."""
     return models.Job(
         id=job.id,
         shard=job.shard,
-        state=models.JobState.SCHEDULED,
+        state=state,
         routing_key=job.routing_key,
         payload=job.payload,
         run_at=job.run_at,

@@ -46,24 +46,28 @@ ORDER BY id
 LIMIT $4
 """
 
-# Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already.
+# Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already. A job
+# waiting for its prerequisites too (the 0006 trigger cancels the jobs waiting for it in turn).
 # $1 id, $2 namespace filter.
 CANCEL_JOB: Final = """
 UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = now()
-WHERE id = $1 AND state = 'scheduled' AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+WHERE id = $1 AND state IN ('scheduled', 'waiting')
+  AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
 RETURNING *
 """
 
-# Move a job still waiting to fire to a new time (and/or give it a new payload or priority), and
-# tell every node (``DUE_NOTICE``): the owner of its shard may hold it in memory at the old time,
-# where the claim's run_at test makes that entry fire nothing, and must learn the new one.
+# Move a job still waiting to fire (or for its prerequisites) to a new time (and/or give it a new
+# payload or priority), and tell every node (a due notice, see ``scheduler/wakeups.py``): the
+# owner of its shard may hold it in memory at the old time, where the claim's run_at test makes
+# that entry fire nothing, and must learn the new one.
 # $1 id, $2 namespace filter, $3 run_at or NULL (keep), $4 payload or NULL (keep),
 # $5 whether to set the priority, $6 the priority.
 RESCHEDULE_JOB: Final = """
 UPDATE jobs
 SET run_at = coalesce($3, run_at), payload = coalesce($4, payload),
     priority = CASE WHEN $5 THEN $6::smallint ELSE priority END, updated_at = now()
-WHERE id = $1 AND state = 'scheduled' AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+WHERE id = $1 AND state IN ('scheduled', 'waiting')
+  AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
 RETURNING *, pg_notify('dispatcher_due',
                        id::text || ',' || shard || ',' || extract(epoch FROM run_at) || ','
                        || routing_key)
@@ -317,3 +321,41 @@ APPLIED_MIGRATIONS: Final = "SELECT version FROM schema_migrations"
 RECORD_MIGRATION: Final = "INSERT INTO schema_migrations (version) VALUES ($1)"
 
 PING: Final = "SELECT 1"
+
+# --- job dependencies (sql/0006: the trigger that releases or cancels dependents) ---------------
+
+# Lock the prerequisites a submission names, in id order (so two submissions cannot deadlock on
+# them), and mark them as having dependents. The lock makes a prerequisite's state change wait for
+# the submission to commit (its trigger then sees the new edges), or the submission read the state
+# that change committed: either way no dependent misses its release.
+# $1 prerequisite ids, $2 the namespace they must be in ('' for the default one).
+LOCK_PREREQUISITES: Final = """
+WITH locked AS (
+    SELECT id, state, has_dependents FROM jobs
+    WHERE id = ANY($1::uuid[]) AND coalesce(namespace, '') = $2
+    ORDER BY id
+    FOR NO KEY UPDATE
+), flagged AS (
+    UPDATE jobs j SET has_dependents = true FROM locked
+    WHERE j.id = locked.id AND NOT locked.has_dependents
+)
+SELECT id, state FROM locked
+"""
+
+# $1 job ids, $2 prerequisite ids, $3 positions in `after`, $4 satisfied: parallel arrays.
+INSERT_DEPENDENCIES: Final = """
+INSERT INTO job_dependencies (job_id, prerequisite_id, position, satisfied)
+SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::smallint[], $4::boolean[])
+"""
+
+# Jobs just inserted that wait for prerequisites not yet succeeded. $1 ids, $2 how many each.
+MARK_WAITING: Final = """
+UPDATE jobs j SET state = 'waiting', waiting_for = w.pending
+FROM unnest($1::uuid[], $2::int[]) AS w(id, pending)
+WHERE j.id = w.id
+"""
+
+# A job's prerequisites in the order it named them. $1 job id.
+SELECT_PREREQUISITES: Final = """
+SELECT prerequisite_id, satisfied FROM job_dependencies WHERE job_id = $1 ORDER BY position
+"""

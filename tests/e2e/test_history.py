@@ -3,30 +3,15 @@ and reports each attempt, and ``GET /v1/jobs/{id}`` shows the history and the fi
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job
 from tests.integration.test_consumer import TIERS, fixed, running
 from tests.support.process import DispatcherProcess
+from tests.support.waiting import job_when
 
 pytestmark = pytest.mark.e2e
-
-
-async def job_when(http: httpx.AsyncClient, job_id: str, state: str) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-
-    async def check() -> bool:
-        found.update((await http.get(f"/v1/jobs/{job_id}")).json())
-        return found["state"] == state
-
-    async with asyncio.timeout(30):
-        while not await check():  # noqa: ASYNC110 - state in another process
-            await asyncio.sleep(0.2)
-    return found
 
 
 async def test_history_shows_every_attempt_and_the_final_state_and_a_dead_job_can_be_requeued(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
+
+import httpx
 
 
 async def eventually(
@@ -13,3 +16,19 @@ async def eventually(
     async with asyncio.timeout(deadline_s):
         while not condition():  # noqa: ASYNC110 - the state lives in other processes or threads
             await asyncio.sleep(poll_s)
+
+
+async def job_when(
+    http: httpx.AsyncClient, job_id: str, state: str, deadline_s: float = 30
+) -> dict[str, Any]:
+    """The job as ``GET /v1/jobs/{id}`` shows it once it is in ``state``."""
+    found: dict[str, Any] = {}
+
+    async def check() -> bool:
+        found.update((await http.get(f"/v1/jobs/{job_id}")).json())
+        return found["state"] == state
+
+    async with asyncio.timeout(deadline_s):
+        while not await check():  # noqa: ASYNC110 - state in another process
+            await asyncio.sleep(0.1)
+    return found
