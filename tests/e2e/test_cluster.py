@@ -4,6 +4,9 @@ counted. Kills, freezes and ZooKeeper outages are in tests/faults."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
+import httpx
 import pytest
 
 from dispatcher.cluster.assignment import moved
@@ -52,3 +55,40 @@ async def test_a_joining_node_takes_only_its_share_and_nothing_fires_twice(
     assert ledger.duplicated == {}
     assert ledger.lost == []
     assert ledger.early == []
+
+
+async def test_a_job_rescheduled_through_any_node_fires_at_its_new_time_only(
+    cluster: Cluster, collector: Collector
+) -> None:
+    """Jobs submitted to n0 sit in n0's heap (due soon: on shards n0 owns); each is moved through
+    n1 or n2, earlier or later. n0 hears of it through a due notice and fires each once, at its
+    new time only."""
+    await start_nodes(cluster, "n0", "n1", "n2")
+    n0, n1, n2 = cluster.live()
+    async with httpx.AsyncClient(timeout=30) as http:
+
+        async def submit(delay_ms: int) -> str:
+            response = await http.post(
+                f"{n0.url}/v1/jobs",
+                json={"routing_key": "moved.anywhere", "payload": delay_ms, "delay_ms": delay_ms},
+            )
+            assert response.status_code == 201, response.text
+            return str(response.json()["id"])
+
+        earlier = [await submit(40_000) for _ in range(10)]
+        later = [await submit(1_500) for _ in range(10)]
+        new_run_at: dict[str, float] = {}
+        for number, (job_id, delay_ms) in enumerate(
+            [(job_id, 500) for job_id in earlier] + [(job_id, 5_000) for job_id in later]
+        ):
+            through = (n1, n2)[number % 2]
+            response = await http.patch(
+                f"{through.url}/v1/jobs/{job_id}", json={"delay_ms": delay_ms}
+            )
+            assert response.status_code == 200, response.text
+            new_run_at[job_id] = datetime.fromisoformat(response.json()["run_at"]).timestamp()
+    ledger = await collector.reckon(new_run_at, deadline_s=25, quiet_s=1.0)
+    print(f"\nrescheduled through other nodes: {ledger}")
+    assert ledger.lost == []
+    assert ledger.early == []  # none fired at its old time
+    assert ledger.duplicated == {}

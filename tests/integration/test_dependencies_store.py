@@ -14,6 +14,7 @@ import pytest
 
 from consumers_sdk import contract
 from dispatcher import errors, models
+from dispatcher.scheduler.wakeups import parse_notice
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
@@ -130,13 +131,14 @@ async def test_a_job_waits_until_its_prerequisite_succeeded_then_is_scheduled_wi
         assert await stores.state(b.id) == ("waiting", None)
         await stores.report(a.id, "succeeded")
         assert await stores.state(b.id) == ("scheduled", None)
-        # The owning node hears of it: id, shard, run_at in epoch seconds.
+        # The owning node hears of it (a due notice).
         payload = await asyncio.wait_for(notified.get(), 5)
     finally:
         await listener.close()
-    job_id, shard, run_at_s = payload.split(",")
-    assert (uuid.UUID(job_id), int(shard)) == (b.id, b.shard)
-    assert float(run_at_s) == pytest.approx(later.timestamp(), abs=1e-3)
+    entry = parse_notice(payload)
+    assert entry is not None
+    assert (entry.id, entry.shard, entry.key) == (b.id, b.shard, b.routing_key)
+    assert entry.run_at_s == pytest.approx(later.timestamp(), abs=1e-3)
     assert (await stores.jobs.get(b.id)).run_at == b.run_at  # kept
     assert await stores.jobs.prerequisites(b.id) == [(a.id, True)]
 
