@@ -74,3 +74,11 @@ class MigrationError(DispatcherError):
 
 class PublishFailed(DispatcherError):
     """RabbitMQ did not confirm the publish."""
+
+
+class ScheduleNotFound(DispatcherError):
+    """No schedule has this name in this namespace."""
+
+
+class ScheduleExists(DispatcherError):
+    """A schedule of this name exists in this namespace."""
