@@ -3,7 +3,7 @@ the materialiser (``schedules.runner``) makes the jobs. No SQL, no AMQP here."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
@@ -16,7 +16,6 @@ from dispatcher.schedules.occurrences import Timing
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 NameParam = Annotated[str, io.Name]
-_TICK = timedelta(microseconds=1)
 
 
 @router.post("", response_model=io.ScheduleOut, status_code=201, responses=ERRORS)
@@ -71,9 +70,7 @@ async def get_schedule(name: NameParam, node: NodeDep, caller: auth.Producer) ->
     schedule = await node.schedules.get(name, namespace=caller.namespace)
     upcoming: list[datetime] = []
     if not schedule.spec.paused and schedule.next_at is not None:
-        upcoming = schedule.spec.timing.upcoming(
-            min(schedule.next_at, datetime.now(UTC)), io.UPCOMING
-        )
+        upcoming = schedule.spec.timing.upcoming(datetime.now(UTC), io.UPCOMING)
     return schemas.json_response(io.schedule_document(schedule, upcoming=upcoming))
 
 
@@ -137,7 +134,7 @@ def _changed(
     )
     next_at = current.next_at
     if new_timing != timing or (old.paused and not paused):
-        next_at = new_timing.after(max(now, timing.start_at) - _TICK)
+        next_at = new_timing.at_or_after(max(now, timing.start_at))
     return spec, next_at
 
 

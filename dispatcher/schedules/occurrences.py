@@ -20,6 +20,8 @@ from zoneinfo import ZoneInfo
 
 from dispatcher.schedules import cron
 
+_TICK = timedelta(microseconds=1)
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
 # Whatever the expression, a gap is at most a day long (Samoa, 2011): a bound, not a guess.
 _MAX_GAP = timedelta(days=2)
 
@@ -47,20 +49,29 @@ class Timing:
             raise ValueError("give cron or interval_s, not both")
 
     def after(self, moment: datetime) -> datetime | None:
-        """The first occurrence strictly after ``moment`` (aware), or None when there is none."""
-        found = self._unbounded_after(moment)
+        """The first occurrence strictly after ``moment`` (aware), or None when there is none
+        (past ``end_at``, or past the year 9999 that datetime ends with)."""
+        try:
+            found = self._unbounded_after(moment)
+        except OverflowError:
+            return None
         if found is None or (self.end_at is not None and found > self.end_at):
             return None
         return found
 
+    def at_or_after(self, moment: datetime) -> datetime | None:
+        """The first occurrence at or after ``moment``."""
+        # (0001-01-01T00:00:00Z itself is never an occurrence: nothing is before it.)
+        return self.after(moment - _TICK if moment > _EARLIEST else moment)
+
     def first(self) -> datetime | None:
         """The first occurrence at or after ``start_at``."""
-        return self.after(self.start_at - timedelta(microseconds=1))
+        return self.at_or_after(self.start_at)
 
     def upcoming(self, moment: datetime, count: int) -> list[datetime]:
         """Up to ``count`` occurrences at or after ``moment`` (and at or after ``start_at``)."""
         found: list[datetime] = []
-        current = self.after(max(moment, self.start_at) - timedelta(microseconds=1))
+        current = self.at_or_after(max(moment, self.start_at))
         while current is not None and len(found) < count:
             found.append(current)
             current = self.after(current)
@@ -150,7 +161,7 @@ def plan(
     if current is not None and current < late_before and missed is not Missed.ALL:
         if missed is Missed.LATEST:
             fire.append(_latest_before(timing, current, late_before))
-        current = timing.after(late_before - _TICK)
+        current = timing.at_or_after(late_before)
         skipped = missed is Missed.SKIP or fire[0] != next_at
     while current is not None and current <= horizon and len(fire) < limit:
         fire.append(current)
@@ -158,16 +169,15 @@ def plan(
     return Plan(fire=fire, skipped_missed=skipped, next_at=current)
 
 
-_TICK = timedelta(microseconds=1)
-
-
 def _latest_before(timing: Timing, earliest: datetime, before: datetime) -> datetime:
     """The last occurrence in [earliest, before), given that ``earliest`` is one: look back over a
     window that doubles until it holds one, so the walk stays short whatever the gap."""
     window = timedelta(minutes=1)
     while True:
-        start = max(earliest, before - window)
-        found = timing.after(start - _TICK) if start > earliest else earliest
+        if window >= before - earliest:
+            found: datetime | None = earliest
+        else:
+            found = timing.at_or_after(before - window)
         if found is not None and found < before:
             latest = found
             while (following := timing.after(latest)) is not None and following < before:

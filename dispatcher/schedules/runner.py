@@ -78,7 +78,16 @@ class Materialiser:
             specs: dict[str | None, list[models.JobSpec]] = defaultdict(list)
             advances = []
             for schedule in schedules:
-                jobs, step = self._plan(schedule, now)
+                try:
+                    jobs, step = self._plan(schedule, now)
+                except (ValueError, KeyError):  # its zone left the tz database, say
+                    # One broken schedule must not stop the others, nor the node: it stays put.
+                    logger.exception(
+                        "schedule %s cannot be planned",
+                        schedule.name,
+                        extra={"action": "schedules"},
+                    )
+                    continue
                 specs[schedule.namespace].extend(jobs)
                 advances.append(step)
             for namespace, batch in specs.items():

@@ -192,3 +192,10 @@ def test_a_schedule_past_its_end_fires_nothing_and_ends() -> None:
     )
     assert result.fire == [NOW - timedelta(seconds=10)]
     assert result.next_at is None
+
+
+def test_no_occurrence_past_the_last_representable_time() -> None:
+    late = datetime(9999, 12, 31, 23, 59, 30, tzinfo=UTC)
+    assert Timing(cron="* * * * *", start_at=late).first() is None
+    assert Timing(interval_s=60, start_at=late).after(late) is None
+    assert Timing(interval_s=60, start_at=datetime.min.replace(tzinfo=UTC)).first() is not None
