@@ -134,3 +134,12 @@ async def test_missed_policy_after_an_hour_down(
     assert made[-1] == now + timedelta(seconds=10)
     if missed is Missed.ALL:
         assert len(made) == 362  # 0..3610 s, over several bounded passes
+
+
+async def test_the_materialiser_task_stops_when_asked(node: Node) -> None:
+    runner = materialiser(node, node.intake, START)
+    task = asyncio.create_task(runner.run(), name="test-materialiser")
+    await asyncio.sleep(0.2)
+    assert not task.done()  # it waits for its next pass
+    runner.stop()
+    await asyncio.wait_for(task, 5)
