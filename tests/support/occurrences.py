@@ -1,35 +1,27 @@
 """Recurring schedules seen from a consumer: deliveries grouped by the occurrence their
-idempotency key names (``schedule:<name>:<occurrence>``), and a ledger of them."""
+idempotency key names (``schedule:<name>:<occurrence>``), classified like jobs by ``classify``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 import httpx
 
 from consumers_sdk import contract
-from tests.support.collector import Collector
+from tests.support.collector import Collector, Ledger, classify
 
 
 @dataclass
 class OccurrenceLedger:
-    """Each expected occurrence: delivered once, more than once, early, or missing; plus any
-    delivery of an occurrence not expected."""
+    """Each expected occurrence (delivered once, more than once, early, lost), and deliveries of
+    occurrences not expected."""
 
-    once: int = 0
-    duplicated: dict[str, int] = field(default_factory=dict)
-    early: list[str] = field(default_factory=list)
-    missing: list[str] = field(default_factory=list)
-    unexpected: list[str] = field(default_factory=list)
+    ledger: Ledger
+    unexpected: list[str]
 
     def __str__(self) -> str:
-        extra = sum(count - 1 for count in self.duplicated.values())
-        return (
-            f"occurrences: once={self.once} more than once={len(self.duplicated)} "
-            f"(extra deliveries={extra}: {self.duplicated}) early={len(self.early)} "
-            f"missing={self.missing} unexpected={self.unexpected}"
-        )
+        return f"{self.ledger} duplicated={self.ledger.duplicated} unexpected={self.unexpected}"
 
 
 def arrivals(collector: Collector, name: str) -> dict[str, list[float]]:
@@ -46,21 +38,8 @@ def arrivals(collector: Collector, name: str) -> dict[str, list[float]]:
 
 def reckon(collector: Collector, name: str, expected: list[datetime]) -> OccurrenceLedger:
     got = arrivals(collector, name)
-    ledger = OccurrenceLedger()
     wanted = {moment.strftime("%Y-%m-%dT%H:%M:%SZ"): moment.timestamp() for moment in expected}
-    for occurrence, due_s in wanted.items():
-        times = got.get(occurrence, [])
-        if not times:
-            ledger.missing.append(occurrence)
-            continue
-        if min(times) < due_s:
-            ledger.early.append(occurrence)
-        if len(times) == 1:
-            ledger.once += 1
-        else:
-            ledger.duplicated[occurrence] = len(times)
-    ledger.unexpected = sorted(set(got) - set(wanted))
-    return ledger
+    return OccurrenceLedger(classify(wanted, got), sorted(set(got) - set(wanted)))
 
 
 async def create(url: str, body: dict[str, object]) -> dict[str, object]:
