@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dispatcher.schedules import cron
 
@@ -103,3 +105,69 @@ def test_macros() -> None:
 def test_invalid_expressions_say_which_field(expression: str, names: str) -> None:
     with pytest.raises(cron.CronError, match=names):
         cron.parse(expression)
+
+
+# --- the search against a brute-force scan ------------------------------------------------------
+
+
+def _field(draw: st.DrawFn, low: int, high: int) -> str:
+    kind = draw(st.sampled_from(["*", "value", "range", "step", "list"]))
+    a = draw(st.integers(low, high))
+    b = draw(st.integers(a, high))
+    if kind == "*":
+        return "*"
+    if kind == "value":
+        return str(a)
+    if kind == "range":
+        return f"{a}-{b}"
+    if kind == "step":
+        return f"{draw(st.sampled_from(['*', f'{a}-{b}', str(a)]))}/{draw(st.integers(1, 9))}"
+    return ",".join(str(v) for v in draw(st.lists(st.integers(low, high), min_size=1, max_size=4)))
+
+
+@st.composite
+def expressions(draw: st.DrawFn) -> str:
+    # Minutes and hours kept dense enough that a brute-force scan of a few weeks finds matches.
+    return " ".join(
+        [
+            _field(draw, 0, 59),
+            draw(st.sampled_from(["*", "*/3", "0-11", "5,17"])),
+            _field(draw, 1, 31),
+            draw(st.sampled_from(["*", "1-6", "*/2", "feb,mar,nov"])),
+            _field(draw, 0, 7),
+        ]
+    )
+
+
+def _brute_force(parsed: cron.Cron, start: datetime, minutes: int) -> datetime | None:
+    moment = start.replace(second=0, microsecond=0)
+    for _ in range(minutes):
+        moment += timedelta(minutes=1)
+        if (
+            moment.month in parsed.months
+            and parsed.day_matches(moment.year, moment.month, moment.day)
+            and moment.hour in parsed.hours
+            and moment.minute in parsed.minutes
+        ):
+            return moment
+    return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    expression=expressions(),
+    start=st.datetimes(min_value=datetime(2024, 1, 1), max_value=datetime(2030, 12, 31)),
+)
+def test_next_after_is_the_first_match_a_minute_scan_finds(
+    expression: str, start: datetime
+) -> None:
+    try:
+        parsed = cron.parse(expression)
+    except cron.CronError:
+        return  # e.g. 31 in months without one: refused, checked above
+    scanned = _brute_force(parsed, start, 60 * 24 * 62)
+    found = parsed.next_after(start)
+    if scanned is not None:
+        assert found == scanned
+    else:
+        assert found is None or found - start > timedelta(days=61)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from dispatcher.schedules import cron
 from dispatcher.schedules.occurrences import Missed, Timing, idempotency_key, plan
 
 
@@ -199,3 +204,52 @@ def test_no_occurrence_past_the_last_representable_time() -> None:
     assert Timing(cron="* * * * *", start_at=late).first() is None
     assert Timing(interval_s=60, start_at=late).after(late) is None
     assert Timing(interval_s=60, start_at=datetime.min.replace(tzinfo=UTC)).first() is not None
+
+
+ZONES = ["America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Shanghai"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    expression=st.sampled_from(
+        ["* * * * *", "*/7 * * * *", "30 2 * * *", "0,30 1-3 * * *", "15 * * * 0", "0 0 * * *"]
+    ),
+    zone_name=st.sampled_from(ZONES),
+    # Around the 2026 transitions of the zones above (March/April and October/November).
+    start=st.sampled_from(
+        [
+            utc(2026, 3, 7),
+            utc(2026, 3, 28),
+            utc(2026, 4, 4),
+            utc(2026, 10, 3),
+            utc(2026, 10, 24),
+            utc(2026, 10, 31),
+        ]
+    ),
+    offset_min=st.integers(0, 3 * 24 * 60),
+)
+def test_occurrences_increase_and_each_is_a_match_or_a_gap_end_never_a_repeat(
+    expression: str, zone_name: str, start: datetime, offset_min: int
+) -> None:
+    zone = ZoneInfo(zone_name)
+    parsed = cron.parse(expression)
+    timing = Timing(cron=expression, timezone=zone_name, start_at=utc(2020, 1, 1))
+    found = timing.upcoming(start + timedelta(minutes=offset_min), 30)
+    assert all(a < b for a, b in itertools.pairwise(found))
+    for instant in found:
+        local = instant.astimezone(zone)
+        wall = local.replace(tzinfo=None)
+        matches = (
+            wall.month in parsed.months
+            and parsed.day_matches(wall.year, wall.month, wall.day)
+            and wall.hour in parsed.hours
+            and wall.minute in parsed.minutes
+        )
+        offset_now = local.utcoffset()
+        offset_before = (instant - timedelta(minutes=1)).astimezone(zone).utcoffset()
+        assert offset_now is not None
+        assert offset_before is not None
+        just_after_gap = offset_now > offset_before  # the clock jumped forward here
+        assert matches or just_after_gap, (expression, zone_name, instant, wall)
+        # Never the second pass through a repeated hour: the first pass (fold=0) is this instant.
+        assert wall.replace(tzinfo=zone, fold=0).astimezone(UTC) == instant
