@@ -26,6 +26,7 @@ from dispatcher.store.schedules import Advance, ScheduleStore
 logger = logging.getLogger(__name__)
 
 SCHEDULES_PER_PASS = 100
+SUBMIT_BATCH = 1000  # jobs per intake call: a catch-up of many schedules is not one statement
 
 
 def _now() -> datetime:
@@ -61,7 +62,7 @@ class Materialiser:
             except errors.StoreUnavailable as exc:
                 logger.warning("schedules: pass skipped: %s", exc, extra={"action": "schedules"})
                 busy = False
-            if not busy:  # a full batch: more may be due, go on at once
+            if not busy:  # after a full batch more may be due: go on at once
                 try:
                     async with asyncio.timeout(self._poll_s):
                         await self._stop.wait()
@@ -90,8 +91,9 @@ class Materialiser:
                     continue
                 specs[schedule.namespace].extend(jobs)
                 advances.append(step)
-            for namespace, batch in specs.items():
-                if batch:
+            for namespace, jobs in specs.items():
+                for first in range(0, len(jobs), SUBMIT_BATCH):
+                    batch = jobs[first : first + SUBMIT_BATCH]
                     await self._intake.submit(batch, namespace=namespace)
             await advance(advances)  # only once every job is stored
         return len(schedules)
