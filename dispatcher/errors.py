@@ -84,3 +84,11 @@ class InvalidPrerequisite(DispatcherError):
         self.job_index = job_index  # the job's position in the submission
         self.after_index = after_index
         self.detail = message
+
+
+class ScheduleNotFound(DispatcherError):
+    """No schedule has this name in this namespace."""
+
+
+class ScheduleExists(DispatcherError):
+    """A schedule of this name exists in this namespace."""

@@ -23,12 +23,14 @@ from dispatcher.scheduler.firing import Firer
 from dispatcher.scheduler.heap import Backlog, DueHeap
 from dispatcher.scheduler.loader import Loader
 from dispatcher.scheduler.wakeups import DueListener
+from dispatcher.schedules.runner import Materialiser
 from dispatcher.settings import Settings
 from dispatcher.store import migrate
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.keys import KeyStore
+from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
 
 logger = logging.getLogger(__name__)
@@ -126,6 +128,14 @@ class Node:
             group_commit=settings.group_commit,
             clock=clock,
         )
+        self.schedules = ScheduleStore(self.db)
+        self.materialiser = Materialiser(
+            self.schedules,
+            self.intake,
+            ahead_s=settings.schedule_ahead_s,
+            poll_s=settings.schedule_poll_s,
+            per_schedule=settings.schedule_catchup_batch,
+        )
         self.metrics.heap_size.set_function(lambda: len(self.heap))
         self.metrics.window_horizon.set_function(self._horizon_s)
         self.app = api.create_api(self)
@@ -185,6 +195,7 @@ class Node:
                 firing = group.create_task(self.firer.run(), name="firing")
                 events = group.create_task(self.events.run(), name="events")
                 housekeeping = group.create_task(self.housekeeper.run(), name="housekeeping")
+                schedules = group.create_task(self.materialiser.run(), name="schedules")
                 http = None
                 if serve_http:
                     http = group.create_task(self._serve_http(), name="http")
@@ -197,6 +208,7 @@ class Node:
                 # Drain first: batches in flight are confirmed and marked (not left to a lease),
                 # then leave the cluster so others take the shards at once.
                 self.firer.stop()
+                self.materialiser.stop()
                 await asyncio.wait([firing], timeout=DRAIN_TIMEOUT_S)
                 await self.ownership.stop()
                 for task in (
@@ -208,6 +220,7 @@ class Node:
                     intake,
                     events,
                     housekeeping,
+                    schedules,
                 ):
                     task.cancel()
         finally:

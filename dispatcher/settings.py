@@ -112,6 +112,15 @@ class Settings(BaseSettings):
         "", description="RabbitMQ UI for the console's links; empty: the management URL"
     )
 
+    # Recurring schedules
+    schedule_ahead_s: float = Field(
+        10.0, gt=0, description="occurrences become jobs this long before they are due"
+    )
+    schedule_poll_s: float = Field(1.0, gt=0, description="how often each node looks for them")
+    schedule_catchup_batch: int = Field(
+        1000, ge=1, description="most jobs one pass makes of one schedule (missed=all catch-up)"
+    )
+
     log_level: str = "INFO"
 
     @field_validator("api_keys")

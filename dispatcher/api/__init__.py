@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from dispatcher.api import jobs, ops, problems
+from dispatcher.api import jobs, ops, problems, schedules
 from dispatcher.api.body_limit import BodyLimit
 from dispatcher.api.timing import Timing
 
@@ -27,6 +27,7 @@ def create_api(node: Node) -> FastAPI:
     app.state.node = node
     problems.install(app)
     app.include_router(jobs.router)
+    app.include_router(schedules.router)
     app.include_router(ops.router)
     # The console's static files hold no data (every figure comes from the API with a key), so
     # they are served without one. Shipped as package data: no build step.

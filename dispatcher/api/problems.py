@@ -79,6 +79,12 @@ async def _dispatcher_error(request: Request, exc: Exception) -> Response:
             return problem(403, "forbidden", str(exc), fields=named)
         case errors.JobNotFound():
             return problem(404, "not_found", str(exc))
+        case errors.ScheduleNotFound():
+            return problem(404, "not_found", str(exc))
+        case errors.ScheduleExists():
+            return problem(
+                409, "conflict", str(exc), fields=[{"field": "name", "message": str(exc)}]
+            )
         case errors.JobStateConflict():
             return problem(409, "conflict", str(exc), state=exc.state)
         case errors.StoreUnavailable():

@@ -11,6 +11,7 @@ from typing import Annotated
 import orjson
 from fastapi import Response
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     ConfigDict,
@@ -36,21 +37,52 @@ INT64_MAX = 2**63 - 1  # PostgreSQL bigint, AMQP long-long, orjson: no integer m
 HeaderValue = StrictStr | StrictBool | StrictInt | StrictFloat
 
 
+def _routing_key_words(value: str) -> str:
+    if not ROUTING_KEY.match(value):
+        raise ValueError(
+            "must be dot-separated words of letters, digits, '_', '-' or ':' (no wildcards)"
+        )
+    if len(value.encode()) > AMQP_SHORTSTR_BYTES:
+        raise ValueError(f"must be at most {AMQP_SHORTSTR_BYTES} bytes")
+    return value
+
+
+def _headers_not_reserved(value: dict[str, HeaderValue]) -> dict[str, HeaderValue]:
+    for name in value:
+        if not name:
+            raise ValueError("header names must not be empty")
+        if contract.is_reserved_header(name):
+            raise ValueError(f"header {name!r} is reserved for the dispatcher and RabbitMQ")
+    return value
+
+
+# The fields a job and a schedule's job template share, with their rules.
+RoutingKey = Annotated[
+    StrictStr,
+    Field(min_length=1, max_length=AMQP_SHORTSTR_BYTES),
+    AfterValidator(_routing_key_words),
+]
+Payload = Annotated[JsonValue, Field(description="any JSON value; published as the message body")]
+Headers = Annotated[dict[str, HeaderValue], AfterValidator(_headers_not_reserved)]
+Priority = Annotated[StrictInt, Field(ge=0, le=9)]
+TtlMs = Annotated[StrictInt, Field(ge=1, le=INT64_MAX)]
+
+
 class JobCreate(BaseModel):
     """A job to schedule. Give ``delay_ms`` or ``run_at`` (or neither: due now)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    routing_key: Annotated[StrictStr, Field(min_length=1, max_length=AMQP_SHORTSTR_BYTES)]
-    payload: JsonValue = Field(description="any JSON value; published as the message body")
+    routing_key: RoutingKey
+    payload: Payload
     delay_ms: Annotated[StrictInt, Field(ge=0)] | None = None
     run_at: AwareDatetime | None = Field(
         None, description="RFC 3339 with offset; in the past means as soon as possible"
     )
     idempotency_key: Annotated[StrictStr, Field(min_length=1, max_length=255)] | None = None
-    headers: dict[str, HeaderValue] = Field(default_factory=dict)
-    priority: Annotated[StrictInt, Field(ge=0, le=9)] | None = None
-    ttl_ms: Annotated[StrictInt, Field(ge=1, le=INT64_MAX)] | None = Field(
+    headers: Headers = Field(default_factory=dict)
+    priority: Priority | None = None
+    ttl_ms: TtlMs | None = Field(
         None, description="expire the job if it cannot be dispatched by run_at + ttl_ms"
     )
     after: list[uuid.UUID] = Field(
@@ -58,27 +90,6 @@ class JobCreate(BaseModel):
         max_length=dependencies.MAX_AFTER,
         description="ids of jobs (in this namespace) that must succeed first; the job waits",
     )
-
-    @field_validator("routing_key")
-    @classmethod
-    def _routing_key_words(cls, value: str) -> str:
-        if not ROUTING_KEY.match(value):
-            raise ValueError(
-                "must be dot-separated words of letters, digits, '_', '-' or ':' (no wildcards)"
-            )
-        if len(value.encode()) > AMQP_SHORTSTR_BYTES:
-            raise ValueError(f"must be at most {AMQP_SHORTSTR_BYTES} bytes")
-        return value
-
-    @field_validator("headers")
-    @classmethod
-    def _headers_not_reserved(cls, value: dict[str, HeaderValue]) -> dict[str, HeaderValue]:
-        for name in value:
-            if not name:
-                raise ValueError("header names must not be empty")
-            if contract.is_reserved_header(name):
-                raise ValueError(f"header {name!r} is reserved for the dispatcher and RabbitMQ")
-        return value
 
     @field_validator("run_at")
     @classmethod

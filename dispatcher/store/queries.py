@@ -359,3 +359,74 @@ WHERE j.id = w.id
 SELECT_PREREQUISITES: Final = """
 SELECT prerequisite_id, satisfied FROM job_dependencies WHERE job_id = $1 ORDER BY position
 """
+
+# --- recurring schedules ------------------------------------------------------------------------
+
+# A new schedule; nothing when the name is taken in the namespace (the caller answers 409).
+# $1 namespace (NULL: default), $2 name, $3 cron, $4 timezone, $5 interval_s, $6 routing key,
+# $7 payload, $8 headers (JSON text), $9 priority, $10 ttl_ms, $11 start_at, $12 end_at,
+# $13 missed, $14 grace_s, $15 paused, $16 next_at.
+INSERT_SCHEDULE: Final = """
+INSERT INTO schedules (namespace, name, cron, timezone, interval_s, routing_key, payload, headers,
+                       priority, ttl_ms, start_at, end_at, missed, grace_s, paused, next_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9, $10, $11, $12, $13, $14, $15, $16)
+ON CONFLICT ((coalesce(namespace, '')), name) DO NOTHING
+RETURNING *
+"""
+
+# One schedule by name in one namespace ('' for the default one). $1 namespace, $2 name.
+SELECT_SCHEDULE: Final = """
+SELECT * FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2
+"""
+
+# The same, locked for a change. $1 namespace ('' for the default one), $2 name.
+LOCK_SCHEDULE: Final = """
+SELECT * FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2 FOR UPDATE
+"""
+
+# A page of schedules in creation order. $1 namespace filter (NULL: every namespace), $2 after
+# id, $3 limit.
+LIST_SCHEDULES: Final = """
+SELECT * FROM schedules
+WHERE ($1::text IS NULL OR coalesce(namespace, '') = $1) AND id > $2
+ORDER BY id
+LIMIT $3
+"""
+
+# Everything a PATCH may change, by id (the row is locked by LOCK_SCHEDULE). $1 id, $2 cron,
+# $3 timezone, $4 interval_s, $5 routing key, $6 payload, $7 headers (JSON text), $8 priority,
+# $9 ttl_ms, $10 end_at, $11 missed, $12 grace_s, $13 paused, $14 next_at.
+UPDATE_SCHEDULE: Final = """
+UPDATE schedules
+SET cron = $2, timezone = $3, interval_s = $4, routing_key = $5, payload = $6, headers = $7::jsonb,
+    priority = $8, ttl_ms = $9, end_at = $10, missed = $11, grace_s = $12, paused = $13,
+    next_at = $14, updated_at = now()
+WHERE id = $1
+RETURNING *
+"""
+
+# $1 namespace ('' for the default one), $2 name. Jobs already made from it stay.
+DELETE_SCHEDULE: Final = """
+DELETE FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2 RETURNING *
+"""
+
+# The materialiser's batch: active schedules whose next occurrence falls before the horizon,
+# locked until the pass commits; rows another node is working on are skipped, not waited for.
+# $1 horizon, $2 limit.
+CLAIM_DUE_SCHEDULES: Final = """
+SELECT * FROM schedules
+WHERE NOT paused AND next_at IS NOT NULL AND next_at <= $1
+ORDER BY next_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+"""
+
+# After a pass stored its jobs: where each schedule goes on (NULL: it has ended) and the latest
+# occurrence materialised (NULL: unchanged). $1 ids, $2 next_at, $3 last_fired_at: parallel arrays.
+ADVANCE_SCHEDULES: Final = """
+UPDATE schedules s
+SET next_at = a.next_at, last_fired_at = coalesce(a.last_fired_at, s.last_fired_at),
+    updated_at = now()
+FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS a(id, next_at, last_fired_at)
+WHERE s.id = a.id
+"""

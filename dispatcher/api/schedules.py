@@ -1,0 +1,146 @@
+"""/v1/schedules: recurring schedules whose occurrences become ordinary jobs. Validate -> store;
+the materialiser (``schedules.runner``) makes the jobs. No SQL, no AMQP here."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+
+from dispatcher.api import auth, schemas
+from dispatcher.api import schedule_schemas as io
+from dispatcher.api.jobs import ERRORS, NodeDep
+from dispatcher.schedules import model
+from dispatcher.schedules.occurrences import Timing
+
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+NameParam = Annotated[str, io.Name]
+
+
+@router.post("", response_model=io.ScheduleOut, status_code=201, responses=ERRORS)
+async def create_schedule(
+    body: io.ScheduleCreate, node: NodeDep, caller: auth.Producer
+) -> Response:
+    """Create a schedule in the caller's namespace; 409 when the name is taken there."""
+    auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")
+    now = datetime.now(UTC)
+    start_at = io.in_utc(body.start_at, "start_at") or now
+    end_at = io.in_utc(body.end_at, "end_at")
+    io.check_timing(body.cron, body.interval_s, start_at, end_at)
+    timing = Timing(
+        cron=body.cron,
+        timezone=body.timezone,
+        interval_s=body.interval_s,
+        start_at=start_at,
+        end_at=end_at,
+    )
+    spec = model.ScheduleSpec(
+        name=body.name,
+        timing=timing,
+        template=io.to_template(body.job, node.settings, now=now),
+        missed=body.missed,
+        grace_s=body.grace_s,
+        paused=body.paused,
+    )
+    schedule = await node.schedules.create(spec, namespace=caller.namespace, next_at=timing.first())
+    return schemas.json_response(io.schedule_document(schedule), 201)
+
+
+@router.get("", response_model=io.SchedulePage, responses=ERRORS)
+async def list_schedules(
+    node: NodeDep,
+    caller: auth.Producer,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    after: Annotated[int, Query(ge=0)] = 0,
+) -> Response:
+    """The caller's schedules (an admin's: every namespace's) in creation order."""
+    found = await node.schedules.page(namespace=caller.namespace_filter, after=after, limit=limit)
+    return schemas.json_response(
+        {
+            "schedules": [io.schedule_document(schedule) for schedule in found],
+            "next_after": found[-1].id if len(found) == limit else None,
+        }
+    )
+
+
+@router.get("/{name}", response_model=io.ScheduleOut, responses=ERRORS)
+async def get_schedule(name: NameParam, node: NodeDep, caller: auth.Producer) -> Response:
+    """The schedule with its next occurrences (none while paused or once ended)."""
+    schedule = await node.schedules.get(name, namespace=caller.namespace)
+    upcoming: list[datetime] = []
+    if not schedule.spec.paused and schedule.next_at is not None:
+        upcoming = schedule.spec.timing.upcoming(datetime.now(UTC), io.UPCOMING)
+    return schemas.json_response(io.schedule_document(schedule, upcoming=upcoming))
+
+
+@router.patch("/{name}", response_model=io.ScheduleOut, responses=ERRORS)
+async def update_schedule(
+    name: NameParam, body: io.ScheduleUpdate, node: NodeDep, caller: auth.Producer
+) -> Response:
+    """Pause, resume, or change the timing, the job, the end or the missed policy."""
+    given = body.model_fields_set
+    now = datetime.now(UTC)
+    template = None
+    if body.job is not None:
+        auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")
+        template = io.to_template(body.job, node.settings, now=now)
+    end_at = io.in_utc(body.end_at, "end_at")
+
+    def change(current: model.Schedule) -> tuple[model.ScheduleSpec, datetime | None]:
+        return _changed(current, body, given, template=template, end_at=end_at, now=now)
+
+    schedule = await node.schedules.update(name, namespace=caller.namespace, change=change)
+    return schemas.json_response(io.schedule_document(schedule))
+
+
+def _changed(
+    current: model.Schedule,
+    body: io.ScheduleUpdate,
+    given: set[str],
+    *,
+    template: model.Template | None,
+    end_at: datetime | None,
+    now: datetime,
+) -> tuple[model.ScheduleSpec, datetime | None]:
+    """The merged definition and where the schedule goes on. A new timing, or a resume, starts
+    over from now (occurrences already made jobs keep their jobs: same keys, no duplicates);
+    other changes keep ``next_at``."""
+    old = current.spec
+    timing = old.timing
+    cron_expression = body.cron if "cron" in given else timing.cron
+    interval_s = body.interval_s if "interval_s" in given else timing.interval_s
+    if "cron" in given and body.cron is not None and "interval_s" not in given:
+        interval_s = None  # switching to cron
+    if "interval_s" in given and body.interval_s is not None and "cron" not in given:
+        cron_expression = None  # switching to an interval
+    new_end = end_at if "end_at" in given else timing.end_at
+    io.check_timing(cron_expression, interval_s, timing.start_at, new_end)
+    new_timing = Timing(
+        cron=cron_expression,
+        timezone=body.timezone or timing.timezone,
+        interval_s=interval_s,
+        start_at=timing.start_at,
+        end_at=new_end,
+    )
+    paused = old.paused if body.paused is None else body.paused
+    spec = model.ScheduleSpec(
+        name=old.name,
+        timing=new_timing,
+        template=template or old.template,
+        missed=body.missed or old.missed,
+        grace_s=old.grace_s if body.grace_s is None else body.grace_s,
+        paused=paused,
+    )
+    next_at = current.next_at
+    if new_timing != timing or (old.paused and not paused):
+        next_at = new_timing.at_or_after(max(now, timing.start_at))
+    return spec, next_at
+
+
+@router.delete("/{name}", response_model=io.ScheduleOut, responses=ERRORS)
+async def delete_schedule(name: NameParam, node: NodeDep, caller: auth.Producer) -> Response:
+    """Delete the schedule; jobs it already made (due within the materialiser's look-ahead)
+    stay ordinary jobs (find them by idempotency key, cancel them if need be)."""
+    schedule = await node.schedules.delete(name, namespace=caller.namespace)
+    return schemas.json_response(io.schedule_document(schedule))

@@ -1,0 +1,339 @@
+"""/v1/schedules against an in-process node and a real PostgreSQL: validation naming the field,
+409 on a taken name, pause and resume, delete, namespaces and routing-key prefixes, and the
+materialiser turning occurrences into jobs once."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from dispatcher.node import Node
+from tests.support.nodes import client, running_node
+
+ADMIN = "admin-token-0123456789"
+TEAM_A = "producer-a-token-0123456789"
+TEAM_B = "producer-b-token-0123456789"
+PREFIXED = "producer-prefixed-token-012"
+MONITOR = "monitor-token-0123456789"
+API_KEYS = ",".join(
+    [
+        f"{ADMIN}:admin",
+        f"{TEAM_A}:producer:team-a",
+        f"{TEAM_B}:producer:team-b",
+        f"{PREFIXED}:producer:team-a:billing.",
+        f"{MONITOR}:monitor",
+    ]
+)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {token}"}
+
+
+def schedule(name: str = "nightly", **fields: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "name": name,
+        "cron": "0 3 * * *",
+        "timezone": "Asia/Shanghai",
+        "job": {"routing_key": "billing.report", "payload": {"kind": "nightly"}},
+    }
+    body.update(fields)
+    return body
+
+
+@pytest.fixture
+async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
+    async with running_node(
+        database_url=database_url,
+        amqp_url=amqp_url,
+        node_id="schedules",
+        shard_count=8,
+        api_keys=API_KEYS,
+        api_key_cache_s=0.2,
+        schedule_poll_s=0.2,
+        schedule_ahead_s=5,
+    ) as running:
+        yield running
+
+
+async def until(check: Callable[[], Awaitable[bool]], deadline_s: float = 10) -> None:
+    """Return once ``check()`` holds (the materialiser works in the node's own tasks)."""
+    async with asyncio.timeout(deadline_s):
+        while not await check():  # noqa: ASYNC110 - the state is in PostgreSQL
+            await asyncio.sleep(0.1)
+
+
+async def count_rows(database_url: str, table: str) -> int:
+    connection = await asyncpg.connect(database_url)
+    try:
+        return int(await connection.fetchval(f"SELECT count(*) FROM {table}"))
+    finally:
+        await connection.close()
+
+
+async def test_create_and_get_shows_the_next_occurrences_in_the_zone(node: Node) -> None:
+    async with client(node) as http:
+        created = await http.post("/v1/schedules", json=schedule(), headers=bearer(TEAM_A))
+        assert created.status_code == 201, created.text
+        body = created.json()
+        assert body["namespace"] == "team-a"
+        assert body["missed"] == "latest"
+        assert body["job"]["payload"] == {"kind": "nightly"}
+        got = (await http.get("/v1/schedules/nightly", headers=bearer(TEAM_A))).json()
+    upcoming = [datetime.fromisoformat(at) for at in got["upcoming"]]
+    assert len(upcoming) == 5
+    # 03:00 in Shanghai is 19:00 UTC the day before, every day.
+    assert all(at.hour == 19 and at.minute == 0 for at in upcoming)
+    assert all(b - a == timedelta(days=1) for a, b in itertools.pairwise(upcoming))
+    assert datetime.fromisoformat(got["next_at"]) == upcoming[0]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"cron": "61 * * * *"}, "cron"),
+        ({"cron": "* * *"}, "cron"),
+        ({"timezone": "Mars/Olympus"}, "timezone"),
+        ({"timezone": "../../etc/passwd"}, "timezone"),
+        ({"cron": None, "interval_s": 0}, "interval_s"),
+        ({"cron": None}, "cron"),
+        ({"interval_s": 10}, "interval_s"),
+        ({"name": "has space"}, "name"),
+        ({"name": ""}, "name"),
+        ({"missed": "some"}, "missed"),
+        ({"grace_s": -1}, "grace_s"),
+        ({"start_at": "2026-01-02T00:00:00Z", "end_at": "2026-01-01T00:00:00Z"}, "end_at"),
+        ({"start_at": "2026-01-02T00:00:00"}, "start_at"),
+        ({"job": {"routing_key": "billing.#", "payload": 1}}, "job.routing_key"),
+        ({"job": {"routing_key": "billing.x", "payload": 1, "priority": 10}}, "job.priority"),
+        ({"job": {"routing_key": "billing.x", "payload": 1, "ttl_ms": 0}}, "job.ttl_ms"),
+        ({"job": {"routing_key": "billing.x", "payload": 1, "delay_ms": 5}}, "job.delay_ms"),
+        (
+            {"job": {"routing_key": "billing.x", "payload": 1, "headers": {"x-job-id": 1}}},
+            "job.headers",
+        ),
+        (
+            {"job": {"routing_key": "billing.x", "payload": 1, "headers": {"a": "\x00"}}},
+            "job.headers.a",
+        ),
+        ({"job": {"routing_key": "billing.x"}}, "job.payload"),
+    ],
+)
+async def test_invalid_schedule_answers_422_naming_the_field_and_stores_nothing(
+    node: Node, database_url: str, fields: dict[str, object], field: str
+) -> None:
+    async with client(node) as http:
+        response = await http.post("/v1/schedules", json=schedule(**fields), headers=bearer(TEAM_A))
+    assert response.status_code == 422, response.text
+    assert field in [item["field"] for item in response.json()["fields"]], response.text
+    assert await count_rows(database_url, "schedules") == 0
+
+
+async def test_a_taken_name_answers_409_within_a_namespace_only(node: Node) -> None:
+    async with client(node) as http:
+        assert (
+            await http.post("/v1/schedules", json=schedule(), headers=bearer(TEAM_A))
+        ).status_code == 201
+        again = await http.post("/v1/schedules", json=schedule(), headers=bearer(TEAM_A))
+        assert again.status_code == 409
+        assert again.json()["fields"][0]["field"] == "name"
+        other = await http.post("/v1/schedules", json=schedule(), headers=bearer(TEAM_B))
+        assert other.status_code == 201
+
+
+async def test_namespaces_see_only_their_own_schedules(node: Node) -> None:
+    async with client(node) as http:
+        await http.post("/v1/schedules", json=schedule("a-only"), headers=bearer(TEAM_A))
+        await http.post("/v1/schedules", json=schedule("b-only"), headers=bearer(TEAM_B))
+        listed = (await http.get("/v1/schedules", headers=bearer(TEAM_A))).json()
+        assert [s["name"] for s in listed["schedules"]] == ["a-only"]
+        everyone = (await http.get("/v1/schedules", headers=bearer(ADMIN))).json()
+        assert {s["name"] for s in everyone["schedules"]} == {"a-only", "b-only"}
+        for method in ("GET", "DELETE"):
+            answer = await http.request(method, "/v1/schedules/b-only", headers=bearer(TEAM_A))
+            assert answer.status_code == 404
+        patched = await http.patch(
+            "/v1/schedules/b-only", json={"paused": True}, headers=bearer(TEAM_A)
+        )
+        assert patched.status_code == 404
+        assert (await http.get("/v1/schedules", headers=bearer(MONITOR))).status_code == 403
+        assert (await http.get("/v1/schedules")).status_code == 401
+
+
+async def test_routing_key_prefix_of_the_key_is_checked_naming_the_field(node: Node) -> None:
+    async with client(node) as http:
+        refused = await http.post(
+            "/v1/schedules",
+            json=schedule(job={"routing_key": "orders.x", "payload": 1}),
+            headers=bearer(PREFIXED),
+        )
+        assert refused.status_code == 403
+        assert refused.json()["fields"][0]["field"] == "job.routing_key"
+        assert (
+            await http.post("/v1/schedules", json=schedule(), headers=bearer(PREFIXED))
+        ).status_code == 201
+        patched = await http.patch(
+            "/v1/schedules/nightly",
+            json={"job": {"routing_key": "orders.x", "payload": 1}},
+            headers=bearer(PREFIXED),
+        )
+        assert patched.status_code == 403
+        assert patched.json()["fields"][0]["field"] == "job.routing_key"
+
+
+async def test_unknown_schedule_is_404(node: Node) -> None:
+    async with client(node) as http:
+        for method in ("GET", "DELETE"):
+            answer = await http.request(method, "/v1/schedules/nope", headers=bearer(ADMIN))
+            assert answer.status_code == 404, answer.text
+        patched = await http.patch(
+            "/v1/schedules/nope", json={"paused": True}, headers=bearer(ADMIN)
+        )
+        assert patched.status_code == 404
+
+
+async def test_patch_changes_timing_policy_and_template(node: Node) -> None:
+    async with client(node) as http:
+        await http.post("/v1/schedules", json=schedule(), headers=bearer(TEAM_A))
+        changed = await http.patch(
+            "/v1/schedules/nightly",
+            json={
+                "interval_s": 3600,
+                "missed": "all",
+                "end_at": "2099-01-01T00:00:00Z",
+                "job": {"routing_key": "billing.hourly", "payload": [1], "priority": 3},
+            },
+            headers=bearer(TEAM_A),
+        )
+        assert changed.status_code == 200, changed.text
+        body = changed.json()
+        assert body["cron"] is None  # switched to the interval
+        assert body["interval_s"] == 3600
+        assert body["missed"] == "all"
+        assert body["job"] == {
+            "routing_key": "billing.hourly",
+            "payload": [1],
+            "headers": {},
+            "priority": 3,
+            "ttl_ms": None,
+        }
+        bad = await http.patch(
+            "/v1/schedules/nightly", json={"cron": "0 0 31 2 *"}, headers=bearer(TEAM_A)
+        )
+        assert bad.status_code == 422
+        assert bad.json()["fields"][0]["field"] == "cron"
+        bad_zone = await http.patch(
+            "/v1/schedules/nightly", json={"timezone": "Nowhere/City"}, headers=bearer(TEAM_A)
+        )
+        assert bad_zone.json()["fields"][0]["field"] == "timezone"
+        both_gone = await http.patch(
+            "/v1/schedules/nightly", json={"interval_s": None}, headers=bearer(TEAM_A)
+        )
+        assert both_gone.status_code == 422
+        assert both_gone.json()["fields"][0]["field"] == "cron"
+        unchanged = (await http.get("/v1/schedules/nightly", headers=bearer(TEAM_A))).json()
+        assert unchanged["interval_s"] == 3600
+
+
+async def jobs_of(database_url: str, name: str) -> list[asyncpg.Record]:
+    connection = await asyncpg.connect(database_url)
+    try:
+        return await connection.fetch(
+            "SELECT * FROM jobs WHERE idempotency_key LIKE $1 ORDER BY run_at", f"schedule:{name}:%"
+        )
+    finally:
+        await connection.close()
+
+
+async def has_jobs(database_url: str, name: str, count: int = 1) -> bool:
+    return len(await jobs_of(database_url, name)) >= count
+
+
+async def test_occurrences_become_jobs_once_and_pause_stops_them(
+    node: Node, database_url: str
+) -> None:
+    start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    async with client(node) as http:
+        created = await http.post(
+            "/v1/schedules",
+            json=schedule(
+                "every-second",
+                cron=None,
+                interval_s=1,
+                start_at=start.isoformat(),
+                end_at=(start + timedelta(seconds=3)).isoformat(),
+                job={"routing_key": "billing.tick", "payload": {"n": 1}, "headers": {"h": "v"}},
+            ),
+            headers=bearer(TEAM_A),
+        )
+        assert created.status_code == 201, created.text
+        await until(lambda: has_jobs(database_url, "every-second", 4), 20)
+
+        async def ended() -> bool:
+            got = await http.get("/v1/schedules/every-second", headers=bearer(TEAM_A))
+            return got.json()["next_at"] is None
+
+        await until(ended)
+        await asyncio.sleep(1)  # further passes add nothing
+    rows = await jobs_of(database_url, "every-second")
+    assert [row["run_at"] for row in rows] == [start + timedelta(seconds=i) for i in range(4)]
+    assert rows[0]["idempotency_key"] == (
+        f"schedule:every-second:{start.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    )
+    assert all(row["namespace"] == "team-a" for row in rows)
+    assert all(row["routing_key"] == "billing.tick" for row in rows)
+
+
+async def test_pause_then_resume_skips_the_paused_time(node: Node, database_url: str) -> None:
+    async with client(node) as http:
+        await http.post(
+            "/v1/schedules",
+            json=schedule("ticker", cron=None, interval_s=1, paused=True),
+            headers=bearer(TEAM_A),
+        )
+        got = (await http.get("/v1/schedules/ticker", headers=bearer(TEAM_A))).json()
+        assert got["paused"] is True
+        assert got["upcoming"] == []
+        await asyncio.sleep(1.5)
+        assert await jobs_of(database_url, "ticker") == []  # paused: nothing made
+        resumed = await http.patch(
+            "/v1/schedules/ticker", json={"paused": False}, headers=bearer(TEAM_A)
+        )
+        resumed_at = datetime.now(UTC)
+        assert resumed.status_code == 200
+        await until(lambda: has_jobs(database_url, "ticker"))
+        paused = await http.patch(
+            "/v1/schedules/ticker", json={"paused": True}, headers=bearer(TEAM_A)
+        )
+        assert paused.json()["paused"] is True
+        made = len(await jobs_of(database_url, "ticker"))
+        await asyncio.sleep(1.5)
+        rows = await jobs_of(database_url, "ticker")
+        assert len(rows) == made  # paused again: no more
+        # Occurrences of the paused time were not made up for.
+        assert rows[0]["run_at"] >= resumed_at - timedelta(seconds=1)
+
+
+async def test_delete_removes_the_schedule_and_keeps_its_jobs(
+    node: Node, database_url: str
+) -> None:
+    async with client(node) as http:
+        await http.post(
+            "/v1/schedules",
+            json=schedule("short", cron=None, interval_s=1),
+            headers=bearer(TEAM_A),
+        )
+        await until(lambda: has_jobs(database_url, "short"))
+        deleted = await http.delete("/v1/schedules/short", headers=bearer(TEAM_A))
+        assert deleted.status_code == 200
+        assert deleted.json()["name"] == "short"
+        assert (await http.get("/v1/schedules/short", headers=bearer(TEAM_A))).status_code == 404
+        made = len(await jobs_of(database_url, "short"))
+        await asyncio.sleep(1)
+    assert len(await jobs_of(database_url, "short")) == made
+    assert await count_rows(database_url, "schedules") == 0
