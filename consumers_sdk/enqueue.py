@@ -92,108 +92,71 @@ async def enqueue(
     the last repeated) are the job's own retry policy. ``limits`` are the dispatcher's
     ``DISPATCHER_MAX_*`` settings, when they differ from the defaults.
     """
-    row = _Row.build(
-        routing_key,
-        payload,
-        run_at=_run_at(delay, run_at, limits),
-        headers=headers,
-        priority=priority,
-        ttl=ttl,
-        idempotency_key=idempotency_key,
-        namespace=namespace,
-        max_attempts=max_attempts,
-        retry_backoff=retry_backoff,
-        limits=limits,
+    job_id = _IDS.next()
+    arguments = (  # each checked (raising before any SQL) and encoded as INSERT_JOB takes it
+        job_id,
+        ids.id_hash(job_id.bytes),
+        _routing_key(routing_key, limits),
+        _payload(payload, limits),
+        _headers(headers, max_attempts, retry_backoff, limits),
+        _priority(priority),
+        _ttl_ms(ttl),
+        _idempotency_key(idempotency_key, limits),
+        _run_at(delay, run_at, limits),
+        _namespace(namespace),
     )
     try:
-        inserted = await conn.fetchrow(INSERT_JOB, *row.arguments())
+        inserted = await conn.fetchrow(INSERT_JOB, *arguments)
     except asyncpg.DivisionByZeroError:  # count(*) of shard_epochs was 0
         raise NoShards(NoShards.__doc__) from None
     if inserted is not None:
         return EnqueuedJob(id=inserted["id"], run_at=inserted["run_at"], created=True)
     existing = await conn.fetchrow(SELECT_BY_KEY, namespace or "", idempotency_key)
-    if existing is None:  # the conflicting row is invisible to this transaction's snapshot
-        raise RuntimeError("idempotency key conflicts with a job this transaction cannot see")
+    if existing is None:  # deleted (retention) between the conflict and this read
+        raise RuntimeError("the job stored under this idempotency key is gone; enqueue again")
     return EnqueuedJob(id=existing["id"], run_at=existing["run_at"], created=False)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Row:
-    """A job checked and encoded for ``INSERT_JOB``."""
+def _routing_key(value: str, limits: validation.Limits) -> str:
+    _check_text("routing_key", value)
+    _refuse("routing_key", validation.routing_key_problem(value, limits.max_routing_key_bytes))
+    return value
 
-    id: uuid.UUID
-    routing_key: str
-    payload: bytes
-    headers: str
-    priority: int | None
-    ttl_ms: int | None
-    idempotency_key: str | None
-    run_at: datetime
-    namespace: str | None
 
-    def arguments(self) -> tuple[object, ...]:
-        return (
-            self.id,
-            ids.id_hash(self.id.bytes),
-            self.routing_key,
-            self.payload,
-            self.headers,
-            self.priority,
-            self.ttl_ms,
-            self.idempotency_key,
-            self.run_at,
-            self.namespace,
-        )
+def _headers(
+    headers: Mapping[str, contract.HeaderValue] | None,
+    max_attempts: int | None,
+    retry_backoff: Sequence[timedelta | float] | None,
+    limits: validation.Limits,
+) -> str:
+    """The producer's headers and the job's retry policy, as the JSON text of the column."""
+    user_headers = dict(headers or {})
+    found = validation.headers_problem(user_headers, limits)
+    if found is not None:
+        raise ValueError(f"{found[0]}: {found[1]}")
+    return orjson.dumps({**user_headers, **_policy(max_attempts, retry_backoff)}).decode()
 
-    @classmethod
-    def build(
-        cls,
-        routing_key: str,
-        payload: Any,
-        *,
-        run_at: datetime,
-        headers: Mapping[str, contract.HeaderValue] | None,
-        priority: int | None,
-        ttl: timedelta | float | None,
-        idempotency_key: str | None,
-        namespace: str | None,
-        max_attempts: int | None,
-        retry_backoff: Sequence[timedelta | float] | None,
-        limits: validation.Limits,
-    ) -> _Row:
-        _check_text("routing_key", routing_key)
-        _refuse(
-            "routing_key", validation.routing_key_problem(routing_key, limits.max_routing_key_bytes)
-        )
-        user_headers = dict(headers or {})
-        found = validation.headers_problem(user_headers, limits)
-        if found is not None:
-            raise ValueError(f"{found[0]}: {found[1]}")
-        if priority is not None and (
-            isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9
-        ):
-            raise ValueError("priority must be an integer from 0 to 9")
-        if idempotency_key is not None:
-            _check_text("idempotency_key", idempotency_key)
-            _refuse("idempotency_key", validation.idempotency_key_problem(idempotency_key, limits))
-        if namespace is not None:
-            _check_text("namespace", namespace)
-            _refuse(
-                "namespace",
-                validation.unstorable(namespace) or (None if namespace else "must not be empty"),
-            )
-        policy = _policy(max_attempts, retry_backoff)
-        return cls(
-            id=_IDS.next(),
-            routing_key=routing_key,
-            payload=_payload(payload, limits),
-            headers=orjson.dumps({**user_headers, **policy}).decode(),
-            priority=priority,
-            ttl_ms=_ttl_ms(ttl),
-            idempotency_key=idempotency_key,
-            run_at=run_at,
-            namespace=namespace,
-        )
+
+def _priority(value: int | None) -> int | None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 9
+    ):
+        raise ValueError("priority must be an integer from 0 to 9")
+    return value
+
+
+def _idempotency_key(value: str | None, limits: validation.Limits) -> str | None:
+    if value is not None:
+        _check_text("idempotency_key", value)
+        _refuse("idempotency_key", validation.idempotency_key_problem(value, limits))
+    return value
+
+
+def _namespace(value: str | None) -> str | None:
+    if value is not None:
+        _check_text("namespace", value)
+        _refuse("namespace", validation.unstorable(value) if value else "must not be empty")
+    return value
 
 
 def _refuse(argument: str, problem: str | None) -> None:
@@ -221,21 +184,18 @@ def _run_at(
 ) -> datetime:
     if delay is not None and run_at is not None:
         raise ValueError("delay and run_at: give one, not both")
-    now = datetime.now(UTC)
-    argument = "run_at" if run_at is not None else "delay"
+    argument, delay_s = "delay", 0.0
     if run_at is not None:
+        argument = "run_at"
         if not isinstance(run_at, datetime):
             raise TypeError("run_at must be a datetime")
-        if run_at.tzinfo is None or run_at.utcoffset() is None:
+        if run_at.utcoffset() is None:
             raise ValueError("run_at must be timezone-aware")
-    elif delay is not None and _seconds("delay", delay) < 0:
+    elif delay is not None and (delay_s := _seconds("delay", delay)) < 0:
         raise ValueError("delay must not be negative")
+    now = datetime.now(UTC)
     try:  # a year past 9999 (or before 1) once in UTC cannot be stored
-        due = (
-            run_at.astimezone(UTC)
-            if run_at is not None
-            else now + timedelta(seconds=_seconds("delay", delay) if delay is not None else 0)
-        )
+        due = run_at.astimezone(UTC) if run_at is not None else now + timedelta(seconds=delay_s)
     except OverflowError:
         raise ValueError(f"{argument} is out of range") from None
     if due - now > timedelta(days=limits.max_delay_days):

@@ -7,7 +7,7 @@ import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import asyncpg
@@ -198,6 +198,12 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"delay": -1}, ValueError, "delay"),
     ({"delay": timedelta(days=4000)}, ValueError, "delay"),
     ({"delay": "soon"}, TypeError, "delay"),
+    ({"delay": 1e20}, ValueError, "delay"),
+    (
+        {"run_at": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-5)))},
+        ValueError,
+        "run_at",
+    ),
     ({"delay": 1, "run_at": datetime.now(UTC)}, ValueError, "delay and run_at"),
     ({"run_at": datetime(2030, 1, 1)}, ValueError, "run_at"),
     ({"priority": 10}, ValueError, "priority"),

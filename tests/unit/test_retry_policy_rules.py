@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from consumers_sdk import contract, retry, validation
+from consumers_sdk.client import job_body
 from consumers_sdk.contract import RetryPolicy
 
 TIERS = (1.0, 5.0, 15.0, 60.0)
@@ -92,3 +95,14 @@ def test_policy_validation_names_what_is_wrong() -> None:
         "[1]",
         "must be between 0 and 3600 seconds",
     )
+
+
+def test_the_client_sends_the_policy_as_the_api_fields() -> None:
+    body = job_body("orders.expire", {}, max_attempts=3, retry_backoff=[timedelta(seconds=2), 0.5])
+    assert body == {
+        "routing_key": "orders.expire",
+        "payload": {},
+        "max_attempts": 3,
+        "retry_backoff_s": [2.0, 0.5],
+    }
+    assert "retry_backoff_s" not in job_body("orders.expire", {})
