@@ -12,6 +12,7 @@ import asyncpg
 import orjson
 import pytest
 
+from consumers_sdk import contract
 from consumers_sdk.enqueue import enqueue
 from tests.support.collector import Collector
 from tests.support.process import FAST_LEASE, DispatcherProcess, served
@@ -42,7 +43,9 @@ async def test_only_the_committed_transactions_job_is_published(
         await transaction.rollback()
         async with conn.transaction():
             await conn.execute("INSERT INTO orders VALUES (2, 'placed')")
-            committed = await enqueue(conn, "orders.expire", {"order": 2}, delay=1.0)
+            committed = await enqueue(
+                conn, "orders.expire", {"order": 2}, delay=1.0, max_attempts=2, retry_backoff=[5]
+            )
             due_now = await enqueue(conn, "orders.expire", {"order": 3})
         assert await conn.fetchval("SELECT count(*) FROM jobs WHERE id = $1", rolled_back.id) == 0
     finally:
@@ -53,6 +56,9 @@ async def test_only_the_committed_transactions_job_is_published(
     assert delivery.message_id == str(committed.id)
     assert orjson.loads(delivery.body) == {"order": 2}
     assert delivery.received_at >= committed.run_at.timestamp()
+    assert delivery.headers["x-job-id"] == str(committed.id)
+    assert delivery.headers[contract.HEADER_MAX_ATTEMPTS] == 2
+    assert delivery.headers[contract.HEADER_RETRY_BACKOFF] == "5"
     # Well past the rolled-back job's due time and the sweep's grace: it never comes.
     remaining = rolled_back.run_at.timestamp() + SWEEP_GRACE_S + 5.0 - time.time()
     await asyncio.sleep(max(remaining, 0))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -268,3 +270,17 @@ async def test_enqueues_statements_prepare_against_the_migrated_schema(
     # The SDK keeps its own SQL: a migration that breaks it fails here, not in an application.
     for sql in (enqueue_module.INSERT_JOB, enqueue_module.SELECT_BY_KEY):
         await conn.prepare(sql)
+
+
+def test_the_sdk_side_imports_nothing_of_the_dispatcher() -> None:
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, consumers_sdk, consumers_sdk.enqueue; print(' '.join(sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert not [m for m in loaded if m.split(".")[0] in ("dispatcher", "fastapi", "kazoo")]
