@@ -31,6 +31,13 @@ class JobOptions(TypedDict, total=False):
     headers: Mapping[str, contract.HeaderValue]
     priority: int  # 0-9
     ttl: timedelta
+    max_attempts: int  # this job's own retry policy, over the consumer's defaults
+    retry_backoff: Sequence[timedelta | float]  # after each failed attempt, the last repeated
+
+
+def seconds(value: timedelta | float) -> float:
+    """A duration given as a ``timedelta`` or as seconds."""
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 def job_body(routing_key: str, payload: Any, **options: Unpack[JobOptions]) -> dict[str, Any]:
@@ -51,7 +58,11 @@ def job_body(routing_key: str, payload: Any, **options: Unpack[JobOptions]) -> d
         "headers": dict(headers) if headers else None,
         "priority": options.get("priority"),
         "ttl_ms": round(ttl.total_seconds() * 1000) if ttl is not None else None,
+        "max_attempts": options.get("max_attempts"),
     }
+    backoff = options.get("retry_backoff")
+    if backoff is not None:
+        body["retry_backoff_s"] = [seconds(step) for step in backoff]
     body.update({key: value for key, value in optional.items() if value is not None})
     return body
 
@@ -86,7 +97,8 @@ class DispatcherClient:
         self, routing_key: str, payload: Any, **options: Unpack[JobOptions]
     ) -> JobView:
         """Schedule one job: ``delay=`` or ``run_at=``, ``idempotency_key=``, ``headers=``,
-        ``priority=``, ``ttl=``. 201 and 200 (its idempotency key was seen) both return the job."""
+        ``priority=``, ``ttl=``, ``max_attempts=``, ``retry_backoff=``. 201 and 200 (its
+        idempotency key was seen) both return the job."""
         body = job_body(routing_key, payload, **options)
         result: JobView = await self._request(
             "POST", "/v1/jobs", json=body, replay_safe="idempotency_key" in body

@@ -9,7 +9,8 @@ A fired job is published to the topic exchange ``EXCHANGE`` with the job's routi
 - ``delivery_mode`` persistent, ``message_id`` = the job id, ``timestamp`` = dispatch time;
 - ``priority`` and ``expiration`` (the remaining ttl, in ms) when the job has them;
 - headers ``x-job-id``, ``x-run-at`` (RFC 3339, UTC, millisecond precision), ``x-idempotency-key``
-  when given, and the producer's own headers.
+  when given, the job's own retry policy when given (``x-retry-max-attempts``,
+  ``x-retry-backoff-s``: see "per-job retry policy" below), and the producer's own headers.
 
 Jobs whose routing key has no bound queue are routed by the alternate exchange
 ``UNROUTABLE_EXCHANGE`` to the durable queue ``UNROUTABLE_QUEUE`` instead of being dropped.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
@@ -207,3 +208,75 @@ def decode_event(body: bytes) -> JobEvent:
     if not 0 <= event.attempt < 2**31:
         raise ValueError(f"attempt {event.attempt} out of range")
     return event
+
+
+# --- per-job retry policy -----------------------------------------------------------------------
+#
+# A job may carry its own retry policy, which the SDK's consumer honours over its handler's
+# ``max_attempts`` and ``backoff``: ``HEADER_MAX_ATTEMPTS`` (an integer, 1 to
+# ``MAX_ATTEMPTS_LIMIT``: deliveries before the job is dead) and ``HEADER_RETRY_BACKOFF`` (the
+# seconds to wait after each failed attempt, comma-separated, the last one repeated, e.g.
+# ``"1,5,30"``; each 0 to ``RETRY_BACKOFF_MAX_S``, rounded up to a delay tier as any backoff).
+# The dispatcher sets them from a job's ``max_attempts`` / ``retry_backoff_s`` fields (``enqueue``
+# and the client take the same options); being ``x-retry-`` headers, producers cannot set them
+# directly. A consumer ignores a value it cannot read (it keeps the handler's default).
+
+HEADER_MAX_ATTEMPTS: Final = "x-retry-max-attempts"
+HEADER_RETRY_BACKOFF: Final = "x-retry-backoff-s"
+RETRY_POLICY_HEADERS: Final = (HEADER_MAX_ATTEMPTS, HEADER_RETRY_BACKOFF)
+MAX_ATTEMPTS_LIMIT: Final = 100
+RETRY_BACKOFF_MAX_STEPS: Final = 100
+RETRY_BACKOFF_MAX_S: Final = 3600.0  # the longest default delay tier (``retry.DEFAULT_TIERS``)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """A job's own retry policy; None / empty where the handler's default applies."""
+
+    max_attempts: int | None = None
+    backoff_s: tuple[float, ...] = ()
+
+
+def _seconds_text(seconds: float) -> str:
+    millis = round(seconds, 3)
+    return str(int(millis)) if millis == int(millis) else repr(millis)
+
+
+def retry_policy_headers(
+    *, max_attempts: int | None, backoff_s: Sequence[float] | None
+) -> dict[str, HeaderValue]:
+    """The headers carrying a (validated) policy; empty when the job has none."""
+    headers: dict[str, HeaderValue] = {}
+    if max_attempts is not None:
+        headers[HEADER_MAX_ATTEMPTS] = max_attempts
+    if backoff_s:
+        headers[HEADER_RETRY_BACKOFF] = ",".join(_seconds_text(step) for step in backoff_s)
+    return headers
+
+
+def read_retry_policy(headers: Mapping[str, object]) -> RetryPolicy:
+    """The policy a delivery carries; an unreadable or out-of-range value counts as absent."""
+    raw = headers.get(HEADER_MAX_ATTEMPTS)
+    text = _as_str(raw)
+    if text is not None:  # published by hand as text
+        raw = int(text) if text.isascii() and text.isdigit() else None
+    max_attempts = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+    if max_attempts is not None and not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT:
+        max_attempts = None
+    return RetryPolicy(max_attempts=max_attempts, backoff_s=_read_backoff(headers))
+
+
+def _read_backoff(headers: Mapping[str, object]) -> tuple[float, ...]:
+    text = _as_str(headers.get(HEADER_RETRY_BACKOFF))
+    if not text:
+        return ()
+    try:
+        steps = tuple(float(step) for step in text.split(","))
+    except ValueError:
+        return ()
+    if len(steps) > RETRY_BACKOFF_MAX_STEPS or not all(
+        0 <= step <= RETRY_BACKOFF_MAX_S
+        for step in steps  # NaN fails both comparisons
+    ):
+        return ()
+    return steps

@@ -3,7 +3,8 @@ park it in .dead.
 
 - the handler returns: ack;
 - it raises (or runs past ``timeout``): retried after ``backoff(attempt)``, rounded up to a delay
-  tier, until ``max_attempts``; then .dead;
+  tier, until ``max_attempts``; then .dead. A job's own retry policy (``contract.RetryPolicy``,
+  from its headers) replaces the handler's ``max_attempts`` and ``backoff``;
 - it raises ``Retry(delay=)``: retried after that delay instead of the backoff;
 - it raises ``Reject``, or the delivery breaks the message contract: .dead at once.
 
@@ -28,7 +29,7 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from consumers_sdk import dedup, reporter, retry, topology
+from consumers_sdk import contract, dedup, reporter, retry, topology
 from consumers_sdk import job as job_mod
 from consumers_sdk.errors import HandlerTimeout, Reject, Retry
 
@@ -112,10 +113,16 @@ class Outcomes:
     async def _fail(
         self, spec: HandlerSpec, job: job_mod.Job, error: BaseException, *, delay_s: float | None
     ) -> None:
-        if job.attempt >= spec.max_attempts:
+        delay = retry.next_delay(
+            job.attempt,
+            max_attempts=spec.max_attempts,
+            backoff=spec.backoff,
+            policy=contract.read_retry_policy(job.message.headers or {}),
+            requested_s=delay_s,
+        )
+        if delay is None:
             await self._dead(spec, job.message, attempts=job.attempt, error=error)
             return
-        delay = spec.backoff(job.attempt) if delay_s is None else delay_s
         tier_s = retry.tier_for(delay, self._tiers)
         self._report(job.id, job.routing_key, job.attempt, "failed", error_text(error))
         copy = job_mod.retry_copy(job, error=error_text(error), work_queue=spec.queue)

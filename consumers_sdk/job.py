@@ -7,6 +7,8 @@ Headers the SDK writes (``x-retry-`` is reserved by the contract, so no producer
 - ``x-retry-last-error``: what the previous attempt raised;
 - ``x-retry-routing-key``: the job's own routing key (a retried job comes back addressed to its
   work queue, so its delivery routing key is the queue name);
+- (``x-retry-max-attempts`` and ``x-retry-backoff-s`` are the job's own retry policy, set by the
+  dispatcher: see ``contract``; they stay with the job when it dies or is revived);
 - on a dead job, ``x-dead-error``, ``x-dead-attempts``, ``x-dead-at``, ``x-dead-queue`` and
   ``x-dead-routing-key``.
 """
@@ -141,10 +143,12 @@ def _copy(message: AbstractIncomingMessage, headers: dict[str, FieldValue]) -> a
 
 
 def _without_history(message: AbstractIncomingMessage) -> dict[str, FieldValue]:
+    # The job's own retry policy is not history: a job revived from .dead keeps it.
     return {
         name: value
         for name, value in (message.headers or {}).items()
         if not name.lower().startswith(HISTORY_PREFIXES)
+        or name.lower() in contract.RETRY_POLICY_HEADERS
     }
 
 

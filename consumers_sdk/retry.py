@@ -1,10 +1,13 @@
-"""Backoff and delay tiers. Pure: randomness comes from the caller's ``random.Random``."""
+"""Backoff, delay tiers and what follows a failed attempt. Pure: randomness comes from the
+caller's ``random.Random``."""
 
 from __future__ import annotations
 
 import math
 import random
 from collections.abc import Callable, Sequence
+
+from consumers_sdk import contract
 
 Backoff = Callable[[int], float]
 
@@ -42,3 +45,26 @@ def validate_tiers(tiers: Sequence[float]) -> tuple[float, ...]:
     if not tiers or any(not math.isfinite(t) or t < 0.001 for t in tiers):
         raise ValueError("retry_tiers must be numbers of seconds, each at least 0.001")
     return tuple(sorted({round(t, 3) for t in tiers}))
+
+
+def next_delay(
+    attempt: int,
+    *,
+    max_attempts: int,
+    backoff: Backoff,
+    policy: contract.RetryPolicy,
+    requested_s: float | None = None,
+) -> float | None:
+    """Seconds to wait after failed ``attempt`` before the next one, or None: the job is dead.
+
+    The job's own policy (its ``x-retry-`` headers) wins over the handler's ``max_attempts`` and
+    ``backoff``; a ``Retry(delay=)`` the handler raised (``requested_s``) wins over both backoffs.
+    A policy backoff gives the delay after attempt n as its n-th step, the last one repeated.
+    """
+    if attempt >= (policy.max_attempts or max_attempts):
+        return None
+    if requested_s is not None:
+        return requested_s
+    if policy.backoff_s:
+        return policy.backoff_s[min(attempt, len(policy.backoff_s)) - 1]
+    return backoff(attempt)

@@ -22,15 +22,16 @@ Consumer events may arrive before the confirm is marked, so ``dispatching`` may 
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import NamedTuple
+
+# UUIDv7 job ids, defined in the SDK so that its ``enqueue`` makes the same kind.
+from consumers_sdk.ids import JobIds as JobIds
 
 ShardId = int
 Epoch = int
@@ -161,34 +162,3 @@ class DueEntry(NamedTuple):
 def routing_key_of(routing_key: str) -> str:
     """One string object per routing key in memory, however many entries name it."""
     return sys.intern(routing_key)
-
-
-class JobIds:
-    """UUIDv7 job ids: time-ordered, so inserts append to the primary key and ids sort by creation.
-
-    Ids made by one generator are strictly increasing: within a millisecond the 12-bit ``rand_a``
-    field is a counter (RFC 9562, method 1), and a full counter borrows the next millisecond.
-    """
-
-    def __init__(self, clock_ns: Callable[[], int] = time.time_ns) -> None:
-        self._clock_ns = clock_ns
-        self._last_ms = 0
-        self._counter = 0
-
-    def next(self) -> uuid.UUID:
-        unix_ms = self._clock_ns() // 1_000_000
-        if unix_ms <= self._last_ms:
-            self._counter += 1
-            if self._counter > 0xFFF:
-                self._last_ms += 1
-                self._counter = 0
-            unix_ms = self._last_ms
-        else:
-            self._last_ms = unix_ms
-            self._counter = 0
-        value = (unix_ms & ((1 << 48) - 1)) << 80
-        value |= 0x7 << 76  # version
-        value |= self._counter << 64  # rand_a used as a counter
-        value |= 0b10 << 62  # variant
-        value |= int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)  # rand_b
-        return uuid.UUID(int=value)

@@ -9,7 +9,10 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from consumers_sdk import validation
 from dispatcher import keys
+
+_LIMITS = validation.DEFAULT_LIMITS  # the SDK's enqueue() checks jobs against the same defaults
 
 
 def _default_node_id() -> str:
@@ -75,14 +78,16 @@ class Settings(BaseSettings):
     )
 
     # Input limits
-    max_payload_bytes: int = Field(256 * 1024, ge=1)
+    max_payload_bytes: int = Field(_LIMITS.max_payload_bytes, ge=1)
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     max_batch: int = Field(1000, ge=1)
-    max_headers: int = Field(32, ge=0)
-    max_header_bytes: int = Field(1024, ge=1)
-    max_routing_key_bytes: int = Field(255, ge=1, le=255)
-    max_idempotency_key_length: int = Field(255, ge=1)
-    max_delay_days: int = Field(3660, ge=1)
+    max_headers: int = Field(_LIMITS.max_headers, ge=0)
+    max_header_bytes: int = Field(_LIMITS.max_header_bytes, ge=1)
+    max_routing_key_bytes: int = Field(
+        _LIMITS.max_routing_key_bytes, ge=1, le=validation.AMQP_SHORTSTR_BYTES
+    )
+    max_idempotency_key_length: int = Field(_LIMITS.max_idempotency_key_length, ge=1)
+    max_delay_days: int = Field(_LIMITS.max_delay_days, ge=1)
 
     # API keys (see README, Security)
     api_keys: SecretStr = Field(
@@ -131,6 +136,17 @@ class Settings(BaseSettings):
 
     def static_keys(self) -> list[keys.StaticKey]:
         return keys.parse_static(self.api_keys.get_secret_value())
+
+    def limits(self) -> validation.Limits:
+        """The input limits, in the shape the SDK's ``enqueue(limits=...)`` takes."""
+        return validation.Limits(
+            max_payload_bytes=self.max_payload_bytes,
+            max_headers=self.max_headers,
+            max_header_bytes=self.max_header_bytes,
+            max_routing_key_bytes=self.max_routing_key_bytes,
+            max_idempotency_key_length=self.max_idempotency_key_length,
+            max_delay_days=self.max_delay_days,
+        )
 
     def rabbitmq_ui(self) -> str:
         """Where the console links to queues: ``rabbitmq_ui_url``, or the management URL without

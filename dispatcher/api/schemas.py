@@ -3,7 +3,6 @@ the configuration can change are checked by ``check_limits`` against the same fi
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
@@ -25,34 +24,29 @@ from pydantic import (
     field_validator,
 )
 
-from consumers_sdk import contract
+from consumers_sdk import contract, validation
 from dispatcher import dependencies, errors, models
 from dispatcher.settings import Settings
 
-# Topic-exchange words: no wildcards (a job is published, not bound), no empty words.
-ROUTING_KEY = re.compile(r"^[A-Za-z0-9_\-:]+(\.[A-Za-z0-9_\-:]+)*$")
-AMQP_SHORTSTR_BYTES = 255
-INT64_MAX = 2**63 - 1  # PostgreSQL bigint, AMQP long-long, orjson: no integer may exceed it
+# Defined once in the SDK, which ``enqueue`` validates with too.
+ROUTING_KEY = validation.ROUTING_KEY
+AMQP_SHORTSTR_BYTES = validation.AMQP_SHORTSTR_BYTES
+INT64_MAX = validation.INT64_MAX
+unstorable = validation.unstorable
 
 HeaderValue = StrictStr | StrictBool | StrictInt | StrictFloat
 
 
 def _routing_key_words(value: str) -> str:
-    if not ROUTING_KEY.match(value):
-        raise ValueError(
-            "must be dot-separated words of letters, digits, '_', '-' or ':' (no wildcards)"
-        )
-    if len(value.encode()) > AMQP_SHORTSTR_BYTES:
-        raise ValueError(f"must be at most {AMQP_SHORTSTR_BYTES} bytes")
+    if problem := validation.routing_key_problem(value):
+        raise ValueError(problem)
     return value
 
 
 def _headers_not_reserved(value: dict[str, HeaderValue]) -> dict[str, HeaderValue]:
     for name in value:
-        if not name:
-            raise ValueError("header names must not be empty")
-        if contract.is_reserved_header(name):
-            raise ValueError(f"header {name!r} is reserved for the dispatcher and RabbitMQ")
+        if problem := validation.header_name_problem(name):
+            raise ValueError(problem)
     return value
 
 
@@ -89,6 +83,20 @@ class JobCreate(BaseModel):
         default_factory=list,
         max_length=dependencies.MAX_AFTER,
         description="ids of jobs (in this namespace) that must succeed first; the job waits",
+    )
+    max_attempts: Annotated[StrictInt, Field(ge=1, le=contract.MAX_ATTEMPTS_LIMIT)] | None = Field(
+        None, description="deliveries before the job is dead (over the consumer's default)"
+    )
+    retry_backoff_s: (
+        Annotated[
+            list[Annotated[StrictFloat, Field(ge=0, le=contract.RETRY_BACKOFF_MAX_S)]],
+            Field(min_length=1, max_length=contract.RETRY_BACKOFF_MAX_STEPS),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="seconds to wait after each failed attempt, the last repeated (over the "
+        "consumer's default backoff; rounded up to its delay tiers)",
     )
 
     @field_validator("run_at")
@@ -265,36 +273,14 @@ def json_response(content: object, status_code: int = 200) -> Response:
     )
 
 
-def unstorable(text: str) -> str | None:
-    """Why PostgreSQL could not store this text (it holds no NUL, UTF-8 no lone surrogate)."""
-    if "\x00" in text:
-        return "must not contain NUL characters"
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return "must be valid Unicode (no lone surrogates)"
-    return None
-
-
 def check_headers(
     headers: dict[str, HeaderValue], settings: Settings, field_prefix: str = ""
 ) -> None:
     """The configured header limits, and values PostgreSQL and AMQP can hold."""
-    if len(headers) > settings.max_headers:
-        raise errors.InvalidField(
-            f"{field_prefix}headers", f"at most {settings.max_headers} headers"
-        )
-    for name, value in headers.items():
-        problem = unstorable(name) or (unstorable(value) if isinstance(value, str) else None)
-        if isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
-            problem = "integers must fit in 64 bits"
-        if problem:
-            raise errors.InvalidField(f"{field_prefix}headers.{name}", problem)
-        if len(name.encode()) + len(str(value).encode()) > settings.max_header_bytes:
-            raise errors.InvalidField(
-                f"{field_prefix}headers.{name}",
-                f"name and value must fit in {settings.max_header_bytes} bytes",
-            )
+    found = validation.headers_problem(headers, settings.limits())
+    if found is not None:
+        field, problem = found
+        raise errors.InvalidField(f"{field_prefix}{field}", problem)
 
 
 def to_spec(
@@ -323,7 +309,12 @@ def to_spec(
         payload=payload,
         run_at=_run_at(job.run_at, job.delay_ms, settings, now=now, field_prefix=field_prefix),
         idempotency_key=job.idempotency_key,
-        headers=job.headers,
+        headers={
+            **job.headers,
+            **contract.retry_policy_headers(
+                max_attempts=job.max_attempts, backoff_s=job.retry_backoff_s
+            ),
+        },
         priority=job.priority,
         ttl_ms=job.ttl_ms,
         after=tuple(job.after),

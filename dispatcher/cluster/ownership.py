@@ -9,11 +9,11 @@ everything or ZooKeeper deals the shards out.
 from __future__ import annotations
 
 import asyncio
-import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from consumers_sdk.ids import shard_for as shard_for  # one hash for the dispatcher and enqueue
 from dispatcher.store.shards import ShardStore
 
 
@@ -48,11 +48,6 @@ class Ownership(Protocol):
 
     async def describe(self) -> dict[str, object]:
         """Cluster view for ``GET /v1/cluster``."""
-
-
-def shard_for(job_id_bytes: bytes, shards: Sequence[int]) -> int:
-    """A stable choice among ``shards`` (the node's own, for jobs due soon; all, otherwise)."""
-    return shards[zlib.crc32(job_id_bytes) % len(shards)]
 
 
 class SingleNode:

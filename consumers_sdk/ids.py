@@ -1,0 +1,50 @@
+"""Job ids and the shard an id hashes to, shared by the dispatcher and ``enqueue``. Pure."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+
+
+class JobIds:
+    """UUIDv7 job ids: time-ordered, so inserts append to the primary key and ids sort by creation.
+
+    Ids made by one generator are strictly increasing: within a millisecond the 12-bit ``rand_a``
+    field is a counter (RFC 9562, method 1), and a full counter borrows the next millisecond.
+    """
+
+    def __init__(self, clock_ns: Callable[[], int] = time.time_ns) -> None:
+        self._clock_ns = clock_ns
+        self._last_ms = 0
+        self._counter = 0
+
+    def next(self) -> uuid.UUID:
+        unix_ms = self._clock_ns() // 1_000_000
+        if unix_ms <= self._last_ms:
+            self._counter += 1
+            if self._counter > 0xFFF:
+                self._last_ms += 1
+                self._counter = 0
+            unix_ms = self._last_ms
+        else:
+            self._last_ms = unix_ms
+            self._counter = 0
+        value = (unix_ms & ((1 << 48) - 1)) << 80
+        value |= 0x7 << 76  # version
+        value |= self._counter << 64  # rand_a used as a counter
+        value |= 0b10 << 62  # variant
+        value |= int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)  # rand_b
+        return uuid.UUID(int=value)
+
+
+def id_hash(job_id_bytes: bytes) -> int:
+    """The stable hash shards are chosen by (CRC-32: the same in every process and language)."""
+    return zlib.crc32(job_id_bytes)
+
+
+def shard_for(job_id_bytes: bytes, shards: Sequence[int]) -> int:
+    """A stable choice among ``shards`` (the node's own, for jobs due soon; all, otherwise)."""
+    return shards[id_hash(job_id_bytes) % len(shards)]

@@ -1,0 +1,116 @@
+"""What a job may be: the limits and checks that both the dispatcher's HTTP API and ``enqueue``
+apply, defined once. Pure. Each check returns what is wrong (None when nothing is) and each side
+raises its own error: the API a 4xx naming the field, ``enqueue`` a ValueError or TypeError."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from consumers_sdk import contract
+
+# Topic-exchange words: no wildcards (a job is published, not bound), no empty words.
+ROUTING_KEY: Final = re.compile(r"^[A-Za-z0-9_\-:]+(\.[A-Za-z0-9_\-:]+)*$")
+AMQP_SHORTSTR_BYTES: Final = 255
+INT64_MAX: Final = 2**63 - 1  # PostgreSQL bigint, AMQP long-long, orjson: no integer may exceed it
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """The configurable limits; the defaults are the dispatcher's (``DISPATCHER_MAX_*``)."""
+
+    max_payload_bytes: int = 256 * 1024
+    max_headers: int = 32
+    max_header_bytes: int = 1024
+    max_routing_key_bytes: int = AMQP_SHORTSTR_BYTES
+    max_idempotency_key_length: int = 255
+    max_delay_days: int = 3660
+
+
+DEFAULT_LIMITS: Final = Limits()
+
+
+def routing_key_problem(value: str, max_bytes: int = AMQP_SHORTSTR_BYTES) -> str | None:
+    if not ROUTING_KEY.match(value):
+        return "must be dot-separated words of letters, digits, '_', '-' or ':' (no wildcards)"
+    if len(value.encode()) > max_bytes:
+        return f"must be at most {max_bytes} bytes"
+    return None
+
+
+def unstorable(text: str) -> str | None:
+    """Why PostgreSQL could not store this text (it holds no NUL, UTF-8 no lone surrogate)."""
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return "must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def header_name_problem(name: object) -> str | None:
+    if not isinstance(name, str) or not name:
+        return "header names must be non-empty strings"
+    if contract.is_reserved_header(name):
+        return f"header {name!r} is reserved for the dispatcher and RabbitMQ"
+    return None
+
+
+def header_value_problem(value: object) -> str | None:
+    """A value AMQP and PostgreSQL's JSON can both hold: a string, a 64-bit integer, a finite
+    float or a boolean."""
+    if isinstance(value, str):
+        return unstorable(value)
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None if -INT64_MAX - 1 <= value <= INT64_MAX else "integers must fit in 64 bits"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "must be a finite number"
+    return "must be a string, an integer, a float or a boolean"
+
+
+def headers_problem(headers: Mapping[str, object], limits: Limits) -> tuple[str, str] | None:
+    """(field, what is wrong) for the first header the dispatcher would refuse; field is
+    ``headers`` or ``headers.<name>``."""
+    if len(headers) > limits.max_headers:
+        return "headers", f"at most {limits.max_headers} headers"
+    for name, value in headers.items():
+        if problem := header_name_problem(name):
+            return "headers", problem
+        problem = unstorable(name) or header_value_problem(value)
+        if problem:
+            return f"headers.{name}", problem
+        if len(name.encode()) + len(str(value).encode()) > limits.max_header_bytes:
+            return f"headers.{name}", f"name and value must fit in {limits.max_header_bytes} bytes"
+    return None
+
+
+def idempotency_key_problem(value: str, limits: Limits) -> str | None:
+    if not value:
+        return "must not be empty"
+    if len(value) > limits.max_idempotency_key_length:
+        return f"must be at most {limits.max_idempotency_key_length} characters"
+    return unstorable(value)
+
+
+def max_attempts_problem(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "must be an integer"
+    if not 1 <= value <= contract.MAX_ATTEMPTS_LIMIT:
+        return f"must be between 1 and {contract.MAX_ATTEMPTS_LIMIT}"
+    return None
+
+
+def retry_backoff_problem(seconds: list[float]) -> tuple[str, str] | None:
+    """(index suffix, what is wrong): ``""`` for the list, ``"[i]"`` for one step."""
+    if not 1 <= len(seconds) <= contract.RETRY_BACKOFF_MAX_STEPS:
+        return "", f"must hold 1 to {contract.RETRY_BACKOFF_MAX_STEPS} delays"
+    for index, step in enumerate(seconds):
+        if not math.isfinite(step) or not 0 <= step <= contract.RETRY_BACKOFF_MAX_S:
+            return f"[{index}]", f"must be between 0 and {contract.RETRY_BACKOFF_MAX_S:g} seconds"
+    return None
