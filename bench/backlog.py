@@ -77,6 +77,24 @@ def receiver(amqp_url: str, binding: str, output: Path) -> subprocess.Popen[byte
     return process
 
 
+async def finish_when_drained(
+    dsn: str, key: str, node: DispatcherProcess, receivers: list[subprocess.Popen[bytes]]
+) -> None:
+    """Wait until every job of ``key`` is dispatched, give late deliveries 3 s to arrive, then
+    stop the node and the receivers."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        while await connection.fetchval(UNDRAINED, key):  # noqa: ASYNC110 - state in PostgreSQL
+            await asyncio.sleep(0.5)
+    finally:
+        await connection.close()
+    await asyncio.sleep(3)
+    node.stop()
+    for process in receivers:
+        process.terminate()
+        process.wait(30)
+
+
 async def memory_run(svc: Services, folder: Path, run: str) -> dict[str, float]:
     """Start a dispatcher over the backlog: RSS for 30 s, and start-up to the first fire."""
     env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
@@ -138,17 +156,7 @@ async def catchup_run(svc: Services, folder: Path, overdue: int, run: int) -> di
             for job in response.json()["jobs"]:
                 fresh[job["id"]] = datetime.fromisoformat(job["run_at"]).timestamp()
             await asyncio.sleep(max(0.0, run_at - 0.5 - time.time()))
-    connection = await asyncpg.connect(svc.database_url)
-    try:
-        while await connection.fetchval(UNDRAINED, key):  # noqa: ASYNC110 - state in PostgreSQL
-            await asyncio.sleep(0.5)
-    finally:
-        await connection.close()
-    await asyncio.sleep(3)
-    node.stop()
-    for process in listening:
-        process.terminate()
-        process.wait(30)
+    await finish_when_drained(svc.database_url, key, node, listening)
     drained = max(received(overdue_file).values()) - restarted
     got = received(fresh_file)
     late = summary([got[job_id] - run_at for job_id, run_at in fresh.items() if job_id in got])

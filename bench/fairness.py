@@ -18,11 +18,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import asyncpg
 import httpx
 
-from bench.backlog import UNDRAINED, copy_jobs, receiver
-from bench.harness import Services, median, services, summary, write
+from bench.backlog import copy_jobs, finish_when_drained, medians, receiver
+from bench.harness import Services, services, summary, write
 from bench.lateness import received
 from dispatcher.store.migrate import apply_migrations
 from tests.services.ports import free_port
@@ -56,15 +55,6 @@ async def trickle(url: str, key: str, start: float, seconds: float) -> dict[str,
     return accepted
 
 
-async def drained(dsn: str, key: str) -> None:
-    connection = await asyncpg.connect(dsn)
-    try:
-        while await connection.fetchval(UNDRAINED, key):  # noqa: ASYNC110 - state in PostgreSQL
-            await asyncio.sleep(0.5)
-    finally:
-        await connection.close()
-
-
 def lateness(path: Path, due: dict[str, float]) -> dict[str, float]:
     got = received(path)
     stats = summary([got[job_id] - run_at for job_id, run_at in due.items() if job_id in got])
@@ -85,12 +75,7 @@ async def burst_run(svc: Services, folder: Path, burst: int, run: int) -> dict[s
     node = DispatcherProcess(folder, port=free_port(), env=env, name=f"burst-{run}")
     node.start()
     small_due = await trickle(node.url, small, burst_at - 2, 30)
-    await drained(svc.database_url, big)
-    await asyncio.sleep(3)
-    node.stop()
-    for process in listening:
-        process.terminate()
-        process.wait(30)
+    await finish_when_drained(svc.database_url, big, node, listening)
     got = received(big_file)
     big_late = lateness(big_file, dict.fromkeys(got, burst_at))
     small_late = lateness(small_file, small_due)
@@ -125,12 +110,7 @@ async def catchup_run(
     node.start()
     started = time.time()
     fresh_due = await trickle(node.url, fresh_key, started + 1, overdue / rate * 0.8)
-    await drained(svc.database_url, key)
-    await asyncio.sleep(3)
-    node.stop()
-    for process in listening:
-        process.terminate()
-        process.wait(30)
+    await finish_when_drained(svc.database_url, key, node, listening)
     got = received(behind_file)
     fresh = lateness(fresh_file, fresh_due)
     # The bucket starts full (one batch of 500): that many may go at once, the rest at the rate.
@@ -143,10 +123,6 @@ async def catchup_run(
         "fresh_max_s": fresh["max"],
         "fresh_lost": fresh["lost"],
     }
-
-
-def medians(each: list[dict[str, float]]) -> dict[str, float]:
-    return {key: median([run[key] for run in each]) for key in each[0]}
 
 
 async def main(burst: int, overdue: int, rate: int, runs: int = 3) -> None:

@@ -32,7 +32,6 @@ from dispatcher.settings import Settings
 ROUTING_KEY = validation.ROUTING_KEY
 AMQP_SHORTSTR_BYTES = validation.AMQP_SHORTSTR_BYTES
 INT64_MAX = validation.INT64_MAX
-unstorable = validation.unstorable
 
 HeaderValue = StrictStr | StrictBool | StrictInt | StrictFloat
 
@@ -295,15 +294,10 @@ def to_spec(
     check_headers(job.headers, settings, field_prefix)
     if twice := dependencies.repeated(job.after):
         raise errors.InvalidField(f"{field_prefix}after[{twice[0]}]", f"repeats after[{twice[1]}]")
-    if job.idempotency_key is not None and (problem := unstorable(job.idempotency_key)):
-        raise errors.InvalidField(f"{field_prefix}idempotency_key", problem)
     if job.idempotency_key is not None and (
-        len(job.idempotency_key) > settings.max_idempotency_key_length
+        problem := validation.idempotency_key_problem(job.idempotency_key, settings.limits())
     ):
-        raise errors.InvalidField(
-            f"{field_prefix}idempotency_key",
-            f"must be at most {settings.max_idempotency_key_length} characters",
-        )
+        raise errors.InvalidField(f"{field_prefix}idempotency_key", problem)
     return models.JobSpec(
         routing_key=job.routing_key,
         payload=payload,

@@ -244,10 +244,12 @@ class Loader:
         """Hand what the live lane has left later than ``live_lag_s`` to the backlog lane."""
         now_s = self._clock()
         self._demoted_at_s = now_s
+        if not self._live:  # no cursor to hand the range over to: the entries stay
+            return
         cutoff_s = now_s - self._live_lag_s
         before = len(self._heap)
         earliest = self._heap.evict_before(cutoff_s)
-        if earliest is None or not self._live:
+        if earliest is None:
             return
         cutoff = _at(cutoff_s)
         # Everything of the live shards from the earliest evicted entry to the cutoff is loaded

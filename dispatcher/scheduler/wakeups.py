@@ -61,7 +61,6 @@ class DueListener:
         self._db = db
         self._offer = offer
         self._on_connect = on_connect
-        self.received = 0
 
     async def run(self) -> None:
         failures = 0
@@ -103,5 +102,4 @@ class DueListener:
     def _notice(self, _connection: object, _pid: int, _channel: str, payload: object) -> None:
         entry = parse_notice(str(payload))
         if entry is not None:
-            self.received += 1
             self._offer([entry])

@@ -3,7 +3,6 @@
 import pytest
 
 from dispatcher.scheduler.pacing import Pace
-from dispatcher.scheduler.wakeups import parse_notice
 
 
 def test_unlimited_pace_grants_everything() -> None:
@@ -29,14 +28,3 @@ def test_a_slow_pace_still_hands_out_whole_jobs() -> None:
     assert pace.take(0.0, 10) == 2
     assert pace.wait_s(0.0, 10) == pytest.approx(0.5)
     assert pace.take(0.5, 10) == 1
-
-
-def test_due_notices_parse_and_odd_ones_are_ignored() -> None:
-    entry = parse_notice("0190a0c6-4c7a-7000-8000-000000000001,12,1795000000.123456,orders.x")
-    assert entry is not None
-    assert (entry.shard, entry.run_at_s, entry.key) == (12, 1795000000.123456, "orders.x")
-    bare = parse_notice("0190a0c6-4c7a-7000-8000-000000000001,3,17.5")
-    assert bare is not None
-    assert bare.key == ""
-    for odd in ("", "x,1,2", "0190a0c6-4c7a-7000-8000-000000000001,a,1", "1,2,3,4,5"):
-        assert parse_notice(odd) is None
