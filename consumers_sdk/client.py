@@ -35,7 +35,7 @@ class JobOptions(TypedDict, total=False):
     retry_backoff: Sequence[timedelta | float]  # after each failed attempt, the last repeated
 
 
-def seconds(value: timedelta | float) -> float:
+def _seconds(value: timedelta | float) -> float:
     """A duration given as a ``timedelta`` or as seconds."""
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
@@ -62,7 +62,7 @@ def job_body(routing_key: str, payload: Any, **options: Unpack[JobOptions]) -> d
     }
     backoff = options.get("retry_backoff")
     if backoff is not None:
-        body["retry_backoff_s"] = [seconds(step) for step in backoff]
+        body["retry_backoff_s"] = [_seconds(step) for step in backoff]
     body.update({key: value for key, value in optional.items() if value is not None})
     return body
 
