@@ -26,6 +26,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
+from bench import harness
 from bench.harness import Services, median, services, summary, write
 from bench.lateness import received
 from dispatcher.models import JobIds
@@ -222,4 +223,4 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     print("backlog memory, start-up and catch-up")
-    asyncio.run(main(args.rows, args.overdue, args.runs))
+    harness.run(main(args.rows, args.overdue, args.runs))

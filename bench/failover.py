@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import harness
 from bench.harness import median, services, summary, write
 from tests.support.cluster import Cluster
 from tests.support.collector import Collector
@@ -173,4 +174,4 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--session", type=float, default=5.0)
     args = parser.parse_args()
-    asyncio.run(main(args.kills, args.rate, args.session))
+    harness.run(main(args.kills, args.rate, args.session))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import harness
 from bench.backlog import copy_jobs, finish_when_drained, medians, receiver
 from bench.harness import Services, services, summary, write
 from bench.lateness import received
@@ -163,4 +164,4 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     print("fairness between routing keys, and catch-up at a maximum rate")
-    asyncio.run(main(args.burst, args.overdue, args.rate, args.runs))
+    harness.run(main(args.burst, args.overdue, args.rate, args.runs))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import harness
 from bench.harness import median, services, summary, write
 from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
@@ -123,4 +124,4 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     print(f"firing lateness, steady load, {args.seconds:.0f}s per rate and run")
-    asyncio.run(main(args.seconds, args.rates, args.runs))
+    harness.run(main(args.seconds, args.rates, args.runs))

@@ -1,13 +1,11 @@
 """`make bench`: every benchmark in turn, each printing its table and writing bench/results/."""
 
-import asyncio
-
-from bench import backlog, failover, fairness, lateness, throughput, versus_celery
+from bench import backlog, failover, fairness, harness, lateness, throughput, versus_celery
 
 if __name__ == "__main__":
-    asyncio.run(throughput.main(runs=3, jobs=30000, fire_jobs=100_000))
-    asyncio.run(lateness.main(seconds=60, rates=[1000, 5000], runs=3))
-    asyncio.run(backlog.main(rows=[1_000_000, 10_000_000], overdue=200_000, runs=3))
-    asyncio.run(failover.main(kills=3, rate=200, session_s=5.0))
-    asyncio.run(fairness.main(burst=100_000, overdue=20_000, rate=1000, runs=3))
-    asyncio.run(versus_celery.main(count=20000, runs=3))
+    harness.run(throughput.main(runs=3, jobs=30000, fire_jobs=100_000))
+    harness.run(lateness.main(seconds=60, rates=[1000, 5000], runs=3))
+    harness.run(backlog.main(rows=[1_000_000, 10_000_000], overdue=200_000, runs=3))
+    harness.run(failover.main(kills=3, rate=200, session_s=5.0))
+    harness.run(fairness.main(burst=100_000, overdue=20_000, rate=1000, runs=3))
+    harness.run(versus_celery.main(count=20000, runs=3))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import harness
 from bench.harness import percentile, services, write
 from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
@@ -183,4 +184,4 @@ if __name__ == "__main__":
         f"soak: {args.rate} jobs/s for {args.duration_s:.0f}s, each due {args.ahead_s:.0f}s "
         "after it is submitted"
     )
-    sys.exit(asyncio.run(main(args.duration_s, args.rate, args.ahead_s, args.every_s)))
+    sys.exit(harness.run(main(args.duration_s, args.rate, args.ahead_s, args.every_s)))

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import httpx
 
+from bench import harness
 from bench.backlog import rss_mb
 from bench.harness import Services, median, services, summary, write
 from bench.lateness import received
@@ -208,4 +209,4 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     print(f"versus Celery: {args.jobs} jobs due 10-30 s ahead, worker/consumer killed -9 halfway")
-    asyncio.run(main(args.jobs, args.runs))
+    harness.run(main(args.jobs, args.runs))

@@ -106,6 +106,22 @@ class Job:
     namespace: str | None = None  # None: the default namespace
     last_error: str | None = None  # a dead job's error, as its consumer reported it
 
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A job claimed for firing: only what its message is made of (``CLAIM_JOBS`` returns these
+    columns in this order, and no others: firing decodes nothing it does not publish)."""
+
+    id: uuid.UUID
+    shard: ShardId
+    routing_key: str
+    payload: bytes
+    run_at: datetime
+    idempotency_key: str | None
+    headers: Mapping[str, HeaderValue]
+    priority: int | None
+    ttl_ms: int | None
+
     @property
     def expires_at(self) -> datetime | None:
         """Past this instant the job is expired instead of published."""
@@ -155,7 +171,7 @@ class DueEntry(NamedTuple):
     key: str = ""  # the routing key; "" when unknown (a due notice), which only affects turns
 
     @classmethod
-    def of(cls, job: Job) -> DueEntry:
+    def of(cls, job: Job | Claimed) -> DueEntry:
         return cls(job.run_at.timestamp(), job.id, job.shard, routing_key_of(job.routing_key))
 
 

@@ -24,28 +24,28 @@ PERSISTENT = 2  # delivery_mode
 RECONNECT_MAX_S = 5.0
 
 
-def message_properties(job: models.Job, now: datetime) -> aiormq.spec.Basic.Properties:
+def message_properties(job: models.Claimed, now: datetime) -> aiormq.spec.Basic.Properties:
     """The message contract (see ``consumers_sdk.contract``): everything but the body."""
+    job_id = str(job.id)
     expires_at = job.expires_at
     expiration = None
     if expires_at is not None:
         remaining = max(expires_at - now, MIN_EXPIRATION)
         expiration = str(int(remaining / MIN_EXPIRATION))
+    headers = contract.message_headers(
+        job_id=job_id,
+        run_at=job.run_at,
+        idempotency_key=job.idempotency_key,
+        user_headers=job.headers,
+    )
     return aiormq.spec.Basic.Properties(
         content_type=contract.CONTENT_TYPE,
         delivery_mode=PERSISTENT,
-        message_id=str(job.id),
+        message_id=job_id,
         timestamp=now,
         priority=job.priority,
         expiration=expiration,
-        headers=dict[str, FieldValue](
-            contract.message_headers(
-                job_id=str(job.id),
-                run_at=job.run_at,
-                idempotency_key=job.idempotency_key,
-                user_headers=job.headers,
-            )
-        ),
+        headers=cast(dict[str, FieldValue], headers),  # a fresh dict: no copy needed
     )
 
 
@@ -128,8 +128,8 @@ class Publisher:
         await self._connection.connected.wait()
 
     async def publish_many(
-        self, jobs: Sequence[models.Job]
-    ) -> tuple[list[models.Job], list[models.Job]]:
+        self, jobs: Sequence[models.Claimed]
+    ) -> tuple[list[models.Claimed], list[models.Claimed]]:
         """Publish all at once and wait for the confirms: (confirmed, not confirmed).
 
         Publishes go straight to the channel's aiormq layer without waiting for a socket drain
@@ -167,8 +167,8 @@ class Publisher:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
-        confirmed: list[models.Job] = []
-        failed: list[models.Job] = []
+        confirmed: list[models.Claimed] = []
+        failed: list[models.Claimed] = []
         for job, task in zip(jobs, tasks, strict=True):
             if task in done and not task.cancelled() and task.exception() is None:
                 confirmed.append(job)

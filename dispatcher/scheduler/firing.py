@@ -172,10 +172,11 @@ class Firer:
         if not claimed:
             return
         now = datetime.now(UTC)
-        expired = [job for job in claimed if job.expires_at is not None and job.expires_at <= now]
-        live = [
-            job for job in claimed if not (job.expires_at is not None and job.expires_at <= now)
-        ]
+        expired: list[models.Claimed] = []
+        live: list[models.Claimed] = []
+        for job in claimed:
+            expires_at = job.expires_at
+            (expired if expires_at is not None and expires_at <= now else live).append(job)
         if expired:
             await self._store.mark_expired(job.id for job in expired)
             self._metrics.count_by_key(self._metrics.jobs_expired, expired)
@@ -195,12 +196,12 @@ class Firer:
             self._loader.put_back(_entries(failed))
             raise errors.PublishFailed(f"{len(failed)} of {len(live)} publishes not confirmed")
 
-    def _observe(self, jobs: list[models.Job]) -> None:
+    def _observe(self, jobs: list[models.Claimed]) -> None:
         now_s = self._clock()
         self._metrics.count_by_key(self._metrics.jobs_dispatched, jobs)
         for job in jobs:
             self._metrics.fire_lateness.observe(max(0.0, now_s - job.run_at.timestamp()))
 
 
-def _entries(jobs: list[models.Job]) -> list[models.DueEntry]:
+def _entries(jobs: list[models.Claimed]) -> list[models.DueEntry]:
     return [models.DueEntry.of(job) for job in jobs]

@@ -140,7 +140,8 @@ WHERE j.id = wanted.id
         WHEN 'dispatching' THEN j.lease_until < now()
         ELSE false
       END
-RETURNING j.*
+RETURNING j.id, j.shard, j.routing_key, j.payload, j.run_at, j.idempotency_key, j.headers,
+          j.priority, j.ttl_ms
 """
 
 # RabbitMQ confirmed these. $1 ids.

@@ -27,7 +27,7 @@ def fixed(seconds: float) -> Callable[[int], float]:
 
 def with_policy(
     payload: Any, *, max_attempts: int | None = None, backoff_s: list[float] | None = None
-) -> models.Job:
+) -> models.Claimed:
     plain = job("orders.expire", payload)
     policy = contract.retry_policy_headers(max_attempts=max_attempts, backoff_s=backoff_s)
     return dataclasses.replace(plain, headers={**plain.headers, **policy})

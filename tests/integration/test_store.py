@@ -133,8 +133,10 @@ async def test_claim_is_fenced_by_the_shard_epoch(db: Database, shards: ShardSto
     assert await old_owner.claim(due(job), stale) == []
     current = {3: (await shards.bump([3], "new"))[3]}
     [claimed] = await new_owner.claim(due(job), current)
-    assert claimed.state is models.JobState.DISPATCHING
-    assert claimed.publish_attempts == 1
+    assert claimed.id == job.id
+    stored = await new_owner.get(job.id)
+    assert stored.state is models.JobState.DISPATCHING
+    assert stored.publish_attempts == 1
 
 
 async def test_a_claim_is_not_taken_twice_until_its_lease_expires(
@@ -151,7 +153,8 @@ async def test_a_claim_is_not_taken_twice_until_its_lease_expires(
     [expired] = await store.expired_leases([1], 10)
     assert expired.id == job.id
     [again] = await store.claim(due(job), epochs)
-    assert again.publish_attempts == 2
+    assert again.id == job.id
+    assert (await store.get(job.id)).publish_attempts == 2
 
 
 async def test_mark_release_and_expire(db: Database, shards: ShardStore) -> None:

@@ -18,27 +18,21 @@ from dispatcher.publisher import message_properties
 IDS = models.JobIds()
 
 
-def job(routing_key: str, payload: Any) -> models.Job:
-    now = datetime.now(UTC)
-    return models.Job(
+def job(routing_key: str, payload: Any) -> models.Claimed:
+    return models.Claimed(
         id=IDS.next(),
         shard=0,
-        state=models.JobState.DISPATCHING,
         routing_key=routing_key,
         payload=orjson.dumps(payload),
-        run_at=now,
+        run_at=datetime.now(UTC),
         idempotency_key=None,
         headers={"tenant": "t1"},
         priority=None,
         ttl_ms=None,
-        created_at=now,
-        updated_at=now,
-        dispatched_at=None,
-        publish_attempts=1,
     )
 
 
-async def publish(amqp_url: str, jobs: Sequence[models.Job]) -> list[str]:
+async def publish(amqp_url: str, jobs: Sequence[models.Claimed]) -> list[str]:
     """Publish with confirms to the jobs exchange; returns the job ids."""
     connection = await aio_pika.connect(amqp_url)
     try:
