@@ -5,8 +5,10 @@ in one run (the machine's speed drifts: only same-run ratios are comparable).
 
 Ceilings: asyncpg COPY of job rows in 1000-row batches; persistent 200-byte publishes with a
 sliding window of 1000 unconfirmed, both through aio-pika's Exchange.publish and through the
-aiormq channel underneath it (what the dispatcher uses; the higher of the two is the ceiling);
-consume-and-ack with prefetch 500.
+aiormq channel underneath it (the higher of the two is the per-message ceiling); the same 200-byte
+publishes through the dispatcher's Publisher, batches of 500 framed as one write, 4 in flight, with
+no database (the broker's confirm path for the way firing publishes); consume-and-ack with
+prefetch 500.
 Dispatcher: POST /v1/jobs/batch (1000 a request, 4 connections) and POST /v1/jobs (64
 connections, with and without group commit), both driven by wrk, and
 firing N jobs due at one instant (due -> confirmed in the queue, its depth polled; no consumer).
@@ -35,7 +37,9 @@ import httpx
 from bench import harness
 from bench.harness import median, services, write
 from consumers_sdk import contract
-from dispatcher.models import JobIds
+from dispatcher.metrics import Metrics
+from dispatcher.models import Claimed, JobIds
+from dispatcher.publisher import Publisher
 from dispatcher.store.migrate import apply_migrations
 from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
@@ -83,6 +87,44 @@ async def ceiling_publish(amqp_url: str, messages: int, *, underlay: bool = Fals
     elapsed = time.perf_counter() - started
     await ceiling_consume(channel, queue.name, messages)  # drains what was just published
     await queue.delete()
+    await connection.close()
+    return messages / elapsed
+
+
+async def ceiling_publish_framed(amqp_url: str, messages: int) -> float:
+    """The dispatcher's own publisher (batches framed as one write, as firing does: 4 batches of
+    500 in flight) with no database: the broker's confirm path for the way firing publishes."""
+    publisher = Publisher(
+        amqp_url,
+        exchange=contract.EXCHANGE,
+        unroutable_exchange="dispatcher.unroutable",
+        connection_name="bench-framed",
+        timeout_s=30.0,
+        metrics=Metrics(),
+    )
+    await publisher.run()
+    connection = await aio_pika.connect(amqp_url)
+    channel = await connection.channel()
+    queue = await channel.declare_queue(f"bench.raw.{uuid.uuid4().hex[:6]}", durable=True)
+    await queue.bind(await channel.get_exchange(contract.EXCHANGE), queue.name)
+    ids = JobIds()
+    now = datetime.now(UTC)
+    body = b"x" * 200
+    jobs = [
+        Claimed(ids.next(), 0, queue.name, body, now, None, {}, None, None) for _ in range(messages)
+    ]
+    batches = [jobs[at : at + 500] for at in range(0, messages, 500)]
+
+    async def worker() -> None:
+        while batches:
+            confirmed, _ = await publisher.publish_many(batches.pop())
+            assert len(confirmed) == 500
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(4)))
+    elapsed = time.perf_counter() - started
+    await publisher.close()
+    await queue.delete(if_unused=False, if_empty=False)
     await connection.close()
     return messages / elapsed
 
@@ -238,6 +280,7 @@ async def main(runs: int, jobs: int, fire_jobs: int) -> None:
                 record("ceiling_publish_aio_pika_s", aio_pika_rate)
                 record("ceiling_publish_aiormq_s", aiormq_rate)
                 record("ceiling_publish_confirmed_s", max(aio_pika_rate, aiormq_rate))
+                record("ceiling_publish_framed_s", await ceiling_publish_framed(svc.amqp_url, jobs))
                 rate, p50, p99 = await asyncio.to_thread(submit_batch, node.url)
                 record("submit_batch_jobs_s", rate)
                 record("submit_batch_p50_s", p50)
@@ -274,7 +317,8 @@ async def main(runs: int, jobs: int, fire_jobs: int) -> None:
             m["submit_single_jobs_s"],
             m["submit_single_ungrouped_jobs_s"],
         ),
-        ("fire, due -> in queue (jobs/s)", m["fire_jobs_s"], m["ceiling_publish_confirmed_s"]),
+        ("fire vs per-message publish", m["fire_jobs_s"], m["ceiling_publish_confirmed_s"]),
+        ("fire vs framed batches, no db", m["fire_jobs_s"], m["ceiling_publish_framed_s"]),
     ]
     for name, ours, ceiling in rows:
         print(f"  {name:34} {ours:10.0f} {ceiling:10.0f} {ours / ceiling:7.0%}")
@@ -287,7 +331,8 @@ async def main(runs: int, jobs: int, fire_jobs: int) -> None:
     print(
         f"  last of {fire_jobs} jobs due at once in the queue after "
         f"{m['fire_last_in_queue_s']:.2f}s; publish ceilings: aio-pika "
-        f"{m['ceiling_publish_aio_pika_s']:.0f}/s, aiormq {m['ceiling_publish_aiormq_s']:.0f}/s; "
+        f"{m['ceiling_publish_aio_pika_s']:.0f}/s, aiormq {m['ceiling_publish_aiormq_s']:.0f}/s, "
+        f"framed batches {m['ceiling_publish_framed_s']:.0f}/s; "
         f"consume+ack ceiling {m['ceiling_consume_ack_s']:.0f}/s"
     )
     print(f"  written to {write('throughput', result)}")
