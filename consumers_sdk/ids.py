@@ -8,6 +8,8 @@ import uuid
 import zlib
 from collections.abc import Callable, Sequence
 
+RANDOM_BLOCK = 4096  # bytes of randomness drawn at once: the rand_b of 512 ids
+
 
 class JobIds:
     """UUIDv7 job ids: time-ordered, so inserts append to the primary key and ids sort by creation.
@@ -20,6 +22,8 @@ class JobIds:
         self._clock_ns = clock_ns
         self._last_ms = 0
         self._counter = 0
+        self._random = b""  # os.urandom drawn in blocks: one system call per id cost more
+        self._random_at = 0
 
     def next(self) -> uuid.UUID:
         unix_ms = self._clock_ns() // 1_000_000
@@ -36,8 +40,16 @@ class JobIds:
         value |= 0x7 << 76  # version
         value |= self._counter << 64  # rand_a used as a counter
         value |= 0b10 << 62  # variant
-        value |= int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)  # rand_b
+        value |= self._rand_b()
         return uuid.UUID(int=value)
+
+    def _rand_b(self) -> int:
+        at = self._random_at
+        if at >= len(self._random):
+            self._random = os.urandom(RANDOM_BLOCK)
+            at = 0
+        self._random_at = at + 8
+        return int.from_bytes(self._random[at : at + 8], "big") & ((1 << 62) - 1)
 
 
 def id_hash(job_id_bytes: bytes) -> int:

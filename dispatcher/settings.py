@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from urllib.parse import urlsplit, urlunsplit
@@ -139,6 +140,11 @@ class Settings(BaseSettings):
 
     def limits(self) -> validation.Limits:
         """The input limits, in the shape the SDK's ``enqueue(limits=...)`` takes."""
+        return self._input_limits
+
+    @functools.cached_property
+    def _input_limits(self) -> validation.Limits:
+        # Made once: every job of a batch is checked against them (the settings are frozen).
         return validation.Limits(
             max_payload_bytes=self.max_payload_bytes,
             max_headers=self.max_headers,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from dispatcher import errors, models
+from dispatcher import errors, intake, models
 from dispatcher.api import auth, schemas
 
 if TYPE_CHECKING:
@@ -66,11 +67,11 @@ async def create_job(body: schemas.JobCreate, node: NodeDep, caller: auth.Produc
     response_model=schemas.BatchOut,
     status_code=201,
     responses={200: {"description": "every job was stored earlier under its key"}, **ERRORS},
+    openapi_extra=schemas.BATCH_REQUEST_BODY,
 )
-async def create_jobs(
-    body: schemas.JobBatchCreate, node: NodeDep, caller: auth.Producer
-) -> Response:
+async def create_jobs(request: Request, node: NodeDep, caller: auth.Producer) -> Response:
     """Schedule up to ``max_batch`` jobs, all or nothing."""
+    body = schemas.batch_from_json(await request.body())
     limit = node.settings.max_batch
     if len(body.jobs) > limit:
         raise errors.InvalidField("jobs", f"at most {limit} jobs per batch")
@@ -86,10 +87,11 @@ async def create_jobs(
             )
         keys[job.idempotency_key] = index
     now = datetime.now(UTC)
-    specs = [
-        schemas.to_spec(job, node.settings, now=now, field_prefix=f"jobs[{index}].")
-        for index, job in enumerate(body.jobs)
-    ]
+    specs: list[models.JobSpec] = []
+    for index, job in enumerate(body.jobs):
+        if index and index % intake.YIELD_EVERY == 0:
+            await asyncio.sleep(0)  # jobs falling due meanwhile are fired between chunks
+        specs.append(schemas.to_spec(job, node.settings, now=now, field_prefix=f"jobs[{index}]."))
     with prerequisites_named("jobs[{}]."):
         results = await node.intake.submit(specs, namespace=caller.namespace)
     return schemas.json_response(

@@ -435,6 +435,36 @@ async def test_bad_input_is_refused_by_name_and_stores_nothing(
     assert await row_count(database_url) == before
 
 
+def in_a_batch(body: bytes, status: int, field: str) -> tuple[bytes, int, str]:
+    """The same bad job second in a batch, behind a good one: refused as ``jobs[1]``."""
+    if status == 400:  # undecodable: the whole body is at fault
+        return b'{"jobs": [' + orjson.dumps(JOB) + b", " + body + b"]}", status, "body"
+    named = "jobs[1]" if field == "body" else f"jobs[1].{field}"
+    return b'{"jobs": [' + orjson.dumps(JOB) + b", " + body + b"]}", status, named
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "field"),
+    [in_a_batch(*case[2:]) for case in BAD_REQUESTS if case[1] == "/v1/jobs"],
+    ids=[case[0] for case in BAD_REQUESTS if case[1] == "/v1/jobs"],
+)
+async def test_a_bad_job_in_a_batch_is_refused_by_name_and_stores_nothing(
+    node: Node, database_url: str, body: bytes, status: int, field: str
+) -> None:
+    """The batch route validates its JSON text itself (``schemas.batch_from_json``): it must
+    refuse exactly as FastAPI's validation of the single route does."""
+    before = await row_count(database_url)
+    async with client(node) as http:
+        response = await http.post(
+            "/v1/jobs/batch", content=body, headers={"content-type": "application/json"}
+        )
+    assert response.status_code == status, response.text
+    problem = response.json()
+    assert field in [item["field"] for item in problem["fields"]], problem
+    assert problem["message"]
+    assert await row_count(database_url) == before
+
+
 @pytest.mark.parametrize("routing_key", ["a\x00", "\ud800", "orders.*"])
 async def test_a_list_filter_that_is_no_routing_key_is_refused_by_name(
     node: Node, routing_key: str
