@@ -4,6 +4,7 @@ raises its own error: the API a 4xx naming the field, ``enqueue`` a ValueError o
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ class Limits:
 DEFAULT_LIMITS: Final = Limits()
 
 
+@functools.lru_cache(maxsize=4096)  # a batch's jobs share a few keys: checked once each
 def routing_key_problem(value: str, max_bytes: int = AMQP_SHORTSTR_BYTES) -> str | None:
     if not ROUTING_KEY.match(value):
         return "must be dot-separated words of letters, digits, '_', '-' or ':' (no wildcards)"

@@ -84,11 +84,13 @@ class Intake:
         else:
             results = await self._store.insert(new_jobs)
         created = [result.job for result in results if result.created]
-        self._loader.offer(
-            models.DueEntry.of(job)
-            for job in created
-            if job.state is models.JobState.SCHEDULED  # a waiting one is released by the database
-        )
+        scheduled = [  # a waiting one is released by the database
+            models.DueEntry.of(job) for job in created if job.state is models.JobState.SCHEDULED
+        ]
+        for start in range(0, len(scheduled), YIELD_EVERY):
+            if start:
+                await asyncio.sleep(0)
+            self._loader.offer(scheduled[start : start + YIELD_EVERY])
         self._metrics.count_by_key(self._metrics.jobs_submitted, created)
         return results
 

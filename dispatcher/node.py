@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -278,7 +279,22 @@ class Node:
 async def serve(settings: Settings) -> None:
     """Run a node until SIGTERM or SIGINT."""
     node = Node(settings)
+    _tune_gc()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, node.request_stop)
     await node.run()
+
+
+# The cyclic collector's full passes walked every object the process holds (the imported
+# frameworks, the heap of due jobs): 40-50 ms each, about once a second at 5k jobs/s, and firing
+# stalled meanwhile (measured with gc.callbacks). What exists once the node is built is frozen out
+# of the passes, and the young generation is collected less often, so full passes are rare.
+GC_THRESHOLDS = (50_000, 20, 20)
+
+
+def _tune_gc() -> None:
+    """Process-wide: called by ``serve`` only, never by a node embedded in another program."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)

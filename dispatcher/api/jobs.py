@@ -94,9 +94,13 @@ async def create_jobs(request: Request, node: NodeDep, caller: auth.Producer) ->
         specs.append(schemas.to_spec(job, node.settings, now=now, field_prefix=f"jobs[{index}]."))
     with prerequisites_named("jobs[{}]."):
         results = await node.intake.submit(specs, namespace=caller.namespace)
+    documents = []
+    for index, result in enumerate(results):
+        if index and index % intake.YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+        documents.append(schemas.job_document(result.job, created=result.created))
     return schemas.json_response(
-        {"jobs": [schemas.job_document(r.job, created=r.created) for r in results]},
-        201 if any(result.created for result in results) else 200,
+        {"jobs": documents}, 201 if any(result.created for result in results) else 200
     )
 
 
