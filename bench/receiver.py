@@ -32,7 +32,6 @@ async def main(amqp_url: str, binding: str, output: str) -> None:
     lines: list[str] = []
     connection = await aio_pika.connect(amqp_url)
     channel = await connection.channel()
-    await channel.set_qos(prefetch_count=1000)
     exchange = await channel.declare_exchange(
         contract.EXCHANGE,
         aio_pika.ExchangeType.TOPIC,

@@ -117,8 +117,9 @@ async def ceiling_publish_framed(amqp_url: str, messages: int) -> float:
 
     async def worker() -> None:
         while batches:
-            confirmed, _ = await publisher.publish_many(batches.pop())
-            assert len(confirmed) == 500
+            batch = batches.pop()
+            confirmed, _ = await publisher.publish_many(batch)
+            assert len(confirmed) == len(batch)
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(4)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,15 +88,13 @@ async def create_jobs(request: Request, node: NodeDep, caller: auth.Producer) ->
     now = datetime.now(UTC)
     specs: list[models.JobSpec] = []
     for index, job in enumerate(body.jobs):
-        if index and index % intake.YIELD_EVERY == 0:
-            await asyncio.sleep(0)  # jobs falling due meanwhile are fired between chunks
+        await intake.take_turn(index)
         specs.append(schemas.to_spec(job, node.settings, now=now, field_prefix=f"jobs[{index}]."))
     with prerequisites_named("jobs[{}]."):
         results = await node.intake.submit(specs, namespace=caller.namespace)
     documents = []
     for index, result in enumerate(results):
-        if index and index % intake.YIELD_EVERY == 0:
-            await asyncio.sleep(0)
+        await intake.take_turn(index)
         documents.append(schemas.job_document(result.job, created=result.created))
     return schemas.json_response(
         {"jobs": documents}, 201 if any(result.created for result in results) else 200

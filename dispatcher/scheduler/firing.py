@@ -176,7 +176,10 @@ class Firer:
         live: list[models.Claimed] = []
         for job in claimed:
             expires_at = job.expires_at
-            (expired if expires_at is not None and expires_at <= now else live).append(job)
+            if expires_at is not None and expires_at <= now:
+                expired.append(job)
+            else:
+                live.append(job)
         if expired:
             await self._store.mark_expired(job.id for job in expired)
             self._metrics.count_by_key(self._metrics.jobs_expired, expired)

@@ -437,10 +437,10 @@ async def test_bad_input_is_refused_by_name_and_stores_nothing(
 
 def in_a_batch(body: bytes, status: int, field: str) -> tuple[bytes, int, str]:
     """The same bad job second in a batch, behind a good one: refused as ``jobs[1]``."""
+    batch = b'{"jobs": [' + orjson.dumps(JOB) + b", " + body + b"]}"
     if status == 400:  # undecodable: the whole body is at fault
-        return b'{"jobs": [' + orjson.dumps(JOB) + b", " + body + b"]}", status, "body"
-    named = "jobs[1]" if field == "body" else f"jobs[1].{field}"
-    return b'{"jobs": [' + orjson.dumps(JOB) + b", " + body + b"]}", status, named
+        return batch, status, "body"
+    return batch, status, "jobs[1]" if field == "body" else f"jobs[1].{field}"
 
 
 @pytest.mark.parametrize(

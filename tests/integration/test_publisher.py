@@ -142,18 +142,13 @@ async def test_delivery_tags_stay_in_step_across_batches_and_single_publishes(
 async def test_a_batch_without_a_usable_channel_is_reported_unconfirmed(
     amqp_url: str, closed: str
 ) -> None:
-    """No exception reaches the firing loop: every job comes back as not confirmed."""
+    """No exception reaches the firing loop: every job comes back as not confirmed. A channel
+    closed under the publisher (aiormq's ChannelInvalidStateError, no AMQPError) included."""
     async with running(amqp_url) as publisher:
         batch = [job("pub.closed", n) for n in range(5)]
         if closed == "publisher":
             await publisher.close()
-            assert await publisher.publish_many(batch) == ([], batch)
-            return
-        assert publisher._channel is not None
-        amqp = await publisher._channel.get_underlay_channel()
-        await amqp.close()
-        confirmed, failed = await publisher.publish_many(batch)
-        # The robust channel may have reopened meanwhile: either way each job is accounted for.
-        assert sorted(item.id for item in [*confirmed, *failed]) == sorted(
-            item.id for item in batch
-        )
+        else:
+            assert publisher._channel is not None
+            await (await publisher._channel.get_underlay_channel()).close()
+        assert await publisher.publish_many(batch) == ([], batch)

@@ -1,6 +1,7 @@
 """JobStore and ShardStore against a real PostgreSQL (a fresh database per test)."""
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -137,6 +138,25 @@ async def test_claim_is_fenced_by_the_shard_epoch(db: Database, shards: ShardSto
     stored = await new_owner.get(job.id)
     assert stored.state is models.JobState.DISPATCHING
     assert stored.publish_attempts == 1
+
+
+async def test_a_claim_returns_each_column_as_its_field(db: Database, shards: ShardStore) -> None:
+    """The claim's row is unpacked by position: every field distinct, so a swap would show."""
+    store = JobStore(db, node_id="n1", lease_s=30)
+    job = dataclasses.replace(new_job(shard=5, key="claim-fields"), priority=7, ttl_ms=86_400_000)
+    await store.insert([job])
+    [claimed] = await store.claim(due(job), await shards.bump([5], "n1"))
+    assert claimed == models.Claimed(
+        id=job.id,
+        shard=5,
+        routing_key="orders.expire",
+        payload=b'{"order": 1}',
+        run_at=NOW,
+        idempotency_key="claim-fields",
+        headers={"tenant": "a", "n": 1},
+        priority=7,
+        ttl_ms=86_400_000,
+    )
 
 
 async def test_a_claim_is_not_taken_twice_until_its_lease_expires(
