@@ -32,7 +32,7 @@ down: ## stop the services 'make run' started
 	$(BIN)/python -m tests.services.stack down
 
 test: $(STAMP) ## the whole suite against real, throwaway services
-	$(BIN)/python -m tests.services.stack ensure
+	$(BIN)/python -m tests.services.stack ensure --browser
 	$(BIN)/pytest -q
 
 test-unit: $(STAMP) ## the fast tests that need no service

@@ -118,8 +118,8 @@ async def ceiling_publish_framed(amqp_url: str, messages: int) -> float:
     async def worker() -> None:
         while batches:
             batch = batches.pop()
-            confirmed, _ = await publisher.publish_many(batch)
-            assert len(confirmed) == len(batch)
+            outcome = await publisher.publish_many(batch)
+            assert len(outcome.confirmed) == len(batch)
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(4)))

@@ -51,6 +51,8 @@ RESERVED_HEADER_PREFIXES: Final = (
     "x-death",
     "x-first-death",
     "x-last-death",
+    "x-dead-",  # the SDK's dead-letter bookkeeping
+    "x-delivery-",  # RabbitMQ's x-delivery-count on quorum queues
     "x-delay",
     "x-retry-",
 )

@@ -199,8 +199,7 @@ def _run_at(
         due = run_at.astimezone(UTC) if run_at is not None else now + timedelta(seconds=delay_s)
     except OverflowError:
         raise ValueError(f"{argument} is out of range") from None
-    if due - now > timedelta(days=limits.max_delay_days):
-        raise ValueError(f"{argument} must be within {limits.max_delay_days} days from now")
+    _refuse(argument, validation.due_problem(due, now, limits))
     return due
 
 
@@ -219,9 +218,9 @@ def _payload(payload: Any, limits: validation.Limits) -> bytes:
 def _ttl_ms(ttl: timedelta | float | None) -> int | None:
     if ttl is None:
         return None
-    ttl_ms = round(_seconds("ttl", ttl) * 1000)
-    if not 1 <= ttl_ms <= validation.INT64_MAX:
-        raise ValueError("ttl must be at least 1 ms and fit in 64-bit milliseconds")
+    seconds = _seconds("ttl", ttl)
+    ttl_ms = round(seconds * 1000) if abs(seconds) < validation.INT64_MAX / 1000 else -1
+    _refuse("ttl", validation.ttl_ms_problem(ttl_ms))
     return ttl_ms
 
 

@@ -9,6 +9,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Final
 
 from consumers_sdk import contract
@@ -17,6 +18,12 @@ from consumers_sdk import contract
 ROUTING_KEY: Final = re.compile(r"^[A-Za-z0-9_\-:]+(\.[A-Za-z0-9_\-:]+)*$")
 AMQP_SHORTSTR_BYTES: Final = 255
 INT64_MAX: Final = 2**63 - 1  # PostgreSQL bigint, AMQP long-long, orjson: no integer may exceed it
+# What the rest of the pipeline can carry, so that every job accepted can be published:
+MAX_TTL_MS: Final = 2**32 - 1  # RabbitMQ refuses a message expiration above this
+MAX_HEADER_NAME_BYTES: Final = 128  # AMQP field-table names; longer ones are cut, not refused
+# RabbitMQ 4's default max_message_size is 16 MiB and a bigger message closes the channel: the
+# payload limit stays below it, leaving room for the headers.
+MAX_PAYLOAD_BYTES_CEILING: Final = 15 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,6 +66,10 @@ def header_name_problem(name: object) -> str | None:
         return "header names must be non-empty strings"
     if contract.is_reserved_header(name):
         return f"header {name!r} is reserved for the dispatcher and RabbitMQ"
+    if (problem := unstorable(name)) is not None:
+        return f"header names {problem}"
+    if len(name.encode()) > MAX_HEADER_NAME_BYTES:
+        return f"header names must be at most {MAX_HEADER_NAME_BYTES} bytes (AMQP cuts longer ones)"
     return None
 
 
@@ -84,11 +95,26 @@ def headers_problem(headers: Mapping[str, object], limits: Limits) -> tuple[str,
     for name, value in headers.items():
         if problem := header_name_problem(name):
             return "headers", problem
-        problem = unstorable(name) or header_value_problem(value)
+        problem = header_value_problem(value)
         if problem:
             return f"headers.{name}", problem
         if len(name.encode()) + len(str(value).encode()) > limits.max_header_bytes:
             return f"headers.{name}", f"name and value must fit in {limits.max_header_bytes} bytes"
+    return None
+
+
+def due_problem(due: datetime, now: datetime, limits: Limits) -> str | None:
+    """A due time is at most ``max_delay_days`` away from now, either way: a past one means "as
+    soon as possible", and one absurdly far in the past is refused rather than carried around
+    (year 1 cannot even be shifted back by a millisecond)."""
+    if abs(due - now) > timedelta(days=limits.max_delay_days):
+        return f"must be within {limits.max_delay_days} days of now"
+    return None
+
+
+def ttl_ms_problem(ttl_ms: int) -> str | None:
+    if not 1 <= ttl_ms <= MAX_TTL_MS:
+        return f"must be between 1 and {MAX_TTL_MS} ms (RabbitMQ's longest message expiration)"
     return None
 
 

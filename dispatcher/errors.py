@@ -11,6 +11,10 @@ class DispatcherError(Exception):
         super().__init__(message or (self.__doc__ or "").strip())
 
 
+class Fatal(DispatcherError):
+    """The node cannot run with this configuration or database; a restart will not help."""
+
+
 class StoreUnavailable(DispatcherError):
     """PostgreSQL is unreachable or did not answer in time."""
 
@@ -60,7 +64,7 @@ class InvalidField(DispatcherError):
         self.detail = message
 
 
-class ShardCountMismatch(DispatcherError):
+class ShardCountMismatch(Fatal):
     """The configured shard count differs from the one this database was created with."""
 
 
@@ -68,7 +72,7 @@ class CoordinationUnavailable(DispatcherError):
     """ZooKeeper is unreachable, or this node's session is not valid."""
 
 
-class MigrationError(DispatcherError):
+class MigrationError(Fatal):
     """A migration could not be applied."""
 
 
@@ -92,3 +96,11 @@ class ScheduleNotFound(DispatcherError):
 
 class ScheduleExists(DispatcherError):
     """A schedule of this name exists in this namespace."""
+
+
+# What the services raise while they are away: a loop retries these after a backoff, quietly.
+TRANSIENT: tuple[type[DispatcherError], ...] = (
+    StoreUnavailable,
+    CoordinationUnavailable,
+    PublishFailed,
+)

@@ -122,6 +122,26 @@ class Metrics:
             registry=r,
         )
 
+        self.loop_failures = Counter(
+            "dispatcher_loop_failures",
+            "Background loops' failures by loop and kind (transient: a service was away; "
+            "unexpected: a bug or a poison input), each followed by a restart after a backoff",
+            ["loop", "kind"],
+            registry=r,
+        )
+        self.loop_degraded = Gauge(
+            "dispatcher_loop_degraded",
+            "1 while a background loop is failing (restarting after a backoff)",
+            ["loop"],
+            registry=r,
+        )
+        self.jobs_parked = Counter(
+            "dispatcher_jobs_parked",
+            "Jobs taken out of firing as dead for a reason that is not transient (last_error)",
+            key,
+            registry=r,
+        )
+
     def count_by_key(self, counter: Counter, items: Iterable[_Routed]) -> None:
         """Add one per item to ``counter``, labelled by its (bounded) routing key; one ``inc``
         per distinct key, not per item, on the hot paths."""

@@ -127,7 +127,17 @@ class Claimed:
         """Past this instant the job is expired instead of published."""
         if self.ttl_ms is None:
             return None
-        return self.run_at + timedelta(milliseconds=self.ttl_ms)
+        try:  # rows stored before the bounds (or by hand) may reach past year 9999
+            return self.run_at + timedelta(milliseconds=self.ttl_ms)
+        except OverflowError:
+            return None
+
+
+class Parked(NamedTuple):
+    """A job taken out of firing as dead (``last_error`` says why)."""
+
+    id: uuid.UUID
+    routing_key: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,5 +1,7 @@
 """The composition root: builds every component from Settings, starts them in order, stops them in
-reverse. Background work runs as named tasks in one TaskGroup; one crash stops the node loudly."""
+reverse. Background loops run as named, supervised tasks in one TaskGroup: a failing loop is
+restarted after a backoff and shown in /readyz; only what cannot heal (``errors.Fatal``) or the
+HTTP server stopping ends the node."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import gc
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import uvicorn
 
@@ -33,6 +35,7 @@ from dispatcher.store.jobs import JobStore
 from dispatcher.store.keys import KeyStore
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
+from dispatcher.supervision import Supervisor
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +54,7 @@ class Node:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.metrics = metrics.Metrics(routing_key_labels=settings.metrics_routing_keys)
+        self.supervisor = Supervisor(self.metrics)
         self.db = Database(
             settings.database_url,
             min_size=settings.db_pool_min,
@@ -177,6 +181,22 @@ class Node:
     def request_stop(self) -> None:
         self._stop.set()
 
+    def _loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
+        """Every background loop, in start order; each runs supervised (``supervision``)."""
+        return [
+            ("amqp-connect", self.publisher.run),
+            ("amqp-connect-live", self.live_publisher.run),
+            ("ownership", self.ownership.run),
+            ("intake", self.intake.run),
+            ("ownership-watch", self._watch_ownership),
+            ("loader", self.loader.run),
+            ("due-notices", self.due_notices.run),
+            ("firing", self.firer.run),
+            ("events", self.events.run),
+            ("housekeeping", self.housekeeper.run),
+            ("schedules", self.materialiser.run),
+        ]
+
     async def run(self, *, serve_http: bool = True) -> None:
         """Start everything, run until ``request_stop``, then stop in reverse order."""
         await self.db.open()
@@ -186,43 +206,27 @@ class Node:
             await self._log_auth_mode()
             await self.ownership.start()
             async with asyncio.TaskGroup() as group:
-                group.create_task(self.publisher.run(), name="amqp-connect")
-                group.create_task(self.live_publisher.run(), name="amqp-connect-live")
-                coordination = group.create_task(self.ownership.run(), name="ownership")
-                intake = group.create_task(self.intake.run(), name="intake")
-                watch = group.create_task(self._watch_ownership(), name="ownership-watch")
-                loader = group.create_task(self.loader.run(), name="loader")
-                notices = group.create_task(self.due_notices.run(), name="due-notices")
-                firing = group.create_task(self.firer.run(), name="firing")
-                events = group.create_task(self.events.run(), name="events")
-                housekeeping = group.create_task(self.housekeeper.run(), name="housekeeping")
-                schedules = group.create_task(self.materialiser.run(), name="schedules")
+                tasks = {
+                    name: group.create_task(self.supervisor.supervise(name, body), name=name)
+                    for name, body in self._loops()
+                }
                 http = None
                 if serve_http:
                     http = group.create_task(self._serve_http(), name="http")
                 self.started.set()
                 await self._stop.wait()
                 logger.info("stopping", extra={"action": "stop"})
+                self.supervisor.close()
                 if http is not None and self._http is not None:
                     self._http.should_exit = True
                     await http
                 # Drain first: batches in flight are confirmed and marked (not left to a lease),
-                # then leave the cluster so others take the shards at once.
+                # then leave the cluster so others take the shards at once, then the rest.
                 self.firer.stop()
                 self.materialiser.stop()
-                await asyncio.wait([firing], timeout=DRAIN_TIMEOUT_S)
+                await asyncio.wait([tasks["firing"]], timeout=DRAIN_TIMEOUT_S)
                 await self.ownership.stop()
-                for task in (
-                    firing,
-                    loader,
-                    notices,
-                    watch,
-                    coordination,
-                    intake,
-                    events,
-                    housekeeping,
-                    schedules,
-                ):
+                for task in reversed(tasks.values()):
                     task.cancel()
         finally:
             await self.ownership.stop()
@@ -273,6 +277,7 @@ class Node:
             "postgres": await self.db.ping(),
             "rabbitmq": self.publisher.is_ready() and self.live_publisher.is_ready(),
             "shards": bool(self.ownership.epochs()),
+            "loops": not self.supervisor.degraded(),
         }
 
 

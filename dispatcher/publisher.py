@@ -8,6 +8,7 @@ import asyncio
 import logging
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -19,7 +20,7 @@ import pamqp.header
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection, FieldValue
 from aiormq.abc import ChannelFrame
 
-from consumers_sdk import contract
+from consumers_sdk import contract, validation
 from dispatcher import metrics, models
 
 logger = logging.getLogger(__name__)
@@ -37,8 +38,10 @@ def message_properties(job: models.Claimed, now: datetime) -> aiormq.spec.Basic.
     expires_at = job.expires_at
     expiration = None
     if expires_at is not None:
-        remaining = max(expires_at - now, MIN_EXPIRATION)
-        expiration = str(int(remaining / MIN_EXPIRATION))
+        remaining_ms = int(max(expires_at - now, MIN_EXPIRATION) / MIN_EXPIRATION)
+        # RabbitMQ refuses a longer expiration by closing the channel, which would fail every
+        # publish in flight on it: past the cap the message keeps the longest one allowed.
+        expiration = str(min(remaining_ms, validation.MAX_TTL_MS))
     headers = contract.message_headers(
         job_id=job_id,
         run_at=job.run_at,
@@ -135,10 +138,8 @@ class Publisher:
         assert self._connection is not None
         await self._connection.connected.wait()
 
-    async def publish_many(
-        self, jobs: Sequence[models.Claimed]
-    ) -> tuple[list[models.Claimed], list[models.Claimed]]:
-        """Publish all at once and wait for the confirms: (confirmed, not confirmed).
+    async def publish_many(self, jobs: Sequence[models.Claimed]) -> Outcome:
+        """Publish all at once and wait for the confirms.
 
         The whole batch is framed in one piece and handed to the connection's writer in one
         write under the channel's lock, taking consecutive delivery tags (``_Frames``): a
@@ -148,16 +149,15 @@ class Publisher:
         """
         channel = self._channel
         if channel is None or not self.is_ready():
-            return [], list(jobs)
+            return Outcome(failed=list(jobs))
         try:
             # The robust channel swaps its underlying channel on reconnect: ask every batch.
             underlay = await asyncio.wait_for(channel.get_underlay_channel(), self._timeout_s)
             amqp = cast(aiormq.Channel, underlay)
             if self._frames is None or self._frames.channel is not amqp:
                 self._frames = _Frames(amqp, self._exchange_name)
-            confirmations = await asyncio.wait_for(
-                self._frames.publish(jobs, datetime.now(UTC)), self._timeout_s
-            )
+            framed = self._frames.frame(jobs, datetime.now(UTC))
+            confirmations = await asyncio.wait_for(self._frames.send(framed), self._timeout_s)
         except (
             TimeoutError,
             aiormq.exceptions.AMQPError,
@@ -165,31 +165,55 @@ class Publisher:
         ) as exc:
             logger.warning("no channel to publish on: %r", exc, extra={"action": "publish_failed"})
             self._metrics.publish_failures.inc(len(jobs))
-            return [], list(jobs)
-        done, pending = await asyncio.wait(confirmations, timeout=self._timeout_s)
-        for future in pending:
-            future.cancel()  # a late confirm of a cancelled one is ignored (aiormq logs it)
-        confirmed: list[models.Claimed] = []
-        failed: list[models.Claimed] = []
-        for job, future in zip(jobs, confirmations, strict=True):
-            if future in done and not future.cancelled() and future.exception() is None:
-                confirmed.append(job)
+            return Outcome(failed=list(jobs))
+        outcome = Outcome(unpublishable=framed.unpublishable)
+        if confirmations:
+            _, pending = await asyncio.wait(confirmations, timeout=self._timeout_s)
+            for future in pending:
+                future.cancel()  # a late confirm of a cancelled one is ignored (aiormq logs it)
+        for job, future in zip(framed.jobs, confirmations, strict=True):
+            if not future.done() or future.cancelled():
+                outcome.failed.append(job)
+            elif isinstance(future.exception(), aiormq.exceptions.DeliveryError):
+                outcome.nacked.append(job)  # the broker refused this message, not the channel
+            elif future.exception() is not None:
+                outcome.failed.append(job)
             else:
-                failed.append(job)
-        self._metrics.publish_confirms.inc(len(confirmed))
-        if failed:
-            self._metrics.publish_failures.inc(len(failed))
+                outcome.confirmed.append(job)
+        self._metrics.publish_confirms.inc(len(outcome.confirmed))
+        if not_confirmed := len(outcome.failed) + len(outcome.nacked):
+            self._metrics.publish_failures.inc(not_confirmed)
             first = next(
                 (f for f in confirmations if f.done() and not f.cancelled() and f.exception()),
                 None,
             )
             logger.warning(
                 "%d publishes not confirmed (%s)",
-                len(failed),
+                not_confirmed,
                 first.exception() if first else "timeout",
                 extra={"action": "publish_failed"},
             )
-        return confirmed, failed
+        return outcome
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What became of a batch handed to ``publish_many``: each job is in one list."""
+
+    confirmed: list[models.Claimed] = field(default_factory=list)
+    failed: list[models.Claimed] = field(default_factory=list)  # no confirm: retry later
+    nacked: list[models.Claimed] = field(default_factory=list)  # the broker refused the message
+    # Jobs no AMQP message can be made of, with the reason (never sent).
+    unpublishable: list[tuple[models.Claimed, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Framed:
+    """A batch framed for one write: the jobs it holds, in delivery-tag order."""
+
+    payload: bytes
+    jobs: list[models.Claimed]
+    unpublishable: list[tuple[models.Claimed, str]]
 
 
 class _Frames:
@@ -230,33 +254,49 @@ class _Frames:
             )
         ]
 
-    async def publish(
-        self, jobs: Sequence[models.Claimed], now: datetime
-    ) -> list[asyncio.Future[object]]:
-        channel = self.channel
-        number = channel.number
+    def frame(self, jobs: Sequence[models.Claimed], now: datetime) -> _Framed:
+        """Each job's frames, joined; a job whose message cannot be encoded is left out (one
+        such job must not stop its batch, or every batch it is retried in)."""
+        number = self.channel.number
         parts: list[bytes] = []
+        framed: list[models.Claimed] = []
+        unpublishable: list[tuple[models.Claimed, str]] = []
         for job in jobs:
-            parts.append(self._publish_frame(job.routing_key))
-            header = pamqp.header.ContentHeader(
-                body_size=len(job.payload), properties=message_properties(job, now)
-            )
-            parts.append(pamqp.frame.marshal(header, number))
-            parts.extend(self._body_frames(job.payload))
-        frame = ChannelFrame(payload=b"".join(parts), should_close=False)
+            try:
+                header = pamqp.header.ContentHeader(
+                    body_size=len(job.payload), properties=message_properties(job, now)
+                )
+                frames = [
+                    self._publish_frame(job.routing_key),
+                    pamqp.frame.marshal(header, number),
+                    *self._body_frames(job.payload),
+                ]
+            except Exception as exc:
+                unpublishable.append((job, f"cannot be encoded as an AMQP message: {exc!r}"))
+                continue
+            parts.extend(frames)
+            framed.append(job)
+        return _Framed(b"".join(parts), framed, unpublishable)
+
+    async def send(self, framed: _Framed) -> list[asyncio.Future[object]]:
+        if not framed.jobs:
+            return []
+        channel = self.channel
+        frame = ChannelFrame(payload=framed.payload, should_close=False)
+        count = len(framed.jobs)
         async with channel.lock:
             first_tag = channel.delivery_tag + 1
             confirmations: list[asyncio.Future[object]] = []
-            for tag in range(first_tag, first_tag + len(jobs)):
+            for tag in range(first_tag, first_tag + count):
                 future = channel.create_future()
                 channel.confirmations[tag] = future
                 confirmations.append(future)
-            channel.delivery_tag += len(jobs)
+            channel.delivery_tag += count
             try:
                 await channel.write_queue.put(frame)
             except BaseException:
                 # Not handed to the writer: the broker never sees these tags.
-                channel.delivery_tag -= len(jobs)
+                channel.delivery_tag -= count
                 for tag, future in enumerate(confirmations, start=first_tag):
                     channel.confirmations.pop(tag, None)
                     future.cancel()

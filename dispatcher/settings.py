@@ -79,7 +79,9 @@ class Settings(BaseSettings):
     )
 
     # Input limits
-    max_payload_bytes: int = Field(_LIMITS.max_payload_bytes, ge=1)
+    max_payload_bytes: int = Field(
+        _LIMITS.max_payload_bytes, ge=1, le=validation.MAX_PAYLOAD_BYTES_CEILING
+    )
     max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
     max_batch: int = Field(1000, ge=1)
     max_headers: int = Field(_LIMITS.max_headers, ge=0)

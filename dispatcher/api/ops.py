@@ -36,14 +36,19 @@ async def healthz() -> dict[str, str]:
     responses={503: {"description": "not ready; `checks` names what failed"}, **REFUSALS},
 )
 async def readyz(node: NodeDep, caller: auth.AnyKey) -> JSONResponse:
-    """200 when PostgreSQL and RabbitMQ answer and this node owns shards; 503 otherwise."""
+    """200 when PostgreSQL and RabbitMQ answer, this node owns shards and no background loop is
+    failing; 503 otherwise, with ``degraded`` naming the failing loops and their last error."""
     checks = await node.readiness()
     ready = all(checks.values())
     auth_mode = "off" if caller is keys.OPEN_ACCESS else "on"
-    return JSONResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks, "auth": auth_mode},
-        status_code=200 if ready else 503,
-    )
+    answer: dict[str, object] = {
+        "status": "ready" if ready else "not ready",
+        "checks": checks,
+        "auth": auth_mode,
+    }
+    if degraded := node.supervisor.degraded():
+        answer["degraded"] = degraded  # loop -> its last error, while it restarts
+    return JSONResponse(answer, status_code=200 if ready else 503)
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses=REFUSALS)

@@ -61,7 +61,7 @@ RoutingKey = Annotated[
 Payload = Annotated[JsonValue, Field(description="any JSON value; published as the message body")]
 Headers = Annotated[dict[str, HeaderValue], AfterValidator(_headers_not_reserved)]
 Priority = Annotated[StrictInt, Field(ge=0, le=9)]
-TtlMs = Annotated[StrictInt, Field(ge=1, le=INT64_MAX)]
+TtlMs = Annotated[StrictInt, Field(ge=1, le=validation.MAX_TTL_MS)]
 
 
 class JobCreate(BaseModel):
@@ -413,8 +413,6 @@ def _run_at(
         )
     except OverflowError:
         raise errors.InvalidField(f"{field_prefix}{field}", "out of range") from None
-    if due > now + timedelta(days=settings.max_delay_days):
-        raise errors.InvalidField(
-            f"{field_prefix}{field}", f"must be within {settings.max_delay_days} days from now"
-        )
+    if problem := validation.due_problem(due, now, settings.limits()):
+        raise errors.InvalidField(f"{field_prefix}{field}", problem)
     return due

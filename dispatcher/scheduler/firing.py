@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from dispatcher.scheduler.heap import Backlog, DueHeap
 from dispatcher.scheduler.loader import Loader
 from dispatcher.scheduler.marks import DispatchMarks
 from dispatcher.scheduler.pacing import Pace
+from dispatcher.scheduler.quarantine import Quarantine
 from dispatcher.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ class Firer:
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._marks = DispatchMarks(store.mark_dispatched)
+        self._quarantine = Quarantine()
 
     def notify(self) -> None:
         """Something became due earlier than the loop was waiting for."""
@@ -163,6 +166,57 @@ class Firer:
         return entries
 
     async def _fire(self, entries: list[models.DueEntry], publisher: Publisher) -> None:
+        """Fire a batch; the suspects among it (see ``quarantine``) each alone."""
+        if len(self._quarantine):
+            suspects = [entry for entry in entries if entry.id in self._quarantine]
+            if suspects:
+                entries = [entry for entry in entries if entry.id not in self._quarantine]
+                for entry in suspects:
+                    await self._fire_isolated([entry], publisher)
+        if entries:
+            await self._fire_isolated(entries, publisher)
+
+    async def _fire_isolated(self, entries: list[models.DueEntry], publisher: Publisher) -> None:
+        """``_fire_batch``; a failure that is not a service being away is held against the batch's
+        jobs, not the firing loop."""
+        try:
+            await self._fire_batch(entries, publisher)
+        except errors.TRANSIENT:
+            raise
+        except Exception as exc:
+            logger.exception(
+                "firing %d jobs failed; firing them alone", len(entries), extra={"action": "fire"}
+            )
+            await self._strike(entries, f"firing failed: {exc!r}")
+
+    async def _strike(self, entries: list[models.DueEntry], reason: str) -> None:
+        """A failure of these jobs: alone, one strike (parked at the last); together, each becomes
+        a suspect. Either way they are released and tried again (a struck one a little later)."""
+        if len(entries) == 1 and self._quarantine.strike(entries[0].id, reason):
+            await self._park([(entries[0].id, reason)])
+            return
+        self._quarantine.suspect(entry.id for entry in entries)
+        await self._store.release(entry.id for entry in entries)
+        now_s = self._clock()
+        self._loader.put_back(
+            entry._replace(run_at_s=max(entry.run_at_s, now_s + self._quarantine.delay_s(entry.id)))
+            for entry in entries
+        )
+
+    async def _park(self, jobs: list[tuple[uuid.UUID, str]]) -> None:
+        """Dead, with the reason: never retried by firing again (a requeue may try once more)."""
+        parked = await self._store.park(jobs)
+        self._quarantine.clear(job_id for job_id, _ in jobs)
+        self._metrics.count_by_key(self._metrics.jobs_parked, parked)
+        for job_id, reason in jobs:
+            logger.error(
+                "job %s parked as dead: %s",
+                job_id,
+                reason,
+                extra={"action": "park", "job_id": str(job_id)},
+            )
+
+    async def _fire_batch(self, entries: list[models.DueEntry], publisher: Publisher) -> None:
         held = self._ownership.epochs()
         mine = [entry for entry in entries if entry.shard in held]
         if not mine:
@@ -190,14 +244,22 @@ class Firer:
             await self._store.release(job.id for job in live)
             self._loader.put_back(_entries(live))
             return
-        confirmed, failed = await publisher.publish_many(live)
-        if confirmed:
-            self._marks.add(job.id for job in confirmed)
-            self._observe(confirmed)
-        if failed:
-            await self._store.release(job.id for job in failed)
-            self._loader.put_back(_entries(failed))
-            raise errors.PublishFailed(f"{len(failed)} of {len(live)} publishes not confirmed")
+        outcome = await publisher.publish_many(live)
+        if outcome.confirmed:
+            self._marks.add(job.id for job in outcome.confirmed)
+            self._observe(outcome.confirmed)
+            if len(self._quarantine):
+                self._quarantine.clear(job.id for job in outcome.confirmed)
+        if outcome.unpublishable:  # the same job would fail the same way every time
+            await self._park([(job.id, reason) for job, reason in outcome.unpublishable])
+        for job in outcome.nacked:
+            await self._strike([models.DueEntry.of(job)], "RabbitMQ refused the message (nack)")
+        if outcome.failed:
+            await self._store.release(job.id for job in outcome.failed)
+            self._loader.put_back(_entries(outcome.failed))
+            raise errors.PublishFailed(
+                f"{len(outcome.failed)} of {len(live)} publishes not confirmed"
+            )
 
     def _observe(self, jobs: list[models.Claimed]) -> None:
         now_s = self._clock()

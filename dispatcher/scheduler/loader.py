@@ -54,8 +54,14 @@ class Cursor:
         self.target_s = target.timestamp()
 
 
+# What a cursor can be moved to: a row stored with an extreme run_at (before the API bounded it,
+# or written by hand) must not make the arithmetic on cursors raise.
+_EARLIEST_S = datetime(1, 1, 2, tzinfo=UTC).timestamp()
+_LATEST_S = datetime(9999, 12, 30, tzinfo=UTC).timestamp()
+
+
 def _at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)
+    return datetime.fromtimestamp(min(max(seconds, _EARLIEST_S), _LATEST_S), UTC)
 
 
 class Loader:

@@ -51,7 +51,7 @@ class DispatchMarks:
                 continue
             batch = self._pending[:MAX_BATCH]
             try:
-                await self._mark(batch)
+                await self._mark_isolated(batch)
             except errors.StoreUnavailable as exc:
                 failures += 1
                 if self._closing and failures > 3:
@@ -65,3 +65,19 @@ class DispatchMarks:
             failures = 0
             self.flushes += 1
             del self._pending[: len(batch)]
+
+    async def _mark_isolated(self, batch: list[uuid.UUID]) -> None:
+        """Mark; when the statement fails for another reason than the database being away, the
+        batch is halved until the jobs it fails on are found, and those are given up on (logged:
+        their lease runs out and they fire again) so that one cannot hold up every other mark."""
+        try:
+            await self._mark(batch)
+        except errors.StoreUnavailable:
+            raise
+        except Exception:
+            if len(batch) == 1:
+                logger.exception("job %s cannot be marked dispatched", batch[0])
+                return
+            middle = len(batch) // 2
+            await self._mark_isolated(batch[:middle])
+            await self._mark_isolated(batch[middle:])

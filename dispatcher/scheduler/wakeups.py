@@ -21,11 +21,9 @@ import uuid
 from collections.abc import Callable
 from typing import Final
 
-import asyncpg
-
 from dispatcher import errors
 from dispatcher.models import DueEntry, routing_key_of
-from dispatcher.store import queries
+from dispatcher.store import db, queries
 from dispatcher.store.db import Database
 
 logger = logging.getLogger(__name__)
@@ -80,21 +78,15 @@ class DueListener:
         lost = asyncio.Event()
         connection.add_termination_listener(lambda _connection: lost.set())
         try:
-            await connection.add_listener(DUE_CHANNEL, self._notice)
-            self._on_connect()
-            while not lost.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(lost.wait(), PING_EVERY_S)
-                    break
-                await connection.fetchval(queries.PING, timeout=self._db.timeout_s)
+            with db.translated():
+                await connection.add_listener(DUE_CHANNEL, self._notice)
+                self._on_connect()
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), PING_EVERY_S)
+                        break
+                    await connection.fetchval(queries.PING, timeout=self._db.timeout_s)
             logger.warning("due notices: connection lost")
-        except (
-            OSError,
-            TimeoutError,
-            asyncpg.PostgresConnectionError,
-            asyncpg.InterfaceError,
-        ) as exc:
-            raise errors.StoreUnavailable(str(exc)) from exc
         finally:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(connection.close(), 2.0)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import asyncpg
 
@@ -15,15 +15,39 @@ from dispatcher.store import queries
 _UNAVAILABLE = (
     OSError,
     TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.InterfaceError,
-    asyncpg.AdminShutdownError,
-    asyncpg.CrashShutdownError,
-    # Transient too: a submission locking its prerequisites and a batch of events finishing them
-    # may, rarely, lock rows in opposite orders; PostgreSQL aborts one, which is retried.
-    asyncpg.DeadlockDetectedError,
+    asyncpg.InterfaceError,  # the connection was closed under the query
 )
+
+# PostgreSQL's error classes (SQLSTATE's first two characters) that heal by themselves: a retry
+# later can succeed with the same statement. 08 connection exceptions; 40 serialization failures
+# and deadlocks (a submission locking its prerequisites and a batch of events finishing them may
+# lock rows in opposite orders); 53 insufficient resources (too many connections, disk full, out
+# of memory); 57 operator intervention (a cancelled statement, an admin or crash shutdown, a
+# server starting up); and 25006, a read-only transaction: a standby just after a failover.
+TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57"})
+TRANSIENT_STATES = frozenset({"25006"})
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot serve us now (retry later), not that a statement
+    is wrong."""
+    if isinstance(exc, _UNAVAILABLE):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        state = str(getattr(exc, "sqlstate", "") or "")
+        return state[:2] in TRANSIENT_CLASSES or state in TRANSIENT_STATES
+    return False
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Raise the database's transient failures inside the block as StoreUnavailable."""
+    try:
+        yield
+    except Exception as exc:
+        if is_unavailable(exc):
+            raise errors.StoreUnavailable(f"PostgreSQL unavailable: {exc!r}") from exc
+        raise
 
 
 async def _keep_session(connection: asyncpg.Connection) -> None:
@@ -45,7 +69,7 @@ class Database:
     async def open(self) -> None:
         if self._pool is not None:
             return
-        try:
+        with translated():
             self._pool = await asyncpg.create_pool(
                 self._dsn,
                 min_size=self._min_size,
@@ -54,8 +78,6 @@ class Database:
                 max_inactive_connection_lifetime=60.0,
                 reset=_keep_session,
             )
-        except _UNAVAILABLE as exc:
-            raise errors.StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -69,19 +91,15 @@ class Database:
         """A pooled connection; the whole block is bounded by ``timeout_s`` (default: the pool)."""
         if self._pool is None:
             raise errors.StoreUnavailable("the database pool is not open")
-        try:
+        with translated():
             async with asyncio.timeout(timeout_s or self.timeout_s):
                 async with self._pool.acquire() as connection:
                     yield connection
-        except _UNAVAILABLE as exc:
-            raise errors.StoreUnavailable(f"PostgreSQL unavailable: {exc!r}") from exc
 
     async def dedicated(self) -> asyncpg.Connection:
         """A connection outside the pool, for session state the pool must not see (LISTEN)."""
-        try:
+        with translated():
             return await asyncpg.connect(self._dsn, timeout=self.timeout_s)
-        except _UNAVAILABLE as exc:
-            raise errors.StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
 
     async def ping(self) -> bool:
         try:

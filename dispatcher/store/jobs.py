@@ -250,6 +250,15 @@ class JobStore:
             )
         return [claimed_from_row(row) for row in rows]
 
+    async def park(self, jobs: Sequence[tuple[uuid.UUID, str]]) -> list[models.Parked]:
+        """Dead with these reasons (jobs no longer scheduled or claimed are left alone)."""
+        if not jobs:
+            return []
+        ids, reasons = ([job_id for job_id, _ in jobs], [reason for _, reason in jobs])
+        async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
+            rows = await connection.fetch(queries.PARK_JOBS, ids, reasons, self._node_id)
+        return [models.Parked(row["id"], row["routing_key"]) for row in rows]
+
     async def mark_dispatched(self, ids: Iterable[uuid.UUID]) -> None:
         await self._update(queries.MARK_DISPATCHED, list(ids))
 

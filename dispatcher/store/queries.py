@@ -75,6 +75,25 @@ RETURNING *, pg_notify('dispatcher_due',
 
 # --- jobs: scheduler ----------------------------------------------------------------------------
 
+# Park jobs that nothing can publish (firing gave up on them, see ``scheduler/quarantine.py``):
+# dead with the reason, which their history shows as the dispatcher's verdict; the jobs waiting
+# for them are cancelled by the 0006 trigger, as for any dead job. $1 ids, $2 reasons (same
+# order), $3 node id. Returns the jobs parked.
+PARK_JOBS: Final = """
+WITH parked AS (
+    UPDATE jobs j
+    SET state = 'dead', last_error = p.reason, lease_until = NULL, updated_at = now()
+    FROM unnest($1::uuid[], $2::text[]) AS p(id, reason)
+    WHERE j.id = p.id AND j.state IN ('scheduled', 'dispatching')
+    RETURNING j.id, j.routing_key, j.publish_attempts, p.reason
+), noted AS (
+    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at)
+    SELECT gen_random_uuid(), id, 'dead', publish_attempts, 'dispatcher', $3, reason, now()
+    FROM parked
+)
+SELECT id, routing_key FROM parked
+"""
+
 # Scheduled jobs of the owned shards after the keyset cursor, up to a horizon, in due order.
 # $1 shards, $2 cursor run_at, $3 cursor id, $4 horizon, $5 limit.
 LOAD_DUE: Final = """

@@ -482,7 +482,12 @@ async def test_operations_endpoints(node: Node) -> None:
         assert (await http.get("/healthz")).json() == {"status": "ok"}
         ready = await http.get("/readyz")
         assert ready.status_code == 200
-        assert ready.json()["checks"] == {"postgres": True, "rabbitmq": True, "shards": True}
+        assert ready.json()["checks"] == {
+            "postgres": True,
+            "rabbitmq": True,
+            "shards": True,
+            "loops": True,
+        }
         metrics = (await http.get("/metrics")).text
         assert "dispatcher_jobs_submitted_total" in metrics
         assert "dispatcher_fire_lateness_seconds_bucket" in metrics

@@ -14,7 +14,7 @@ import pytest
 
 from consumers_sdk import contract
 from dispatcher import metrics, models
-from dispatcher.publisher import Publisher
+from dispatcher.publisher import Outcome, Publisher
 from tests.support.jobs_out import job
 
 EXCHANGE = contract.EXCHANGE
@@ -80,9 +80,9 @@ async def test_a_batch_framed_in_one_write_arrives_whole_with_the_contracts_prop
         connection = await aio_pika.connect(amqp_url)
         channel = await connection.channel()
         queues = [await bound_queue(channel, f"pub.k{k}") for k in range(3)]
-        confirmed, failed = await publisher.publish_many(batch)
-        assert failed == []
-        assert [item.id for item in confirmed] == [item.id for item in batch]
+        outcome = await publisher.publish_many(batch)
+        assert (outcome.failed, outcome.nacked, outcome.unpublishable) == ([], [], [])
+        assert [item.id for item in outcome.confirmed] == [item.id for item in batch]
         received = [message for queue in queues for message in await drain(queue, 100)]
         await connection.close()
     by_id = {message.message_id: message for message in received}
@@ -115,10 +115,10 @@ async def test_delivery_tags_stay_in_step_across_batches_and_single_publishes(
         channel = await connection.channel()
         queue = await bound_queue(channel, "pub.tags")
         for size in (1, 50, 1, 200):
-            confirmed, failed = await publisher.publish_many(
+            outcome = await publisher.publish_many(
                 [job("pub.tags", {"size": size}) for _ in range(size)]
             )
-            assert (len(confirmed), failed) == (size, [])
+            assert (len(outcome.confirmed), outcome.failed) == (size, [])
         underlay = publisher._channel
         assert underlay is not None
         amqp = await underlay.get_underlay_channel()
@@ -151,4 +151,4 @@ async def test_a_batch_without_a_usable_channel_is_reported_unconfirmed(
         else:
             assert publisher._channel is not None
             await (await publisher._channel.get_underlay_channel()).close()
-        assert await publisher.publish_many(batch) == ([], batch)
+        assert await publisher.publish_many(batch) == Outcome(failed=batch)

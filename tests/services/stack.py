@@ -1,9 +1,10 @@
 """`make run`'s services: PostgreSQL, RabbitMQ (with its management UI) and ZooKeeper as local
 processes under .run/, on their standard ports, detached so they outlive this command.
 
-    python -m tests.services.stack ensure|up|down|status [--root .run]
+    python -m tests.services.stack ensure|up|down|status [--root .run] [--browser]
 
-``ensure`` only installs the Debian packages that are missing (``make test`` runs it).
+``ensure`` only installs the Debian packages that are missing (``make test`` runs it with
+``--browser``: the console's test drives Debian's chromium).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from tests.services.zookeeper import ZooKeeperServer
 
 PG_PORT, AMQP_PORT, MGMT_PORT, DIST_PORT, ZK_PORT = 5432, 5672, 15672, 25672, 2181
 PACKAGES = ["postgresql", "rabbitmq-server", "zookeeper", "default-jre-headless"]
+BROWSER_PACKAGES = ["chromium", "chromium-driver"]
 
 
 def port_open(port: int) -> bool:
@@ -35,20 +37,23 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def ensure_packages() -> None:
+def ensure_packages(*, browser: bool = False) -> None:
     """Install the Debian packages that are missing, and stop the services they auto-start."""
     missing = not (PG_BIN / "initdb").exists() or not (RABBIT_BIN / "rabbitmq-server").exists()
     missing = (
         missing or not Path("/usr/share/java/zookeeper.jar").exists() or not shutil.which("java")
     )
-    if not missing:
+    packages = PACKAGES if missing else []
+    if browser and not (shutil.which("chromium") and shutil.which("chromedriver")):
+        packages = [*packages, *BROWSER_PACKAGES]
+    if not packages:
         return
     if os.geteuid() != 0:
-        sys.exit("PostgreSQL, RabbitMQ or ZooKeeper is missing: run as root to install them")
-    print("installing", " ".join(PACKAGES))
+        sys.exit(f"missing {' '.join(packages)}: run as root to install them")
+    print("installing", " ".join(packages))
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *PACKAGES], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *packages], check=True, env=env)
     stop_system_services()
 
 
@@ -134,8 +139,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.services.stack")
     parser.add_argument("command", choices=["ensure", "up", "down", "status"])
     parser.add_argument("--root", type=Path, default=Path(".run"))
+    parser.add_argument("--browser", action="store_true", help="ensure: chromium too (tests)")
     args = parser.parse_args()
-    commands = {"ensure": lambda _: ensure_packages(), "up": up, "down": down, "status": status}
+    commands = {
+        "ensure": lambda _: ensure_packages(browser=args.browser),
+        "up": up,
+        "down": down,
+        "status": status,
+    }
     commands[args.command](args.root.resolve())
 
 

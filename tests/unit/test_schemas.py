@@ -175,3 +175,49 @@ def test_history_places_each_dispatch_after_the_step_it_follows_whatever_its_tim
         "started",
         "succeeded",
     ]
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        # Accepted once, these stopped every node that claimed them (issue found by a user).
+        ({"ttl_ms": 1_000_000_000_000_000}, "ttl_ms"),
+        ({"ttl_ms": 2**32}, "ttl_ms"),  # past RabbitMQ's longest message expiration
+        ({"headers": {"h" * 129: 1}}, "headers"),  # AMQP would cut the name to 128 bytes
+        ({"headers": {"é" * 65: 1}}, "headers"),  # 130 bytes in 65 characters
+        ({"headers": {"x-dead-routing-key": "payments.charge"}}, "headers"),
+        ({"headers": {"X-Delivery-Count": 1}}, "headers"),
+    ],
+)
+def test_values_the_pipeline_cannot_carry_are_refused_by_field(
+    data: dict[str, object], field: str
+) -> None:
+    assert invalid_fields({"routing_key": "a.b", "payload": 1, **data}) == [field]
+
+
+def test_a_due_time_more_than_the_limit_away_either_way_is_refused() -> None:
+    limit = timedelta(days=Settings().max_delay_days)
+    for due in (NOW - limit - timedelta(seconds=1), datetime(1, 1, 1, tzinfo=UTC)):
+        job = JobCreate.model_validate({"routing_key": "a.b", "payload": 1, "run_at": due})
+        with pytest.raises(errors.InvalidField) as caught:
+            to_spec(job, settings(), now=NOW)
+        assert caught.value.field == "run_at"
+    far = JobCreate(routing_key="a.b", payload=1, delay_ms=int((limit / 1e-3).total_seconds()) + 1)
+    with pytest.raises(errors.InvalidField) as caught:
+        to_spec(far, settings(), now=NOW)
+    assert caught.value.field == "delay_ms"
+
+
+def test_the_extremes_inside_the_bounds_are_accepted() -> None:
+    limit = timedelta(days=Settings().max_delay_days)
+    for due in (NOW - limit, NOW + limit):
+        job = JobCreate.model_validate(
+            {
+                "routing_key": "a.b",
+                "payload": 1,
+                "run_at": due,
+                "ttl_ms": 2**32 - 1,
+                "headers": {"h" * 128: "v"},
+            }
+        )
+        assert to_spec(job, settings(), now=NOW).run_at == due

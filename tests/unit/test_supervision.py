@@ -1,0 +1,133 @@
+"""The supervisor of background loops: restarts, backoff, degraded state, and what ends a node."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from dispatcher import errors, metrics, supervision
+from dispatcher.store import db
+
+
+def test_backoff_doubles_from_half_a_second_up_to_thirty() -> None:
+    assert [supervision.backoff_s(n) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 4.0]
+    assert supervision.backoff_s(50) == supervision.MAX_BACKOFF_S
+
+
+@pytest.fixture
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervision, "FIRST_BACKOFF_S", 0.01)
+    monkeypatch.setattr(supervision, "HEALTHY_AFTER_S", 0.05)
+
+
+@pytest.mark.usefixtures("fast")
+async def test_a_loop_that_raises_is_restarted_and_shown_degraded_until_it_runs_again() -> None:
+    supervisor = supervision.Supervisor(metrics.Metrics())
+    runs = 0
+    release = asyncio.Event()
+
+    async def body() -> None:
+        nonlocal runs
+        runs += 1
+        if runs <= 2:
+            raise ZeroDivisionError("a bug")
+        await release.wait()
+
+    task = asyncio.create_task(supervisor.supervise("loop", body))
+    while runs < 3:
+        await asyncio.sleep(0.005)
+    assert supervisor.degraded() == {"loop": "ZeroDivisionError: a bug"}
+    await asyncio.sleep(0.1)  # the third run outlasts HEALTHY_AFTER_S
+    assert supervisor.degraded() == {}
+    assert supervisor.loops["loop"].failures == 0
+    release.set()
+    await task  # a body that returns ends its loop
+    assert runs == 3
+    rendered = supervisor._metrics.render().decode()
+    assert 'dispatcher_loop_failures_total{kind="unexpected",loop="loop"} 2.0' in rendered
+
+
+@pytest.mark.usefixtures("fast")
+async def test_a_transient_failure_is_counted_as_such() -> None:
+    supervisor = supervision.Supervisor(metrics.Metrics())
+    calls = 0
+
+    async def body() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise errors.StoreUnavailable("down")
+
+    await supervisor.supervise("loader", body)
+    rendered = supervisor._metrics.render().decode()
+    assert 'dispatcher_loop_failures_total{kind="transient",loop="loader"} 1.0' in rendered
+
+
+async def test_a_fatal_error_leaves_the_loop() -> None:
+    supervisor = supervision.Supervisor(metrics.Metrics())
+
+    async def body() -> None:
+        raise errors.ShardCountMismatch("16 here, 256 in the database")
+
+    with pytest.raises(errors.ShardCountMismatch):
+        await supervisor.supervise("ownership", body)
+
+
+async def test_a_closing_supervisor_restarts_nothing() -> None:
+    supervisor = supervision.Supervisor(metrics.Metrics())
+    calls = 0
+
+    async def body() -> None:
+        nonlocal calls
+        calls += 1
+        supervisor.close()
+        raise RuntimeError("failed while the node stops")
+
+    await asyncio.wait_for(supervisor.supervise("firing", body), 1)
+    assert calls == 1
+
+
+async def test_cancelling_a_supervised_loop_cancels_its_body() -> None:
+    supervisor = supervision.Supervisor(metrics.Metrics())
+    cleaned = asyncio.Event()
+
+    async def body() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned.set()
+
+    task = asyncio.create_task(supervisor.supervise("events", body))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cleaned.is_set()
+
+
+@pytest.mark.parametrize(
+    ("exc", "transient"),
+    [
+        (asyncpg.QueryCanceledError("canceling statement due to user request"), True),  # 57014
+        (asyncpg.AdminShutdownError("terminating connection"), True),  # 57P01
+        (asyncpg.TooManyConnectionsError("too many clients"), True),  # 53300
+        (asyncpg.DiskFullError("no space left"), True),  # 53100
+        (asyncpg.ReadOnlySQLTransactionError("read-only transaction"), True),  # 25006
+        (asyncpg.SerializationError("could not serialize"), True),  # 40001
+        (asyncpg.DeadlockDetectedError("deadlock detected"), True),  # 40P01
+        (asyncpg.ConnectionDoesNotExistError("closed"), True),  # 08003
+        (asyncpg.InterfaceError("connection is closed"), True),
+        (ConnectionResetError(), True),
+        (TimeoutError(), True),
+        (asyncpg.UniqueViolationError("duplicate key"), False),  # 23505: a bug, not an outage
+        (asyncpg.DataError("invalid input"), False),
+        (asyncpg.UndefinedTableError("no such table"), False),
+        (ValueError("not a database error"), False),
+    ],
+)
+def test_the_database_errors_that_heal_by_themselves_are_the_transient_ones(
+    exc: BaseException, transient: bool
+) -> None:
+    assert db.is_unavailable(exc) is transient
