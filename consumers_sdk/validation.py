@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from consumers_sdk import contract
@@ -20,6 +20,7 @@ AMQP_SHORTSTR_BYTES: Final = 255
 INT64_MAX: Final = 2**63 - 1  # PostgreSQL bigint, AMQP long-long, orjson: no integer may exceed it
 # What the rest of the pipeline can carry, so that every job accepted can be published:
 MAX_TTL_MS: Final = 2**32 - 1  # RabbitMQ refuses a message expiration above this
+EARLIEST_DUE: Final = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_HEADER_NAME_BYTES: Final = 128  # AMQP field-table names; longer ones are cut, not refused
 # RabbitMQ 4's default max_message_size is 16 MiB and a bigger message closes the channel: the
 # payload limit stays below it, leaving room for the headers.
@@ -104,11 +105,13 @@ def headers_problem(headers: Mapping[str, object], limits: Limits) -> tuple[str,
 
 
 def due_problem(due: datetime, now: datetime, limits: Limits) -> str | None:
-    """A due time is at most ``max_delay_days`` away from now, either way: a past one means "as
-    soon as possible", and one absurdly far in the past is refused rather than carried around
-    (year 1 cannot even be shifted back by a millisecond)."""
-    if abs(due - now) > timedelta(days=limits.max_delay_days):
-        return f"must be within {limits.max_delay_days} days of now"
+    """A due time is at most ``max_delay_days`` ahead. One in the past means "as soon as
+    possible" (overdue jobs fire oldest first), back to the POSIX epoch, where the scheduler's
+    scans of overdue jobs begin: an older one would only be found by the safety sweep."""
+    if due < EARLIEST_DUE:
+        return "must not be before 1970-01-01T00:00:00Z"
+    if due - now > timedelta(days=limits.max_delay_days):
+        return f"must be within {limits.max_delay_days} days from now"
     return None
 
 

@@ -115,20 +115,28 @@ class EventsConsumer:
 
     async def _store_retrying(self, events: list[contract.JobEvent]) -> list[contract.JobEvent]:
         """Record, retrying while PostgreSQL is away. An event PostgreSQL refuses would come back
-        forever (and stop every node in turn): the batch is recorded one by one without it."""
+        forever (and stop every node in turn): the batch is recorded one by one without it, and
+        so is one that makes recording fail for any reason but the database being away."""
         delay = 0.2
         while True:
             try:
                 return await self._store.record(events)
-            except errors.InvalidEvent as exc:
+            except errors.StoreUnavailable as exc:
+                logger.warning("events: not recorded (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+            except Exception as exc:  # InvalidEvent, or a bug one event triggers
                 if len(events) == 1:
-                    logger.warning("events: dropped %s: %s", events[0].event_id, exc)
+                    logger.warning(
+                        "events: dropped %s (job %s): %r",
+                        events[0].event_id,
+                        events[0].job_id,
+                        exc,
+                        exc_info=not isinstance(exc, errors.InvalidEvent),
+                    )
+                    self._metrics.events_dropped.inc()
                     return []
                 recorded = []
                 for event in events:
                     recorded.extend(await self._store_retrying([event]))
                 return recorded
-            except errors.StoreUnavailable as exc:
-                logger.warning("events: not recorded (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)

@@ -135,6 +135,11 @@ class Metrics:
             ["loop"],
             registry=r,
         )
+        self.events_dropped = Counter(
+            "dispatcher_events_dropped",
+            "Consumer events that could not be recorded (PostgreSQL refused them) and were dropped",
+            registry=r,
+        )
         self.jobs_parked = Counter(
             "dispatcher_jobs_parked",
             "Jobs taken out of firing as dead for a reason that is not transient (last_error)",

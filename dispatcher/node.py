@@ -190,6 +190,7 @@ class Node:
             ("intake", self.intake.run),
             ("ownership-watch", self._watch_ownership),
             ("loader", self.loader.run),
+            ("sweeper", self.loader.run_sweeps),
             ("due-notices", self.due_notices.run),
             ("firing", self.firer.run),
             ("events", self.events.run),

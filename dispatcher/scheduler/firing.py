@@ -153,6 +153,11 @@ class Firer:
         (as much of it as the catch-up pace allows)."""
         if live_only:
             return self._heap.pop_due(now_s, self._batch)
+        # Recovered claims and stragglers first, unpaced, in a share of the batch: their own
+        # budget, whatever the backlog and its pace.
+        recovered = self._loader.take_recovered(max(1, self._batch // 4))
+        if recovered:
+            return recovered + self._heap.pop_due(now_s, self._batch - len(recovered))
         waiting = len(self._backlog)
         if not waiting:
             return self._heap.pop_due(now_s, self._batch)
@@ -255,11 +260,22 @@ class Firer:
         for job in outcome.nacked:
             await self._strike([models.DueEntry.of(job)], "RabbitMQ refused the message (nack)")
         if outcome.failed:
-            await self._store.release(job.id for job in outcome.failed)
-            self._loader.put_back(_entries(outcome.failed))
+            await self._give_back(outcome.failed)
             raise errors.PublishFailed(
                 f"{len(outcome.failed)} of {len(live)} publishes not confirmed"
             )
+
+    async def _give_back(self, jobs: list[models.Claimed]) -> None:
+        """Release claims that were not confirmed: back in memory to fire again, or, for a shard
+        that moved meanwhile, announced to its new owner."""
+        held = self._ownership.epochs()
+        kept = [job for job in jobs if job.shard in held]
+        moved = [job for job in jobs if job.shard not in held]
+        if moved:
+            await self._store.release((job.id for job in moved), announce=True)
+        if kept:
+            await self._store.release(job.id for job in kept)
+            self._loader.put_back(_entries(kept))
 
     def _observe(self, jobs: list[models.Claimed]) -> None:
         now_s = self._clock()

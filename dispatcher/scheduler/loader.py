@@ -12,8 +12,12 @@ once, or an overload), what is that late moves to the backlog lane: a backlog cu
 the range, and the live cursor jumps to the present, so the jobs falling due now are loaded and
 fired on time while the burst drains beside them (at the catch-up pace, keys taking turns).
 
+Claims whose lease ran out and stragglers no load picked up are found by ``sweep`` on a timer of
+its own and go to a third lane, the recovery lane, which firing serves first and unpaced.
+
 Memory is bounded: the heap holds at most ``heap_cap`` entries (plus the submissions pushed
-between two loads, trimmed back to the cap), the backlog at most ``backlog_cap``.
+between two loads, trimmed back to the cap), the backlog at most ``backlog_cap``, the recovery
+lane what one sweep finds (``load_batch``) that is not fired yet.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import deque
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from consumers_sdk import validation
 from dispatcher import errors
 from dispatcher.models import DueEntry
 from dispatcher.scheduler.heap import Backlog, DueHeap
@@ -34,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 MIN_ID = uuid.UUID(int=0)
 MAX_ID = uuid.UUID(int=(1 << 128) - 1)
-BEGINNING = datetime(1970, 1, 1, tzinfo=UTC)
+BEGINNING = validation.EARLIEST_DUE  # no job is due before it (the API's bound)
 TRIM_SLACK = 1.1  # trim once submissions have pushed the heap this far past its cap
 
 
@@ -94,6 +100,7 @@ class Loader:
         self.demoted = 0  # entries moved from the live lane to the backlog lane, ever
         self._clock = clock
         self._on_due = on_due
+        self._recovered: deque[DueEntry] = deque()  # expired leases and stragglers (``sweep``)
         self._live: list[Cursor] = []
         self._backlogs: list[Cursor] = []
         self._wake = asyncio.Event()
@@ -120,6 +127,7 @@ class Loader:
         self._backlogs = [cursor for cursor in self._backlogs if cursor.shards]
         self._heap.retain(lambda entry: entry.shard not in lost)
         self._backlog.retain(lambda entry: entry.shard not in lost)
+        self._recovered = deque(entry for entry in self._recovered if entry.shard not in lost)
 
     # --- intake ---------------------------------------------------------------------------------
 
@@ -175,15 +183,11 @@ class Loader:
     # --- loading --------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Load, sweep expired leases, sleep until the window needs extending; forever."""
-        sweep_at = 0.0
+        """Load, then sleep until the window needs extending; forever."""
         failures = 0
         while True:
             try:
                 await self.fill()
-                if self._clock() >= sweep_at:
-                    await self.sweep()
-                    sweep_at = self._clock() + self._lease_sweep_s
                 failures = 0
                 timeout = min(self._lookahead_s / 4, self._lease_sweep_s)
             except errors.StoreUnavailable as exc:
@@ -289,9 +293,33 @@ class Loader:
                 cursor.aim(back[0])
         self._wake.set()
 
+    async def run_sweeps(self) -> None:
+        """``sweep`` every ``lease_sweep_s``, on a timer of its own: however long a load or a
+        catch-up takes, recovery is never behind it."""
+        failures = 0
+        while True:
+            try:
+                await self.sweep()
+                failures = 0
+                delay = self._lease_sweep_s
+            except errors.StoreUnavailable as exc:
+                failures += 1
+                delay = min(0.25 * 2**failures, 5.0)
+                logger.warning("sweep: %s; retrying in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+
+    def take_recovered(self, limit: int) -> list[DueEntry]:
+        """Up to ``limit`` entries of the recovery lane, oldest finds first."""
+        count = min(limit, len(self._recovered))
+        return [self._recovered.popleft() for _ in range(count)]
+
     async def sweep(self) -> int:
         """Hand back what no load will: claims never confirmed (a crash, an outage) once their
-        lease ran out, and, when no backlog is draining, scheduled jobs overdue past the grace."""
+        lease ran out, and, when no backlog is draining, scheduled jobs overdue past the grace.
+
+        They go to the recovery lane, which firing serves before the backlog and outside the
+        catch-up pace, so a long catch-up never holds them up. (While a backlog drains, the
+        overdue stragglers are left to it: it walks every scheduled job of its range.)"""
         shards = sorted(set().union(*(cursor.shards for cursor in self._live)))
         if not shards:
             return 0
@@ -308,10 +336,15 @@ class Loader:
             if stragglers:
                 logger.warning("firing %d overdue jobs no load had picked up", len(stragglers))
             entries += stragglers
-        if entries:
-            self._backlog.extend(entries)
+        known = set(self._recovered_ids())
+        fresh = [entry for entry in entries if entry.id not in known]
+        if fresh:
+            self._recovered.extend(fresh)
             self._on_due()
-        return len(entries)
+        return len(fresh)
+
+    def _recovered_ids(self) -> Iterable[uuid.UUID]:
+        return (entry.id for entry in self._recovered)
 
     @property
     def horizon(self) -> datetime | None:

@@ -94,7 +94,13 @@ class Database:
         with translated():
             async with asyncio.timeout(timeout_s or self.timeout_s):
                 async with self._pool.acquire() as connection:
-                    yield connection
+                    try:
+                        yield connection
+                    except asyncpg.ReadOnlySQLTransactionError:
+                        # A session of a demoted primary (or one opened while the database was
+                        # read-only) stays read-only: closed, so the pool opens a fresh one.
+                        connection.terminate()
+                        raise
 
     async def dedicated(self) -> asyncpg.Connection:
         """A connection outside the pool, for session state the pool must not see (LISTEN)."""

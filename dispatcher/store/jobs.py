@@ -27,7 +27,7 @@ def job_from_row(row: asyncpg.Record) -> models.Job:
         payload=bytes(row["payload"]),
         run_at=row["run_at"],
         idempotency_key=row["idempotency_key"],
-        headers=orjson.loads(row["headers"]),
+        headers=_headers(row["headers"]),
         priority=row["priority"],
         ttl_ms=row["ttl_ms"],
         created_at=row["created_at"],
@@ -37,6 +37,13 @@ def job_from_row(row: asyncpg.Record) -> models.Job:
         namespace=row["namespace"],
         last_error=row["last_error"],
     )
+
+
+def _headers(text: str) -> Mapping[str, models.HeaderValue]:
+    """A row's headers; a row written by hand with something else than an object shows none
+    (firing parks such a job: see ``claimed_from_row``)."""
+    headers = orjson.loads(text)
+    return headers if isinstance(headers, dict) else {}
 
 
 def claimed_from_row(row: asyncpg.Record) -> models.Claimed:
@@ -265,8 +272,10 @@ class JobStore:
     async def mark_expired(self, ids: Iterable[uuid.UUID]) -> None:
         await self._update(queries.MARK_EXPIRED, list(ids))
 
-    async def release(self, ids: Iterable[uuid.UUID]) -> None:
-        await self._update(queries.RELEASE_CLAIMS, list(ids), self._node_id)
+    async def release(self, ids: Iterable[uuid.UUID], *, announce: bool = False) -> None:
+        """Give claims back (scheduled again); ``announce`` them when their shard moved away."""
+        query = queries.RELEASE_CLAIMS_ANNOUNCED if announce else queries.RELEASE_CLAIMS
+        await self._update(query, list(ids), self._node_id)
 
     async def _update(self, query: str, ids: list[uuid.UUID], *args: object) -> None:
         if not ids:

@@ -181,6 +181,21 @@ UPDATE jobs SET state = 'scheduled', lease_until = NULL, claimed_by = NULL, upda
 WHERE id = ANY($1::uuid[]) AND state = 'dispatching' AND claimed_by = $2
 """
 
+# The same for claims of shards this node lost meanwhile: the new owner may have loaded past them
+# already, so each is announced to it by a due notice (see ``scheduler/wakeups.py``).
+# $1 ids, $2 node id.
+RELEASE_CLAIMS_ANNOUNCED: Final = """
+WITH released AS (
+    UPDATE jobs SET state = 'scheduled', lease_until = NULL, claimed_by = NULL, updated_at = now()
+    WHERE id = ANY($1::uuid[]) AND state = 'dispatching' AND claimed_by = $2
+    RETURNING id, shard, run_at, routing_key
+)
+SELECT count(pg_notify('dispatcher_due',
+                       id::text || ',' || shard || ',' || extract(epoch FROM run_at) || ','
+                       || routing_key))
+FROM released
+"""
+
 # --- job events and history ---------------------------------------------------------------------
 
 # Record consumers' events once per event id (they arrive at-least-once), only for jobs that exist

@@ -7,49 +7,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from dispatcher import models
-from dispatcher.store.db import Database
-from dispatcher.store.jobs import JobStore
 from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
-
-IDS = models.JobIds()
-
-
-async def insert_overdue(
-    database_url: str,
-    count: int,
-    shard_count: int,
-    *,
-    start: datetime | None = None,
-    spacing_ms: float = 50,
-    routing_key: str = "sched.backlog",
-) -> dict[str, float]:
-    """Jobs that fell due while no dispatcher ran (or, given a ``start``, fall due then), oldest
-    first; returns id -> run_at."""
-    db = Database(database_url, min_size=1, max_size=2, timeout_s=5)
-    await db.open()
-    try:
-        store = JobStore(db, node_id="writer", lease_s=30)
-        start = start or datetime.now(UTC) - timedelta(minutes=10)
-        jobs = [
-            models.NewJob(
-                id=IDS.next(),
-                shard=i % shard_count,
-                routing_key=routing_key,
-                payload=b"1",
-                run_at=start + timedelta(milliseconds=spacing_ms * i),
-                headers={},
-            )
-            for i in range(count)
-        ]
-        for first in range(0, count, 1000):
-            await store.insert(jobs[first : first + 1000])
-    finally:
-        await db.close()
-    return {str(job.id): job.run_at.timestamp() for job in jobs}
+from tests.support.overdue import insert_overdue
 
 
 async def test_heap_stays_within_its_cap_and_every_job_fires(

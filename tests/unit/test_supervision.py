@@ -27,17 +27,18 @@ async def test_a_loop_that_raises_is_restarted_and_shown_degraded_until_it_runs_
     supervisor = supervision.Supervisor(metrics.Metrics())
     runs = 0
     release = asyncio.Event()
+    third = asyncio.Event()
 
     async def body() -> None:
         nonlocal runs
         runs += 1
         if runs <= 2:
             raise ZeroDivisionError("a bug")
+        third.set()
         await release.wait()
 
     task = asyncio.create_task(supervisor.supervise("loop", body))
-    while runs < 3:
-        await asyncio.sleep(0.005)
+    await asyncio.wait_for(third.wait(), 5)
     assert supervisor.degraded() == {"loop": "ZeroDivisionError: a bug"}
     await asyncio.sleep(0.1)  # the third run outlasts HEALTHY_AFTER_S
     assert supervisor.degraded() == {}
