@@ -21,7 +21,12 @@ INT64_MAX: Final = 2**63 - 1  # PostgreSQL bigint, AMQP long-long, orjson: no in
 # What the rest of the pipeline can carry, so that every job accepted can be published:
 MAX_TTL_MS: Final = 2**32 - 1  # RabbitMQ refuses a message expiration above this
 EARLIEST_DUE: Final = datetime(1970, 1, 1, tzinfo=UTC)
-MAX_HEADER_NAME_BYTES: Final = 128  # AMQP field-table names; longer ones are cut, not refused
+MAX_HEADER_NAME_BYTES: Final = 128
+# Float header values travel as AMQP 32-bit floats (pamqp's encoding): about 7 significant
+# digits, and nothing larger than this.
+FLOAT32_MAX: Final = (
+    3.4028234663852886e38  # AMQP field-table names; longer ones are cut, not refused
+)
 # RabbitMQ 4's default max_message_size is 16 MiB and a bigger message closes the channel: the
 # payload limit stays below it, leaving room for the headers.
 MAX_PAYLOAD_BYTES_CEILING: Final = 15 * 1024 * 1024
@@ -76,7 +81,7 @@ def header_name_problem(name: object) -> str | None:
 
 def header_value_problem(value: object) -> str | None:
     """A value AMQP and PostgreSQL's JSON can both hold: a string, a 64-bit integer, a finite
-    float or a boolean."""
+    float within the 32-bit range, or a boolean."""
     if isinstance(value, str):
         return unstorable(value)
     if isinstance(value, bool):
@@ -84,7 +89,11 @@ def header_value_problem(value: object) -> str | None:
     if isinstance(value, int):
         return None if -INT64_MAX - 1 <= value <= INT64_MAX else "integers must fit in 64 bits"
     if isinstance(value, float):
-        return None if math.isfinite(value) else "must be a finite number"
+        if not math.isfinite(value):
+            return "must be a finite number"
+        if abs(value) > FLOAT32_MAX:
+            return "floats must be within ±3.4e38 (AMQP carries them as 32-bit floats)"
+        return None
     return "must be a string, an integer, a float or a boolean"
 
 
