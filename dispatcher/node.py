@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import uvicorn
 
-from dispatcher import api, metrics
+from dispatcher import api, errors, metrics, supervision
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.events import EventsConsumer
 from dispatcher.housekeeping import Housekeeper
@@ -35,7 +35,6 @@ from dispatcher.store.jobs import JobStore
 from dispatcher.store.keys import KeyStore
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
-from dispatcher.supervision import Supervisor
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ class Node:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
         self.settings = settings
         self.metrics = metrics.Metrics(routing_key_labels=settings.metrics_routing_keys)
-        self.supervisor = Supervisor(self.metrics)
+        self.supervisor = supervision.Supervisor(self.metrics)
         self.db = Database(
             settings.database_url,
             min_size=settings.db_pool_min,
@@ -200,12 +199,9 @@ class Node:
 
     async def run(self, *, serve_http: bool = True) -> None:
         """Start everything, run until ``request_stop``, then stop in reverse order."""
-        await self.db.open()
         try:
-            if self.settings.migrate_on_start:
-                await migrate.apply_migrations(self.settings.database_url)
-            await self._log_auth_mode()
-            await self.ownership.start()
+            if not await self._start():
+                return  # asked to stop before the services answered
             async with asyncio.TaskGroup() as group:
                 tasks = {
                     name: group.create_task(self.supervisor.supervise(name, body), name=name)
@@ -235,6 +231,29 @@ class Node:
             await self.live_publisher.close()
             await self.db.close()
             logger.info("stopped", extra={"action": "stopped"})
+
+    async def _start(self) -> bool:
+        """Open the pool, migrate, join: retried while a service is away (a node started before
+        its database, say); False when asked to stop meanwhile."""
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                await self.db.open()
+                if self.settings.migrate_on_start:
+                    await migrate.apply_migrations(self.settings.database_url)
+                await self._log_auth_mode()
+                await self.ownership.start()
+                return True
+            except errors.TRANSIENT as exc:
+                failures += 1
+                delay = supervision.backoff_s(failures)
+                logger.warning(
+                    "starting: %s; trying again in %.1fs", exc, delay, extra={"action": "start"}
+                )
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._stop.wait()
+        return False
 
     async def _serve_http(self) -> None:
         config = uvicorn.Config(

@@ -19,6 +19,7 @@ notice its session expired). SUSPENDED stops firing at once; LOST drops every sh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -90,13 +91,22 @@ class ZkOwnership:
             timeout_s=self._settings.zk_session_timeout_s,
             events=self._events,
         )
-        await self._zk.start(connect_timeout_s=max(10.0, self._settings.zk_session_timeout_s))
-        await self._zk.ensure_shard_count(self._shard_count)
-        await self._shard_store.ensure(self._shard_count)
-        self._connected = True
-        await self._join()
-        self._zk.watch_members()
-        self._zk.watch_assignment()
+        session = self._zk
+        try:
+            await session.start(connect_timeout_s=max(10.0, self._settings.zk_session_timeout_s))
+            await session.ensure_shard_count(self._shard_count)
+            await self._shard_store.ensure(self._shard_count)
+            self._connected = True
+            await self._join()
+        except BaseException:
+            # Not started: the node may try again (ZooKeeper or PostgreSQL not there yet).
+            self._zk = None
+            self._connected = False
+            with contextlib.suppress(Exception):
+                await session.stop()
+            raise
+        session.watch_members()
+        session.watch_assignment()
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:

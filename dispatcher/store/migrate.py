@@ -5,13 +5,14 @@ The files ship inside the package (``dispatcher/sql``), so an installed wheel mi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from importlib import resources
 
 import asyncpg
 
 from dispatcher import errors
-from dispatcher.store import queries
+from dispatcher.store import db, queries
 
 logger = logging.getLogger(__name__)
 
@@ -28,10 +29,13 @@ def migration_files() -> list[tuple[str, str]]:
 
 async def apply_migrations(dsn: str) -> list[str]:
     """Apply what is missing; returns the versions applied by this call (empty when up to date)."""
-    try:
-        connection = await asyncpg.connect(dsn)
-    except (OSError, asyncpg.PostgresError) as exc:
-        raise errors.MigrationError(f"cannot connect to PostgreSQL: {exc}") from exc
+    with db.translated():  # a database not there yet is retried by the caller
+        try:
+            connection = await asyncpg.connect(dsn)
+        except asyncpg.PostgresError as exc:
+            if db.is_unavailable(exc):
+                raise
+            raise errors.MigrationError(f"cannot connect to PostgreSQL: {exc}") from exc
     try:
         await connection.execute(queries.MIGRATION_LOCK)
         try:
@@ -50,6 +54,9 @@ async def apply_migrations(dsn: str) -> list[str]:
         finally:
             await connection.execute(queries.MIGRATION_UNLOCK)
     except asyncpg.PostgresError as exc:
+        if db.is_unavailable(exc):
+            raise errors.StoreUnavailable(f"migrations interrupted: {exc!r}") from exc
         raise errors.MigrationError(f"migration failed: {exc}") from exc
     finally:
-        await connection.close()
+        with contextlib.suppress(Exception):
+            await connection.close()

@@ -5,11 +5,14 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 from dispatcher import node as node_mod
 from dispatcher.node import Node
 from dispatcher.settings import Settings
+from tests.services.base import service_root
 from tests.services.ports import free_port
+from tests.services.postgres import PostgresServer
 from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
 
@@ -65,3 +68,40 @@ async def test_a_failing_loop_is_restarted_and_shown_degraded_while_the_node_fir
     assert degraded.json()["checks"]["loops"] is False
     assert degraded.json()["degraded"] == {"housekeeping": "RuntimeError: a bug in housekeeping"}
     assert "degraded" not in ready.json()
+
+
+async def test_a_node_started_before_its_database_waits_for_it_and_then_fires(
+    amqp_url: str, collector: Collector
+) -> None:
+    server = PostgresServer(service_root("postgres-late"), free_port())
+    node = Node(Settings(database_url=server.dsn("dispatcher"), amqp_url=amqp_url, shard_count=8))
+    task = asyncio.create_task(node.run(serve_http=False))
+    try:
+        await asyncio.sleep(1.5)  # retrying: nothing listens on the port yet
+        assert not task.done()
+        assert not node.started.is_set()
+        await asyncio.to_thread(server.start)
+        await asyncio.to_thread(server.create_database, "dispatcher")
+        await asyncio.wait_for(node.started.wait(), 60)
+        await asyncio.wait_for(node.publisher.wait_ready(), 30)
+        async with client(node) as http:
+            job = await http.post("/v1/jobs", json={"routing_key": "late.work", "payload": 1})
+        assert job.status_code == 201, job.text
+        assert await collector.wait_for([job.json()["id"]], 10) == set()
+        node.request_stop()
+        await asyncio.wait_for(task, STOP_GUARD_S)
+    finally:
+        task.cancel()
+        await asyncio.to_thread(server.stop)
+        shutil.rmtree(server.root, ignore_errors=True)
+
+
+async def test_a_node_whose_database_never_answered_stops_when_asked(amqp_url: str) -> None:
+    nowhere = f"postgresql://postgres@127.0.0.1:{free_port()}/dispatcher"
+    node = Node(Settings(database_url=nowhere, amqp_url=amqp_url, shard_count=8))
+    task = asyncio.create_task(node.run(serve_http=False))
+    await asyncio.sleep(1.0)
+    assert not task.done()  # retrying, not exited
+    node.request_stop()
+    await asyncio.wait_for(task, STOP_GUARD_S)
+    assert not node.started.is_set()
