@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from consumers_sdk import contract, validation
 from consumers_sdk.enqueue import enqueue
+from consumers_sdk.reporter import EventReporter
 from dispatcher.node import Node
 from tests.support.collector import Collector, Delivery
 from tests.support.nodes import client, running_node
@@ -153,8 +154,8 @@ class Pipeline:
         self._loop = asyncio.get_running_loop()
         self._node = node
         self._task = task
-        self._http = client(node)
-        self._collector = collector
+        self.http = client(node)
+        self.collector = collector
         self._dsn = dsn
         self.ends: dict[str, int] = {}
 
@@ -172,33 +173,33 @@ class Pipeline:
             return [await enqueued(self._dsn, job) for job in batch]
         bodies = [api_body(job) for job in batch]
         if path == "batch":
-            answer = await self._http.post("/v1/jobs/batch", json={"jobs": bodies})
+            answer = await self.http.post("/v1/jobs/batch", json={"jobs": bodies})
             assert answer.status_code in (200, 201), answer.text
             return [job["id"] for job in answer.json()["jobs"]]
         ids = []
         for body in bodies:
-            answer = await self._http.post("/v1/jobs", json=body)
+            answer = await self.http.post("/v1/jobs", json=body)
             assert answer.status_code in (200, 201), answer.text
             ids.append(answer.json()["id"])
         return ids
 
     async def follow(self, job_id: str, job: dict[str, Any]) -> None:
         if job["timing"].kind == "far":
-            stored = (await self._http.get(f"/v1/jobs/{job_id}")).json()
+            stored = (await self.http.get(f"/v1/jobs/{job_id}")).json()
             assert stored["state"] == "scheduled", stored
-            moved = await self._http.patch(f"/v1/jobs/{job_id}", json={"delay_ms": 0})
+            moved = await self.http.patch(f"/v1/jobs/{job_id}", json={"delay_ms": 0})
             assert moved.status_code == 200, moved.text
         deadline = time.monotonic() + LEASE_S + 15
         while True:
-            state = (await self._http.get(f"/v1/jobs/{job_id}")).json()
+            state = (await self.http.get(f"/v1/jobs/{job_id}")).json()
             if state["state"] in ENDED:
                 break
             assert time.monotonic() < deadline, f"stuck: {state}"
             await asyncio.sleep(0.05)
         self.ends[state["state"]] = self.ends.get(state["state"], 0) + 1
         if state["state"] == "dispatched":
-            assert await self._collector.wait_for([job_id], 10) == set(), state
-            check_message(self._collector.deliveries[job_id][0], job_id, state)
+            assert await self.collector.wait_for([job_id], 10) == set(), state
+            check_message(self.collector.deliveries[job_id][0], job_id, state)
         else:
             assert job.get("ttl_ms") is not None, state  # only a ttl ends a job unpublished
 
@@ -216,7 +217,7 @@ class Pipeline:
         self.run(go)
 
     async def close(self) -> None:
-        await self._http.aclose()
+        await self.http.aclose()
 
 
 def check_message(delivery: Delivery, job_id: str, stored: dict[str, Any]) -> None:
@@ -266,3 +267,96 @@ async def test_every_accepted_job_reaches_its_end_and_the_node_stays_up(
     await asyncio.to_thread(accepted_jobs_end)
     print(f"\n{path}: ends {pipeline.ends}")
     assert pipeline.ends.get("dispatched", 0) > 0
+
+
+# --- dependencies -------------------------------------------------------------------------------
+
+FINAL = {"succeeded", "dead", "cancelled"}
+
+
+@dataclass(frozen=True)
+class Planned:
+    after: tuple[int, ...]  # indexes of earlier jobs of the example
+    outcome: str  # what the test's consumer reports once the job is delivered
+
+
+@st.composite
+def dependency_graphs(draw: st.DrawFn) -> list[Planned]:
+    """2-6 jobs, each after any subset of the earlier ones, each succeeding or dying."""
+    size = draw(st.integers(2, 6))
+    return [
+        Planned(
+            after=tuple(
+                draw(st.lists(st.integers(0, index - 1), unique=True, max_size=index))
+                if index
+                else []
+            ),
+            outcome=draw(st.sampled_from(["succeeded", "dead"])),
+        )
+        for index in range(size)
+    ]
+
+
+def expected_ends(graph: list[Planned]) -> list[str]:
+    """A job fires only once every job it waits for succeeded; one dying cancels what waits for
+    it, and so on down the graph."""
+    ends: list[str] = []
+    for planned in graph:
+        if all(ends[index] == "succeeded" for index in planned.after):
+            ends.append(planned.outcome)
+        else:
+            ends.append("cancelled")
+    return ends
+
+
+async def test_every_job_of_a_dependency_graph_reaches_the_end_its_prerequisites_decide(
+    pipeline: Pipeline, amqp_url: str
+) -> None:
+    reporter = EventReporter(amqp_url, group="property", consumer="property-test")
+    reporter.open()
+
+    async def run_graph(graph: list[Planned]) -> None:
+        ids: list[str] = []
+        for planned in graph:  # one by one: a job may only wait for jobs stored before it
+            body = {
+                "routing_key": "deps.work",
+                "payload": len(ids),
+                "after": [ids[index] for index in planned.after],
+            }
+            answer = await pipeline.http.post("/v1/jobs", json=body)
+            assert answer.status_code == 201, answer.text
+            ids.append(answer.json()["id"])
+        wanted = expected_ends(graph)
+        reported: set[str] = set()
+        deadline = time.monotonic() + LEASE_S + 20
+        while True:
+            states = [(await pipeline.http.get(f"/v1/jobs/{job_id}")).json() for job_id in ids]
+            for planned, job in zip(graph, states, strict=True):
+                delivered = job["id"] in pipeline.collector.deliveries
+                if delivered and job["id"] not in reported:  # the consumer's verdict
+                    reporter.report(
+                        job_id=job["id"],
+                        routing_key=job["routing_key"],
+                        attempt=1,
+                        outcome=planned.outcome,
+                        error="planned" if planned.outcome == "dead" else None,
+                    )
+                    reported.add(job["id"])
+            if all(job["state"] in FINAL for job in states):
+                break
+            assert time.monotonic() < deadline, [job["state"] for job in states]
+            await asyncio.sleep(0.1)
+        assert [job["state"] for job in states] == wanted
+        for job, end in zip(states, wanted, strict=True):
+            assert (job["id"] in pipeline.collector.deliveries) == (end != "cancelled"), job
+        await pipeline.check_alive()
+
+    @PIPELINE
+    @given(graph=dependency_graphs())
+    def graphs_end(graph: list[Planned]) -> None:
+        pipeline.run(lambda: run_graph(graph))
+
+    try:
+        await asyncio.to_thread(graphs_end)
+    finally:
+        await reporter.close(5)
