@@ -52,7 +52,7 @@ async def list_schedules(
     node: NodeDep,
     caller: auth.Producer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
 ) -> Response:
     """The caller's schedules (an admin's: every namespace's) in creation order."""
     found = await node.schedules.page(namespace=caller.namespace_filter, after=after, limit=limit)

@@ -66,6 +66,7 @@ class Firer:
         self._stop = asyncio.Event()
         self._marks = DispatchMarks(store.mark_dispatched)
         self._quarantine = Quarantine()
+        self._confirmed = 0  # publishes confirmed, ever: evidence that a failure is a job's own
 
     def notify(self) -> None:
         """Something became due earlier than the loop was waiting for."""
@@ -96,12 +97,13 @@ class Firer:
         failures = 0
         while (entries := await self._take(live_only, publisher)) is not None:
             try:
-                await self._fire(entries, publisher)
-                failures = 0
-                continue
+                if not await self._fire(entries, publisher):
+                    failures = 0
+                    continue
+                reason: Exception = RuntimeError("a batch failed unexpectedly (logged above)")
             except errors.StoreUnavailable as exc:
                 self._loader.put_back(entries)  # unclaimed, or claimed and leased: either is safe
-                reason: Exception = exc
+                reason = exc
             except errors.PublishFailed as exc:
                 reason = exc  # _fire already released and put back what was not confirmed
             failures += 1
@@ -170,20 +172,23 @@ class Firer:
         entries.extend(self._backlog.pop(overdue))
         return entries
 
-    async def _fire(self, entries: list[models.DueEntry], publisher: Publisher) -> None:
-        """Fire a batch; the suspects among it (see ``quarantine``) each alone."""
+    async def _fire(self, entries: list[models.DueEntry], publisher: Publisher) -> bool:
+        """Fire a batch, the suspects among it (see ``quarantine``) each alone; True when a part
+        failed unexpectedly (the worker then backs off)."""
+        failed = False
         if len(self._quarantine):
             suspects = [entry for entry in entries if entry.id in self._quarantine]
             if suspects:
                 entries = [entry for entry in entries if entry.id not in self._quarantine]
                 for entry in suspects:
-                    await self._fire_isolated([entry], publisher)
+                    failed = await self._fire_isolated([entry], publisher) or failed
         if entries:
-            await self._fire_isolated(entries, publisher)
+            failed = await self._fire_isolated(entries, publisher) or failed
+        return failed
 
-    async def _fire_isolated(self, entries: list[models.DueEntry], publisher: Publisher) -> None:
+    async def _fire_isolated(self, entries: list[models.DueEntry], publisher: Publisher) -> bool:
         """``_fire_batch``; a failure that is not a service being away is held against the batch's
-        jobs, not the firing loop."""
+        jobs, not the firing loop. True when that happened."""
         try:
             await self._fire_batch(entries, publisher)
         except errors.TRANSIENT:
@@ -192,12 +197,20 @@ class Firer:
             logger.exception(
                 "firing %d jobs failed; firing them alone", len(entries), extra={"action": "fire"}
             )
-            await self._strike(entries, f"firing failed: {exc!r}")
+            await self._strike(entries, f"firing failed: {exc!r}", progress=self._confirmed)
+            return True
+        return False
 
-    async def _strike(self, entries: list[models.DueEntry], reason: str) -> None:
+    async def _strike(
+        self, entries: list[models.DueEntry], reason: str, *, progress: int | None = None
+    ) -> None:
         """A failure of these jobs: alone, one strike (parked at the last); together, each becomes
-        a suspect. Either way they are released and tried again (a struck one a little later)."""
-        if len(entries) == 1 and self._quarantine.strike(entries[0].id, reason):
+        a suspect. Either way they are released and tried again (a struck one a little later).
+
+        A nack always strikes; an unexpected failure (``progress`` given) only when other jobs
+        were confirmed since the job's previous strike: while everything fails (a bug or a fault
+        that is not the job's), nothing is parked."""
+        if len(entries) == 1 and self._quarantine.strike(entries[0].id, reason, progress=progress):
             await self._park([(entries[0].id, reason)])
             return
         self._quarantine.suspect(entry.id for entry in entries)
@@ -251,6 +264,7 @@ class Firer:
             return
         outcome = await publisher.publish_many(live)
         if outcome.confirmed:
+            self._confirmed += len(outcome.confirmed)
             self._marks.add(job.id for job in outcome.confirmed)
             self._observe(outcome.confirmed)
             if len(self._quarantine):

@@ -3,8 +3,9 @@
 A batch that fails for a reason that is not a service being away (a bug, a row that cannot be
 decoded, a message the broker refuses) cannot say which job caused it. Every job of it becomes a
 suspect and is fired alone from then on; a suspect that fires fine is cleared, one that fails
-alone takes a strike and is tried again a little later, and at ``max_strikes`` it is parked
-(dead, with the reason) instead of being retried forever. Pure: no I/O, no clock.
+alone takes a strike (if other jobs fired since its last one: a failure of everything is no
+job's fault) and is tried again a little later, and at ``max_strikes`` it is parked (dead, with
+the reason) instead of being retried forever. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ STRIKE_DELAY_S = 1.0  # before a suspect is tried alone again, doubled per strik
 class Suspect:
     strikes: int = 0
     reason: str = ""
+    progress: int = -1  # the caller's progress figure at the last strike
 
 
 class Quarantine:
@@ -44,11 +46,18 @@ class Quarantine:
                 del self._suspects[next(iter(self._suspects))]
             self._suspects.setdefault(job_id, Suspect())
 
-    def strike(self, job_id: uuid.UUID, reason: str) -> bool:
-        """This job failed alone; True once it has failed ``max_strikes`` times (park it)."""
+    def strike(self, job_id: uuid.UUID, reason: str, *, progress: int | None = None) -> bool:
+        """This job failed alone; True once it has failed ``max_strikes`` times (park it).
+
+        A failure the broker aimed at this message (a nack) always counts. For any other,
+        ``progress`` is a figure that grows while other jobs succeed (publishes confirmed): it
+        counts only if that grew since the job's previous strike, so jobs are not parked while
+        everything fails for a reason of no job's own."""
         suspect = self._suspects.setdefault(job_id, Suspect())
-        suspect.strikes += 1
         suspect.reason = reason
+        if progress is None or progress != suspect.progress:
+            suspect.strikes += 1
+            suspect.progress = -1 if progress is None else progress
         return suspect.strikes >= self._max_strikes
 
     def delay_s(self, job_id: uuid.UUID) -> float:

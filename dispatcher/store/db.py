@@ -16,6 +16,10 @@ _UNAVAILABLE = (
     OSError,
     TimeoutError,
     asyncpg.InterfaceError,  # the connection was closed under the query
+    # The driver's own bookkeeping of a connection went wrong (seen: "cannot switch to state 12;
+    # another operation is in progress" after its session was terminated): another connection
+    # will do, and this one is closed (``Database.connection``).
+    asyncpg.InternalClientError,
 )
 
 # PostgreSQL's error classes (SQLSTATE's first two characters) that heal by themselves: a retry
@@ -96,9 +100,10 @@ class Database:
                 async with self._pool.acquire() as connection:
                     try:
                         yield connection
-                    except asyncpg.ReadOnlySQLTransactionError:
+                    except (asyncpg.ReadOnlySQLTransactionError, asyncpg.InternalClientError):
                         # A session of a demoted primary (or one opened while the database was
-                        # read-only) stays read-only: closed, so the pool opens a fresh one.
+                        # read-only) stays read-only, and one the driver lost track of stays
+                        # unusable: closed, so the pool opens a fresh one.
                         connection.terminate()
                         raise
 

@@ -11,11 +11,19 @@ def test_a_suspect_is_parked_at_its_third_strike_and_waits_longer_after_each() -
     quarantine.suspect([job])
     assert job in quarantine
     assert quarantine.delay_s(job) == 0.0  # first tried alone at once
-    assert quarantine.strike(job, "bad") is False
+    assert quarantine.strike(job, "nack") is False  # a refusal aimed at it: always counts
     assert quarantine.delay_s(job) == STRIKE_DELAY_S
-    assert quarantine.strike(job, "bad") is False
+    assert quarantine.strike(job, "bad", progress=20) is False
     assert quarantine.delay_s(job) == 2 * STRIKE_DELAY_S
-    assert quarantine.strike(job, "bad") is True
+    assert quarantine.strike(job, "bad", progress=30) is True
+
+
+def test_failing_while_nothing_else_fires_is_no_strike() -> None:
+    quarantine = Quarantine(max_strikes=3)
+    job = uuid.uuid4()
+    for _ in range(10):  # everything fails: the figure of confirmed publishes stands still
+        assert quarantine.strike(job, "the database is in a state of its own", progress=7) is False
+    assert quarantine.delay_s(job) == STRIKE_DELAY_S
 
 
 def test_a_suspect_that_fires_is_cleared() -> None:
