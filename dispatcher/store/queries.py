@@ -38,12 +38,36 @@ SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, ''
 
 # A page in id (= creation) order. $1 state or NULL, $2 routing key or NULL, $3 after id, $4 limit,
 # $5 namespace filter.
+# One branch per filter, each reading its index (sql/0009): a branch whose test on the parameters
+# alone fails is skipped at run time, so a generic plan of the prepared statement (which the
+# plan cache may choose after five runs) still reads only the index the filter needs; one WHERE
+# of "$1 IS NULL OR state = $1" tests would get a generic plan walking the primary key. Each
+# branch finds ids only (index-only scans where it can): planned as whole rows, a state's page
+# walked the primary key past every older row, because the planner cannot know that the rows of
+# a state (scheduled, say) are the newest.
 LIST_JOBS: Final = """
 SELECT * FROM jobs
-WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR routing_key = $2) AND id > $3
-  AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+WHERE id = ANY (ARRAY(
+    (SELECT id FROM jobs  -- a routing key, and state and namespace if given: jobs_routing_key
+     WHERE routing_key = $2 AND ($1::text IS NULL OR state = $1) AND id > $3
+       AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+     ORDER BY id LIMIT $4)
+    UNION ALL
+    (SELECT id FROM jobs  -- a state, and namespace if given: jobs_state
+     WHERE $2::text IS NULL AND state = $1 AND id > $3
+       AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+     ORDER BY id LIMIT $4)
+    UNION ALL
+    (SELECT id FROM jobs  -- a named namespace: jobs_namespace
+     WHERE $2::text IS NULL AND $1::text IS NULL AND namespace = nullif($5, '') AND id > $3
+     ORDER BY id LIMIT $4)
+    UNION ALL
+    (SELECT id FROM jobs  -- every job, or the default namespace's: the primary key
+     WHERE $2::text IS NULL AND $1::text IS NULL AND ($5::text IS NULL OR $5 = '')
+       AND ($5::text IS NULL OR namespace IS NULL) AND id > $3
+     ORDER BY id LIMIT $4)
+))
 ORDER BY id
-LIMIT $4
 """
 
 # Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already. A job
@@ -253,7 +277,8 @@ NEXT_DUE: Final = """
 SELECT id, routing_key, run_at FROM jobs WHERE state = 'scheduled' ORDER BY run_at, id LIMIT $1
 """
 
-# A job by idempotency key, in any namespace allowed by the filter. $1 key, $2 namespace filter.
+# A job by idempotency key, in any namespace allowed by the filter (jobs_idempotency_key_namespace:
+# the key first). $1 key, $2 namespace filter.
 SELECT_BY_IDEMPOTENCY_KEY: Final = """
 SELECT * FROM jobs WHERE idempotency_key = $1
   AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
