@@ -266,10 +266,52 @@ WITH doomed AS (
 DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.id
 """
 
-# Jobs per state and routing key (a full scan: the stats task runs it every few seconds, the API
-# serves its last answer). No arguments.
-COUNT_BY_STATE: Final = """
-SELECT state, routing_key, count(*) AS jobs FROM jobs GROUP BY state, routing_key
+# Job counts (see dispatcher/housekeeping.py): one node at a time counts, under this lock, the
+# states whose last count is old enough, and every node reads the result from job_counts.
+# Taken in the counting transaction (released at its end); false while another node counts.
+TRY_COUNT_LOCK: Final = "SELECT pg_try_advisory_xact_lock(hashtext('dispatcher.job_counts'))"
+
+# The states to count now: never counted, or counted longer ago than both $2 seconds and $3 times
+# what their last count took. $1 every state.
+STATES_TO_COUNT: Final = """
+SELECT s.state FROM unnest($1::text[]) AS s(state)
+LEFT JOIN job_counts c ON c.state = s.state
+WHERE c.state IS NULL
+   OR c.counted_at < now() - make_interval(secs => greatest($2::float8, c.count_s * $3::float8))
+"""
+
+# One state's jobs per routing key: the top $2 keys, most jobs first, and the rest summed; when
+# the count started and how long it took (the columns SAVE_COUNT takes, in its order). An
+# index-only scan of the state's range of jobs_state, never of the other states' rows. $1 state.
+COUNT_STATE: Final = """
+WITH counted AS (
+    SELECT routing_key, count(*) AS jobs FROM jobs WHERE state = $1 GROUP BY routing_key
+), ranked AS (
+    SELECT routing_key, jobs, row_number() OVER (ORDER BY jobs DESC, routing_key) AS rank
+    FROM counted
+)
+SELECT $1::text AS state,
+       coalesce(array_agg(routing_key ORDER BY rank) FILTER (WHERE rank <= $2), '{}')
+           AS routing_keys,
+       coalesce(array_agg(jobs ORDER BY rank) FILTER (WHERE rank <= $2), '{}') AS jobs,
+       coalesce(sum(jobs) FILTER (WHERE rank > $2), 0)::bigint AS other_jobs,
+       statement_timestamp() AS counted_at,
+       extract(epoch FROM clock_timestamp() - statement_timestamp())::float8 AS count_s
+FROM ranked
+"""
+
+# $1 state, $2 routing keys, $3 their jobs, $4 other jobs, $5 counted at, $6 seconds it took.
+SAVE_COUNT: Final = """
+INSERT INTO job_counts (state, routing_keys, jobs, other_jobs, counted_at, count_s)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (state) DO UPDATE
+SET routing_keys = excluded.routing_keys, jobs = excluded.jobs, other_jobs = excluded.other_jobs,
+    counted_at = excluded.counted_at, count_s = excluded.count_s
+"""
+
+# The last counts, a row per state. No arguments.
+SELECT_COUNTS: Final = """
+SELECT state, routing_keys, jobs, other_jobs, counted_at FROM job_counts
 """
 
 # The next scheduled jobs in due order (the jobs_due index). $1 limit.
