@@ -48,7 +48,7 @@ SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, ''
 LIST_JOBS: Final = """
 SELECT * FROM jobs
 WHERE id = ANY (ARRAY(
-    (SELECT id FROM jobs  -- a routing key, and state and namespace if given: jobs_routing_key
+    (SELECT id FROM jobs  -- a routing key, and state and namespace if given: jobs_key
      WHERE routing_key = $2 AND ($1::text IS NULL OR state = $1) AND id > $3
        AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
      ORDER BY id LIMIT $4)

@@ -63,7 +63,7 @@ LIST_CASES = [
         "a state, a later page", "jobs_state", queries.LIST_JOBS, "waiting", None, MIDDLE, 100, None
     ),
     case("a rare state", "jobs_state", queries.LIST_JOBS, "dead", None, START, 50, None),
-    case("a routing key", "jobs_routing_key", queries.LIST_JOBS, None, "rk.499", START, 100, None),
+    case("a routing key", "jobs_key", queries.LIST_JOBS, None, "rk.499", START, 100, None),
     case(
         "state and routing key", "jobs_state", queries.LIST_JOBS, "dead", "rk.3", START, 100, None
     ),
@@ -73,7 +73,7 @@ LIST_CASES = [
     case(
         "tenant and state", "jobs_state", queries.LIST_JOBS, "scheduled", None, START, 100, "late"
     ),
-    case("tenant and key", "jobs_routing_key", queries.LIST_JOBS, None, "rk.7", START, 100, "ns-3"),
+    case("tenant and key", "jobs_key", queries.LIST_JOBS, None, "rk.7", START, 100, "ns-3"),
     case(
         "idempotency key, any namespace",
         "jobs_idempotency_key_namespace",
