@@ -30,8 +30,8 @@ from dispatcher.store.history import HistoryStore, StateCount
 
 logger = logging.getLogger(__name__)
 
-# A state is recounted once its count is older than this many times what the count took, so
-# counting keeps at most one connection in fifty busy (2%), at any size of the table.
+# A state is recounted once its count is older than this many times what the count took: its
+# count takes at most a fiftieth of the time between two, at any size of the table.
 COUNT_SPACING = 50.0
 STATES = [state.value for state in models.JobState]
 

@@ -4,8 +4,8 @@
 -- job counts are taken by one node at a time into a small table every node reads, instead of a
 -- full GROUP BY on every node each round.
 --
--- The indexes are built inside the migration's transaction, so job inserts wait for them (about
--- 2 s per million jobs in all; see README "Upgrading"). IF NOT EXISTS lets an operator build them
+-- The indexes are built inside the migration's transaction, so job inserts wait for them (a few
+-- seconds per million jobs in all; see README "Upgrading"). IF NOT EXISTS lets an operator build them
 -- beforehand with CREATE INDEX CONCURRENTLY under the same names and skip that wait.
 
 -- A state in id order. The namespace and routing key are carried so that a tenant's filter or a
