@@ -1,6 +1,15 @@
 """`make bench`: every benchmark in turn, each printing its table and writing bench/results/."""
 
-from bench import backlog, failover, fairness, harness, lateness, throughput, versus_celery
+from bench import (
+    backlog,
+    failover,
+    fairness,
+    harness,
+    lateness,
+    list_queries,
+    throughput,
+    versus_celery,
+)
 
 if __name__ == "__main__":
     harness.run(throughput.main(runs=3, jobs=30000, fire_jobs=100_000))
@@ -9,3 +18,4 @@ if __name__ == "__main__":
     harness.run(failover.main(kills=3, rate=200, session_s=5.0))
     harness.run(fairness.main(burst=100_000, overdue=20_000, rate=1000, runs=3))
     harness.run(versus_celery.main(count=20000, runs=3))
+    harness.run(list_queries.main(rows=1_000_000, calls=50, runs=3))

@@ -189,8 +189,11 @@ def _ranges(shards: list[int]) -> str:
 
 def _stats_table(stats: Row) -> str:
     by_state = table(sorted(stats["by_state"].items()), ["state", "jobs"])
-    counts = table(
-        sorted((c["routing_key"], c["state"], c["jobs"]) for c in stats["counts"]),
-        ["routing key", "state", "jobs"],
-    )
+    named = sorted((c["routing_key"], c["state"], c["jobs"]) for c in stats["counts"])
+    other = [
+        ("(other keys)", state, jobs)
+        for state, jobs in sorted(stats.get("other", {}).items())
+        if jobs
+    ]
+    counts = table(named + other, ["routing key", "state", "jobs"])
     return f"counted at {stats['counted_at']}\n\n{by_state}\n\n{counts}"

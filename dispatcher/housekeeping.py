@@ -1,32 +1,85 @@
 """Housekeeping: deletes jobs finished longer ago than the retention, in small batches, and
-refreshes the job counts that ``/metrics`` and the console show.
+refreshes the job counts that ``/metrics``, ``/v1/stats`` and the console show.
 
 Deleting in batches of ``batch`` rows (``FOR UPDATE SKIP LOCKED``, one short transaction each)
 keeps locks short and lets autovacuum reuse the space, so the table stays bounded without a long
-``DELETE``. Counting is a full scan, so it runs here every ``stats_interval_s`` and the API serves
-the last answer instead of scanning per request.
+``DELETE``.
+
+Counting: every ``stats_interval_s`` each node tries to count, but one node at a time does (an
+advisory lock; the others keep the previous counts), and it stores the counts in ``job_counts``,
+which every node then reads: a few rows, whatever the size of the table. Each state is counted
+on its own, from its range of the ``jobs_state`` index, and again only once its last count is
+older than ``COUNT_SPACING`` times what that count took: the states with few jobs (those in
+flight, a modest backlog) are recounted every round, while the finished jobs, the bulk of the
+table, are recounted less often as they grow (``counted_at_by_state`` in ``/v1/stats`` says
+when). Each state keeps its top routing keys and sums the rest, and the snapshot names at most
+``routing_keys`` keys in all, so ``/v1/stats`` stays small whatever producers send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import Callable
+from collections import Counter as Tally
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from dispatcher import errors, metrics, models
-from dispatcher.store.history import Count, HistoryStore
+from dispatcher.store.history import HistoryStore, StateCount
 
 logger = logging.getLogger(__name__)
 
+# A state is recounted once its count is older than this many times what the count took: its
+# count takes at most a fiftieth of the time between two, at any size of the table.
+COUNT_SPACING = 50.0
+STATES = [state.value for state in models.JobState]
 
-@dataclass(frozen=True, slots=True)
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Count:
+    state: str
+    routing_key: str
+    jobs: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Snapshot:
-    """The last counts, and when they were taken (POSIX seconds; 0 before the first)."""
+    """The last counts: ``counts`` per state of the top routing keys, ``other`` per state of every
+    other key, the totals per state, and when each state was counted (empty before the first)."""
 
     counts: list[Count] = field(default_factory=list)
-    taken_at_s: float = 0.0
+    other: dict[str, int] = field(default_factory=dict)
+    by_state: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATES, 0))
+    counted_at: dict[str, datetime] = field(default_factory=dict)
+
+
+def summarise(states: Sequence[StateCount], routing_keys: int) -> Snapshot:
+    """The ``routing_keys`` keys with the most jobs over every state, by name; the rest of each
+    state summed in ``other`` (a key past a state's own top is already in its ``other_jobs``)."""
+    totals: Tally[str] = Tally()
+    for state in states:
+        totals.update(state.by_key)
+    ranked = sorted(totals.items(), key=lambda item: (-item[1], item[0]))
+    named = {key for key, _ in ranked[:routing_keys]}
+    counts: list[Count] = []
+    other: dict[str, int] = {}
+    by_state = dict.fromkeys(STATES, 0)
+    for state in states:
+        rest = state.other_jobs
+        for key, jobs in state.by_key.items():
+            if key in named:
+                counts.append(Count(state=state.state, routing_key=key, jobs=jobs))
+            else:
+                rest += jobs
+        other[state.state] = rest
+        by_state[state.state] = sum(state.by_key.values()) + state.other_jobs
+    return Snapshot(
+        counts=counts,
+        other=other,
+        by_state=by_state,
+        counted_at={state.state: state.counted_at for state in states},
+    )
 
 
 class Housekeeper:
@@ -38,14 +91,14 @@ class Housekeeper:
         retention_s: float,
         batch: int,
         stats_interval_s: float,
-        clock: Callable[[], float] = time.time,
+        routing_keys: int = 50,
     ) -> None:
         self._store = store
         self._metrics = metrics
         self._retention_s = retention_s
         self._batch = batch
         self._interval_s = stats_interval_s
-        self._clock = clock
+        self._routing_keys = routing_keys
         self.snapshot = Snapshot()
 
     async def run(self) -> None:
@@ -70,12 +123,18 @@ class Housekeeper:
                 return total
             await asyncio.sleep(0)  # let the API and firing in between batches
 
-    async def refresh(self) -> None:
-        counts = await self._store.counts()
-        self.snapshot = Snapshot(counts, self._clock())
-        by_state = dict.fromkeys(models.JobState, 0)
-        for count in counts:
-            by_state[models.JobState(count.state)] += count.jobs
-        for state, jobs in by_state.items():
-            self._metrics.jobs_by_state.labels(state=state.value).set(jobs)
-        self._metrics.scheduled_backlog.set(by_state[models.JobState.SCHEDULED])
+    async def refresh(self) -> list[str]:
+        """Count what is due if no other node is counting, then take the stored counts; returns
+        the states this node counted."""
+        # Half an interval: a node's rounds are an interval apart, so each recounts what it may.
+        counted = await self._store.recount(
+            STATES,
+            min_age_s=self._interval_s / 2,
+            spacing=COUNT_SPACING,
+            top=self._routing_keys,
+        )
+        self.snapshot = summarise(await self._store.counts(), self._routing_keys)
+        for state, jobs in self.snapshot.by_state.items():
+            self._metrics.jobs_by_state.labels(state=state).set(jobs)
+        self._metrics.scheduled_backlog.set(self.snapshot.by_state[models.JobState.SCHEDULED.value])
+        return counted

@@ -76,7 +76,7 @@ class Node:
             retention_s=settings.retention_days * 86400,
             batch=settings.retention_batch,
             stats_interval_s=settings.stats_interval_s,
-            clock=clock,
+            routing_keys=settings.stats_routing_keys,
         )
         self.keyring = Keyring(
             static=settings.static_keys(),

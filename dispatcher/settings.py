@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     metrics_routing_keys: int = Field(
         50, ge=0, description="distinct routing keys labelled in metrics; the rest are 'other'"
     )
+    stats_routing_keys: int = Field(
+        50, ge=1, description="routing keys /v1/stats names (most jobs first); the rest are 'other'"
+    )
     rabbitmq_ui_url: str = Field(
         "", description="RabbitMQ UI for the console's links; empty: the management URL"
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
 from urllib.parse import unquote, urlsplit
 
 from fastapi import APIRouter, Response
@@ -12,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from consumers_sdk import dlq
 from consumers_sdk import errors as sdk_errors
-from dispatcher import keys, models
+from dispatcher import keys
 from dispatcher.api import auth, schemas
 from dispatcher.api.jobs import NodeDep
 
@@ -59,20 +58,19 @@ async def metrics(node: NodeDep, caller: auth.Monitor) -> Response:
 
 @router.get("/v1/stats", responses=REFUSALS)
 async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
-    """Jobs per state and routing key (as of ``counted_at``: refreshed every
-    ``stats_interval_s``), the next jobs due, and this node's scheduler figures."""
+    """Jobs per state; per state and routing key for the ``stats_routing_keys`` keys with the
+    most jobs, the rest of each state in ``other``; ``counted_at``: the oldest state's count
+    (each state's in ``counted_at_by_state``). Also the next jobs due and this node's scheduler
+    figures."""
     snapshot = node.housekeeper.snapshot
-    by_state = dict.fromkeys((state.value for state in models.JobState), 0)
-    for count in snapshot.counts:
-        by_state[count.state] += count.jobs
     due = await node.history.next_due(NEXT_DUE)
     return schemas.json_response(
         {
-            "counted_at": datetime.fromtimestamp(snapshot.taken_at_s, UTC)
-            if snapshot.taken_at_s
-            else None,
-            "by_state": by_state,
+            "counted_at": min(snapshot.counted_at.values(), default=None),
+            "counted_at_by_state": snapshot.counted_at,
+            "by_state": snapshot.by_state,
             "counts": [dataclasses.asdict(count) for count in snapshot.counts],
+            "other": snapshot.other,
             "next_due": [
                 {"id": str(d.id), "routing_key": d.routing_key, "run_at": d.run_at} for d in due
             ],

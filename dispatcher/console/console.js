@@ -75,7 +75,12 @@ function renderStats(stats) {
   );
   $("counted-at").textContent = stats.counted_at ? `counted ${since(stats.counted_at)}` : "not counted yet";
   const counts = [...stats.counts].sort((a, b) => a.routing_key.localeCompare(b.routing_key) || a.state.localeCompare(b.state));
-  fill($("by-key").tBodies[0], counts.map((c) => row([c.routing_key, c.state, c.jobs])));
+  // Only the keys with the most jobs come by name; the rest of each state is one "other" row.
+  const other = Object.entries(stats.other || {}).filter(([, jobs]) => jobs > 0);
+  fill($("by-key").tBodies[0], [
+    ...counts.map((c) => row([c.routing_key, c.state, c.jobs])),
+    ...other.map(([state, jobs]) => row(["(other keys)", state, jobs])),
+  ]);
   const horizon = Math.max(60, ...stats.next_due.map((d) => (new Date(d.run_at) - Date.now()) / 1000));
   $("timeline").replaceChildren(
     ...stats.next_due.map((due) => {

@@ -17,13 +17,18 @@ from dispatcher.store.db import Database
 
 # Background statements may run longer than an API request is allowed to wait.
 BACKGROUND_TIMEOUT_S = 30.0
+# Counting a state of hundreds of millions of jobs takes minutes (it is then done rarely).
+COUNT_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Count:
+class StateCount:
+    """One state's last count: its top routing keys (most jobs first) and the rest summed."""
+
     state: str
-    routing_key: str
-    jobs: int
+    by_key: dict[str, int]
+    other_jobs: int
+    counted_at: datetime
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,11 +91,38 @@ class HistoryStore:
             rows = await connection.fetch(queries.DELETE_FINISHED, older_than_s, batch)
         return len(rows)
 
-    async def counts(self) -> list[Count]:
+    async def recount(
+        self, states: Sequence[str], *, min_age_s: float, spacing: float, top: int
+    ) -> list[str]:
+        """Count the states last counted longer ago than both ``min_age_s`` and ``spacing`` times
+        what their count took, unless another node is counting; returns the states counted.
+
+        Read-only until the counts are saved together at the end, so the transaction holds no
+        transaction id (which would hold back vacuum) while it scans."""
+        async with (
+            self._db.connection(COUNT_TIMEOUT_S) as connection,
+            connection.transaction(),
+        ):
+            if not await connection.fetchval(queries.TRY_COUNT_LOCK):
+                return []
+            due = await connection.fetch(queries.STATES_TO_COUNT, list(states), min_age_s, spacing)
+            counted: list[asyncpg.Record] = []
+            for row in due:
+                counted += await connection.fetch(queries.COUNT_STATE, row["state"], top)
+            await connection.executemany(queries.SAVE_COUNT, [tuple(row) for row in counted])
+        return [row["state"] for row in counted]
+
+    async def counts(self) -> list[StateCount]:
+        """The last count of each state counted so far."""
         async with self._db.connection(BACKGROUND_TIMEOUT_S) as connection:
-            rows = await connection.fetch(queries.COUNT_BY_STATE)
+            rows = await connection.fetch(queries.SELECT_COUNTS)
         return [
-            Count(state=row["state"], routing_key=row["routing_key"], jobs=row["jobs"])
+            StateCount(
+                state=row["state"],
+                by_key=dict(zip(row["routing_keys"], row["jobs"], strict=True)),
+                other_jobs=row["other_jobs"],
+                counted_at=row["counted_at"],
+            )
             for row in rows
         ]
 

@@ -38,12 +38,36 @@ SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, ''
 
 # A page in id (= creation) order. $1 state or NULL, $2 routing key or NULL, $3 after id, $4 limit,
 # $5 namespace filter.
+# One branch per filter, each reading its index (sql/0009): a branch whose test on the parameters
+# alone fails is skipped at run time, so a generic plan of the prepared statement (which the
+# plan cache may choose after five runs) still reads only the index the filter needs; one WHERE
+# of "$1 IS NULL OR state = $1" tests would get a generic plan walking the primary key. Each
+# branch finds ids only (index-only scans where it can): planned as whole rows, a state's page
+# walked the primary key past every older row, because the planner cannot know that the rows of
+# a state (scheduled, say) are the newest.
 LIST_JOBS: Final = """
 SELECT * FROM jobs
-WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR routing_key = $2) AND id > $3
-  AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+WHERE id = ANY (ARRAY(
+    (SELECT id FROM jobs  -- a routing key, and state and namespace if given: jobs_key
+     WHERE routing_key = $2 AND ($1::text IS NULL OR state = $1) AND id > $3
+       AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+     ORDER BY id LIMIT $4)
+    UNION ALL
+    (SELECT id FROM jobs  -- a state, and namespace if given: jobs_state
+     WHERE $2::text IS NULL AND state = $1 AND id > $3
+       AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+     ORDER BY id LIMIT $4)
+    UNION ALL
+    (SELECT id FROM jobs  -- a named namespace: jobs_namespace
+     WHERE $2::text IS NULL AND $1::text IS NULL AND namespace = nullif($5, '') AND id > $3
+     ORDER BY id LIMIT $4)
+    UNION ALL
+    (SELECT id FROM jobs  -- every job, or the default namespace's: the primary key
+     WHERE $2::text IS NULL AND $1::text IS NULL AND ($5::text IS NULL OR $5 = '')
+       AND ($5::text IS NULL OR namespace IS NULL) AND id > $3
+     ORDER BY id LIMIT $4)
+))
 ORDER BY id
-LIMIT $4
 """
 
 # Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already. A job
@@ -276,10 +300,52 @@ WITH doomed AS (
 DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.id
 """
 
-# Jobs per state and routing key (a full scan: the stats task runs it every few seconds, the API
-# serves its last answer). No arguments.
-COUNT_BY_STATE: Final = """
-SELECT state, routing_key, count(*) AS jobs FROM jobs GROUP BY state, routing_key
+# Job counts (see dispatcher/housekeeping.py): one node at a time counts, under this lock, the
+# states whose last count is old enough, and every node reads the result from job_counts.
+# Taken in the counting transaction (released at its end); false while another node counts.
+TRY_COUNT_LOCK: Final = "SELECT pg_try_advisory_xact_lock(hashtext('dispatcher.job_counts'))"
+
+# The states to count now: never counted, or counted longer ago than both $2 seconds and $3 times
+# what their last count took. $1 every state.
+STATES_TO_COUNT: Final = """
+SELECT s.state FROM unnest($1::text[]) AS s(state)
+LEFT JOIN job_counts c ON c.state = s.state
+WHERE c.state IS NULL
+   OR c.counted_at < now() - make_interval(secs => greatest($2::float8, c.count_s * $3::float8))
+"""
+
+# One state's jobs per routing key: the top $2 keys, most jobs first, and the rest summed; when
+# the count started and how long it took (the columns SAVE_COUNT takes, in its order). An
+# index-only scan of the state's range of jobs_state, never of the other states' rows. $1 state.
+COUNT_STATE: Final = """
+WITH counted AS (
+    SELECT routing_key, count(*) AS jobs FROM jobs WHERE state = $1 GROUP BY routing_key
+), ranked AS (
+    SELECT routing_key, jobs, row_number() OVER (ORDER BY jobs DESC, routing_key) AS rank
+    FROM counted
+)
+SELECT $1::text AS state,
+       coalesce(array_agg(routing_key ORDER BY rank) FILTER (WHERE rank <= $2), '{}')
+           AS routing_keys,
+       coalesce(array_agg(jobs ORDER BY rank) FILTER (WHERE rank <= $2), '{}') AS jobs,
+       coalesce(sum(jobs) FILTER (WHERE rank > $2), 0)::bigint AS other_jobs,
+       statement_timestamp() AS counted_at,
+       extract(epoch FROM clock_timestamp() - statement_timestamp())::float8 AS count_s
+FROM ranked
+"""
+
+# $1 state, $2 routing keys, $3 their jobs, $4 other jobs, $5 counted at, $6 seconds it took.
+SAVE_COUNT: Final = """
+INSERT INTO job_counts (state, routing_keys, jobs, other_jobs, counted_at, count_s)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (state) DO UPDATE
+SET routing_keys = excluded.routing_keys, jobs = excluded.jobs, other_jobs = excluded.other_jobs,
+    counted_at = excluded.counted_at, count_s = excluded.count_s
+"""
+
+# The last counts, a row per state. No arguments.
+SELECT_COUNTS: Final = """
+SELECT state, routing_keys, jobs, other_jobs, counted_at FROM job_counts
 """
 
 # The next scheduled jobs in due order (the jobs_due index). $1 limit.
@@ -287,7 +353,8 @@ NEXT_DUE: Final = """
 SELECT id, routing_key, run_at FROM jobs WHERE state = 'scheduled' ORDER BY run_at, id LIMIT $1
 """
 
-# A job by idempotency key, in any namespace allowed by the filter. $1 key, $2 namespace filter.
+# A job by idempotency key, in any namespace allowed by the filter (jobs_idempotency_key_namespace:
+# the key first). $1 key, $2 namespace filter.
 SELECT_BY_IDEMPOTENCY_KEY: Final = """
 SELECT * FROM jobs WHERE idempotency_key = $1
   AND ($2::text IS NULL OR coalesce(namespace, '') = $2)

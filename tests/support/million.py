@@ -1,0 +1,97 @@
+"""A jobs table of a million rows shaped like a real one, and the list queries to ask of it, for the
+query-plan test and ``bench.list_queries``.
+
+Ids grow with creation time (as UUIDv7 ids do), and the newest jobs are the ones still scheduled,
+in flight or waiting while the older ones are finished: the shape that makes "walk the primary
+key and filter" slow for the states people list most. 500 routing keys of very different sizes;
+half the jobs in the default namespace, the rest in ten tenants, one of which started recently
+and one of which is tiny.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+
+from dispatcher.store import queries
+
+ROWS = 1_000_000
+
+# $1 rows. Row i has id i, so a test can name the id of a row.
+LOAD = """
+INSERT INTO jobs (id, shard, state, routing_key, payload, idempotency_key, run_at, namespace,
+                  created_at, updated_at, lease_until)
+SELECT lpad(to_hex(i), 32, '0')::uuid, i % 256, s.state,
+       'rk.' || floor(500 * power(((i * 7907) % 10007) / 10007.0, 3))::int,
+       '{"order": 1}'::bytea,
+       CASE WHEN i % 3 = 0 THEN 'idem-' || i END,
+       now() + make_interval(secs => (i - 0.89 * $1::bigint) / 10.0),
+       CASE WHEN i % 1000 = 0 THEN 'small'
+            WHEN i > 0.95 * $1::bigint AND i % 7 = 0 THEN 'late'
+            WHEN i % 2 = 0 THEN NULL
+            ELSE 'ns-' || (i % 10) END,
+       now() - make_interval(secs => ($1::bigint - i) / 10.0),
+       now() - make_interval(secs => ($1::bigint - i) / 10.0),
+       CASE WHEN s.state = 'dispatching' THEN now() + interval '30 s' END
+FROM generate_series(1, $1::bigint) AS i,
+LATERAL (SELECT CASE
+    WHEN i > 0.89 * $1::bigint THEN CASE WHEN i % 50 = 0 THEN 'waiting' ELSE 'scheduled' END
+    WHEN i > 0.885 * $1::bigint THEN 'dispatching'
+    WHEN (i * 7919) % 1000 < 350 THEN 'dispatched'
+    WHEN (i * 7919) % 1000 < 930 THEN 'succeeded'
+    WHEN (i * 7919) % 1000 < 940 THEN 'dead'
+    WHEN (i * 7919) % 1000 < 980 THEN 'cancelled'
+    ELSE 'expired' END AS state) AS s
+"""
+
+START = uuid.UUID(int=0)  # the cursor of a first page
+MIDDLE = uuid.UUID(int=ROWS * 95 // 100)  # a page among the newest jobs
+
+
+def case(name: str, index: str, query: str, *args: Any) -> tuple[str, str, str, tuple[Any, ...]]:
+    return (name, index, query, args)
+
+
+# (what the caller asks, the index that must serve it, the query, its parameters): every filter
+# of GET /v1/jobs, alone and with a tenant's namespace, as the API passes them to the store.
+LIST_CASES = [
+    case("every job", "jobs_pkey", queries.LIST_JOBS, None, None, START, 100, None),
+    case("a state", "jobs_state", queries.LIST_JOBS, "scheduled", None, START, 100, None),
+    case(
+        "a state, a later page", "jobs_state", queries.LIST_JOBS, "waiting", None, MIDDLE, 100, None
+    ),
+    case("a rare state", "jobs_state", queries.LIST_JOBS, "dead", None, START, 50, None),
+    case("a routing key", "jobs_key", queries.LIST_JOBS, None, "rk.499", START, 100, None),
+    case(
+        "state and routing key", "jobs_state", queries.LIST_JOBS, "dead", "rk.3", START, 100, None
+    ),
+    case("a new tenant", "jobs_namespace", queries.LIST_JOBS, None, None, START, 100, "late"),
+    case("a tiny tenant", "jobs_namespace", queries.LIST_JOBS, None, None, START, 100, "small"),
+    case("default namespace", "jobs_pkey", queries.LIST_JOBS, None, None, START, 100, ""),
+    case(
+        "tenant and state", "jobs_state", queries.LIST_JOBS, "scheduled", None, START, 100, "late"
+    ),
+    case("tenant and key", "jobs_key", queries.LIST_JOBS, None, "rk.7", START, 100, "ns-3"),
+    case(
+        "idempotency key, any namespace",
+        "jobs_idempotency_key_namespace",
+        queries.SELECT_BY_IDEMPOTENCY_KEY,
+        "idem-999",
+        None,
+    ),
+    case(
+        "idempotency key, a namespace",
+        "jobs_idempotency_key_namespace",
+        queries.SELECT_BY_IDEMPOTENCY_KEY,
+        "idem-999",
+        "ns-9",
+    ),
+]
+
+
+async def load(connection: asyncpg.Connection, rows: int = ROWS) -> None:
+    """Fill the (migrated, empty) jobs table, then vacuum and analyse it as autovacuum would."""
+    await connection.execute(LOAD, rows)
+    await connection.execute("VACUUM ANALYZE jobs")
