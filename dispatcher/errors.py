@@ -27,6 +27,10 @@ class InvalidEvent(DispatcherError):
     """PostgreSQL refused a consumer's event (a value it cannot store)."""
 
 
+class JobRefused(DispatcherError):
+    """PostgreSQL refused a job (a value it cannot store)."""
+
+
 class JobStateConflict(DispatcherError):
     """The job is no longer in a state that allows this."""
 

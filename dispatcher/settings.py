@@ -129,7 +129,13 @@ class Settings(BaseSettings):
     )
     schedule_poll_s: float = Field(1.0, gt=0, description="how often each node looks for them")
     schedule_catchup_batch: int = Field(
-        1000, ge=1, description="most jobs one pass makes of one schedule (missed=all catch-up)"
+        1000, ge=1, description="most jobs a pass makes for the schedules behind (shared by them)"
+    )
+    schedule_catchup_window_s: float = Field(
+        3600.0,
+        gt=0,
+        le=366 * 86400,
+        description="occurrences older than this are never made up for (missed=all included)",
     )
 
     log_level: str = "INFO"

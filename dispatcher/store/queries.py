@@ -495,14 +495,15 @@ ORDER BY id
 LIMIT $3
 """
 
-# Everything a PATCH may change, by id (the row is locked by LOCK_SCHEDULE). $1 id, $2 cron,
+# Everything a PATCH may change, by id (the row is locked by LOCK_SCHEDULE); a resume clears the
+# error the materialiser parked it with. $1 id, $2 cron,
 # $3 timezone, $4 interval_s, $5 routing key, $6 payload, $7 headers (JSON text), $8 priority,
 # $9 ttl_ms, $10 end_at, $11 missed, $12 grace_s, $13 paused, $14 next_at.
 UPDATE_SCHEDULE: Final = """
 UPDATE schedules
 SET cron = $2, timezone = $3, interval_s = $4, routing_key = $5, payload = $6, headers = $7::jsonb,
     priority = $8, ttl_ms = $9, end_at = $10, missed = $11, grace_s = $12, paused = $13,
-    next_at = $14, updated_at = now()
+    next_at = $14, updated_at = now(), error = CASE WHEN $13 THEN error END
 WHERE id = $1
 RETURNING *
 """
@@ -512,13 +513,23 @@ DELETE_SCHEDULE: Final = """
 DELETE FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2 RETURNING *
 """
 
-# The materialiser's batch: active schedules whose next occurrence falls before the horizon,
-# locked until the pass commits; rows another node is working on are skipped, not waited for.
-# $1 horizon, $2 limit.
-CLAIM_DUE_SCHEDULES: Final = """
+# The materialiser's live lane: active schedules whose next occurrence falls between "behind" and
+# the horizon, earliest first, locked until the pass commits; rows another node is working on are
+# skipped, not waited for. $1 behind before, $2 horizon, $3 limit.
+CLAIM_LIVE_SCHEDULES: Final = """
 SELECT * FROM schedules
-WHERE NOT paused AND next_at IS NOT NULL AND next_at <= $1
+WHERE NOT paused AND next_at IS NOT NULL AND next_at >= $1 AND next_at <= $2
 ORDER BY next_at
+LIMIT $3
+FOR UPDATE SKIP LOCKED
+"""
+
+# Its catch-up lane: active schedules behind, least recently served first (every pass sets
+# updated_at), so that each gets its turn whatever its backlog. $1 behind before, $2 limit.
+CLAIM_BEHIND_SCHEDULES: Final = """
+SELECT * FROM schedules
+WHERE NOT paused AND next_at IS NOT NULL AND next_at < $1
+ORDER BY updated_at, id
 LIMIT $2
 FOR UPDATE SKIP LOCKED
 """
@@ -531,4 +542,12 @@ SET next_at = a.next_at, last_fired_at = coalesce(a.last_fired_at, s.last_fired_
     updated_at = now()
 FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS a(id, next_at, last_fired_at)
 WHERE s.id = a.id
+"""
+
+# Pause schedules the materialiser cannot plan, with the reason; a resume (UPDATE_SCHEDULE)
+# clears it. $1 ids, $2 reasons: parallel arrays.
+PARK_SCHEDULES: Final = """
+UPDATE schedules s SET paused = true, error = p.reason, updated_at = now()
+FROM unnest($1::bigint[], $2::text[]) AS p(id, reason)
+WHERE s.id = p.id
 """

@@ -57,6 +57,7 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
         api_key_cache_s=0.2,
         schedule_poll_s=0.2,
         schedule_ahead_s=5,
+        schedule_catchup_window_s=30,
     ) as running:
         yield running
 
@@ -109,6 +110,16 @@ async def test_create_and_get_shows_the_next_occurrences_in_the_zone(node: Node)
         ({"grace_s": -1}, "grace_s"),
         ({"start_at": "2026-01-02T00:00:00Z", "end_at": "2026-01-01T00:00:00Z"}, "end_at"),
         ({"start_at": "2026-01-02T00:00:00"}, "start_at"),
+        # Outside 0001-01-02 to 9999-12-30 in UTC: what every zone, the search and PostgreSQL
+        # carry (the first one was stored as -infinity, and the node stopped materialising it).
+        ({"start_at": "0001-01-01T00:00:00Z", "interval_s": 1, "cron": None}, "start_at"),
+        ({"start_at": "0001-01-01T23:59:59.999999Z"}, "start_at"),
+        ({"start_at": "0001-01-02T00:00:00+00:01"}, "start_at"),
+        ({"start_at": "9999-12-31T00:00:00-01:00"}, "start_at"),
+        ({"end_at": "9999-12-31T23:59:59.999999Z"}, "end_at"),
+        ({"end_at": "9999-12-30T00:00:00.000001Z"}, "end_at"),
+        ({"timezone": "localtime"}, "timezone"),
+        ({"timezone": "zone.tab"}, "timezone"),
         ({"job": {"routing_key": "billing.#", "payload": 1}}, "job.routing_key"),
         ({"job": {"routing_key": "billing.x", "payload": 1, "priority": 10}}, "job.priority"),
         ({"job": {"routing_key": "billing.x", "payload": 1, "ttl_ms": 0}}, "job.ttl_ms"),
@@ -337,3 +348,51 @@ async def test_delete_removes_the_schedule_and_keeps_its_jobs(
         await asyncio.sleep(1)
     assert len(await jobs_of(database_url, "short")) == made
     assert await count_rows(database_url, "schedules") == 0
+
+
+async def forget_zone(database_url: str, name: str) -> None:
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "UPDATE schedules SET timezone = 'Gone/Zone', next_at = now() WHERE name = $1", name
+        )
+    finally:
+        await connection.close()
+
+
+async def test_a_parked_schedule_shows_why_and_a_resume_clears_it(
+    node: Node, database_url: str
+) -> None:
+    async with client(node) as http:
+        await http.post(
+            "/v1/schedules",
+            json=schedule("zone-gone", cron="* * * * *", timezone="Europe/Berlin"),
+            headers=bearer(TEAM_A),
+        )
+        # As if the tz database of this node no longer knew its zone.
+        await forget_zone(database_url, "zone-gone")
+
+        async def parked() -> bool:
+            got = await http.get("/v1/schedules/zone-gone", headers=bearer(TEAM_A))
+            return bool(got.json()["error"])
+
+        await until(parked)
+        got = (await http.get("/v1/schedules/zone-gone", headers=bearer(TEAM_A))).json()
+        assert got["paused"] is True
+        assert "ZoneInfoNotFoundError" in got["error"]
+        resumed = await http.patch(
+            "/v1/schedules/zone-gone",
+            json={"paused": False, "timezone": "Europe/Paris"},
+            headers=bearer(TEAM_A),
+        )
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["error"] is None
+        assert resumed.json()["paused"] is False
+        # Resuming without a zone it knows is refused, naming the field.
+        await http.patch("/v1/schedules/zone-gone", json={"paused": True}, headers=bearer(TEAM_A))
+        await forget_zone(database_url, "zone-gone")
+        refused = await http.patch(
+            "/v1/schedules/zone-gone", json={"paused": False}, headers=bearer(TEAM_A)
+        )
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["fields"][0]["field"] == "timezone"
