@@ -102,6 +102,10 @@ class ScheduleExists(DispatcherError):
     """A schedule of this name exists in this namespace."""
 
 
+class ScheduleLimitReached(DispatcherError):
+    """This namespace has as many schedules as DISPATCHER_MAX_SCHEDULES_PER_NAMESPACE allows."""
+
+
 # What the services raise while they are away: a loop retries these after a backoff, quietly.
 TRANSIENT: tuple[type[DispatcherError], ...] = (
     StoreUnavailable,

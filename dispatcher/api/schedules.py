@@ -46,7 +46,12 @@ async def create_schedule(
         grace_s=body.grace_s,
         paused=body.paused,
     )
-    schedule = await node.schedules.create(spec, namespace=caller.namespace, next_at=timing.first())
+    schedule = await node.schedules.create(
+        spec,
+        namespace=caller.namespace,
+        next_at=timing.first(),
+        limit=node.settings.max_schedules_per_namespace,
+    )
     return schemas.json_response(io.schedule_document(schedule), 201)
 
 

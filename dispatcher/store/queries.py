@@ -464,6 +464,18 @@ SELECT prerequisite_id, satisfied FROM job_dependencies WHERE job_id = $1 ORDER 
 
 # --- recurring schedules ------------------------------------------------------------------------
 
+# Serialise the creations of one namespace's schedules for the rest of the transaction, so that
+# the count below and the insert after it cannot race another creation past the limit.
+# $1 namespace ('' for the default one).
+LOCK_NAMESPACE_SCHEDULES: Final = """
+SELECT pg_advisory_xact_lock(hashtext('dispatcher.schedules'), hashtext($1))
+"""
+
+# $1 namespace ('' for the default one).
+COUNT_NAMESPACE_SCHEDULES: Final = """
+SELECT count(*) FROM schedules WHERE coalesce(namespace, '') = $1
+"""
+
 # A new schedule; nothing when the name is taken in the namespace (the caller answers 409).
 # $1 namespace (NULL: default), $2 name, $3 cron, $4 timezone, $5 interval_s, $6 routing key,
 # $7 payload, $8 headers (JSON text), $9 priority, $10 ttl_ms, $11 start_at, $12 end_at,

@@ -142,11 +142,26 @@ class ScheduleStore:
         self._db = db
 
     async def create(
-        self, spec: ScheduleSpec, *, namespace: str | None, next_at: datetime | None
+        self,
+        spec: ScheduleSpec,
+        *,
+        namespace: str | None,
+        next_at: datetime | None,
+        limit: int | None = None,
     ) -> Schedule:
-        """Store a new schedule; ScheduleExists when its name is taken in the namespace."""
+        """Store a new schedule; ScheduleExists when its name is taken in the namespace,
+        ScheduleLimitReached when the namespace holds ``limit`` schedules already."""
         changeable = _changeable(spec)
-        async with self._db.connection() as connection:
+        async with self._db.connection() as connection, connection.transaction():
+            if limit is not None:
+                await connection.execute(queries.LOCK_NAMESPACE_SCHEDULES, namespace or "")
+                count = await connection.fetchval(
+                    queries.COUNT_NAMESPACE_SCHEDULES, namespace or ""
+                )
+                if count >= limit:
+                    raise errors.ScheduleLimitReached(
+                        f"the namespace has {count} schedules; the limit is {limit}"
+                    )
             row = await connection.fetchrow(
                 queries.INSERT_SCHEDULE,
                 namespace,

@@ -58,6 +58,7 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
         schedule_poll_s=0.2,
         schedule_ahead_s=5,
         schedule_catchup_window_s=30,
+        max_schedules_per_namespace=3,
     ) as running:
         yield running
 
@@ -348,6 +349,36 @@ async def test_delete_removes_the_schedule_and_keeps_its_jobs(
         await asyncio.sleep(1)
     assert len(await jobs_of(database_url, "short")) == made
     assert await count_rows(database_url, "schedules") == 0
+
+
+async def test_a_namespace_holds_at_most_the_configured_number_of_schedules(node: Node) -> None:
+    async with client(node) as http:
+        for index in range(3):
+            answer = await http.post(
+                "/v1/schedules", json=schedule(f"s{index}"), headers=bearer(TEAM_A)
+            )
+            assert answer.status_code == 201, answer.text
+        refused = await http.post("/v1/schedules", json=schedule("s3"), headers=bearer(TEAM_A))
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"] == "limit_reached"
+        assert refused.json()["fields"][0]["field"] == "name"
+        other = await http.post("/v1/schedules", json=schedule("s3"), headers=bearer(TEAM_B))
+        assert other.status_code == 201  # per namespace
+        await http.delete("/v1/schedules/s0", headers=bearer(TEAM_A))
+        again = await http.post("/v1/schedules", json=schedule("s3"), headers=bearer(TEAM_A))
+        assert again.status_code == 201
+
+
+async def test_concurrent_creations_do_not_pass_the_limit(node: Node, database_url: str) -> None:
+    async with client(node) as http:
+        answers = await asyncio.gather(
+            *(
+                http.post("/v1/schedules", json=schedule(f"c{index}"), headers=bearer(TEAM_A))
+                for index in range(8)
+            )
+        )
+    assert sorted(answer.status_code for answer in answers) == [201] * 3 + [409] * 5
+    assert await count_rows(database_url, "schedules") == 3
 
 
 async def forget_zone(database_url: str, name: str) -> None:
