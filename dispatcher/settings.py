@@ -123,6 +123,14 @@ class Settings(BaseSettings):
         "", description="RabbitMQ UI for the console's links; empty: the management URL"
     )
 
+    # Job dependencies
+    dependents_batch: int = Field(
+        1000, ge=1, description="dependents released or cancelled per transaction in the background"
+    )
+    dependents_poll_s: float = Field(
+        1.0, gt=0, description="how often each node looks for deferred dependents to follow"
+    )
+
     # Recurring schedules
     schedule_ahead_s: float = Field(
         10.0, gt=0, description="occurrences become jobs this long before they are due"

@@ -424,7 +424,7 @@ RECORD_MIGRATION: Final = "INSERT INTO schema_migrations (version) VALUES ($1)"
 
 PING: Final = "SELECT 1"
 
-# --- job dependencies (sql/0006: the trigger that releases or cancels dependents) ---------------
+# --- job dependencies (sql/0006, 0010: the trigger that releases or cancels dependents) ---------
 
 # Lock the prerequisites a submission names, in id order (so two submissions cannot deadlock on
 # them), and mark them as having dependents. The lock makes a prerequisite's state change wait for
@@ -461,6 +461,33 @@ WHERE j.id = w.id
 SELECT_PREREQUISITES: Final = """
 SELECT prerequisite_id, satisfied FROM job_dependencies WHERE job_id = $1 ORDER BY position
 """
+
+# The oldest follow-up the 0010 trigger deferred whose prerequisite has no older one waiting
+# (a prerequisite's follow-ups are worked in order), locked for one batch; another node's is
+# skipped. No arguments.
+CLAIM_FOLLOWUP: Final = """
+SELECT f.id, f.prerequisite_id, f.state, f.created_at, f.cursor FROM dependency_followups f
+WHERE NOT EXISTS (
+    SELECT 1 FROM dependency_followups earlier
+    WHERE earlier.prerequisite_id = f.prerequisite_id AND earlier.id < f.id
+)
+ORDER BY f.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
+
+# One batch of a follow-up: the prerequisite's next dependents after the cursor, released or
+# cancelled (sql/0010's dispatcher_follow_dependents, which the trigger follows them with too);
+# the trigger a cancel fires follows that job's own dependents in turn. Returns followed,
+# last_job_id, released, cancelled.
+# $1 prerequisite id, $2 its state, $3 when it reached it, $4 cursor, $5 batch size.
+FOLLOW_DEPENDENTS: Final = "SELECT * FROM dispatcher_follow_dependents($1, $2, $3, $4, $5)"
+
+# $1 follow-up id, $2 the last dependent followed.
+ADVANCE_FOLLOWUP: Final = "UPDATE dependency_followups SET cursor = $2 WHERE id = $1"
+
+# Its last batch is done. $1 follow-up id.
+DELETE_FOLLOWUP: Final = "DELETE FROM dependency_followups WHERE id = $1"
 
 # --- recurring schedules ------------------------------------------------------------------------
 

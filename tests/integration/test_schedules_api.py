@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -14,6 +14,7 @@ import pytest
 
 from dispatcher.node import Node
 from tests.support.nodes import client, running_node
+from tests.support.waiting import until
 
 ADMIN = "admin-token-0123456789"
 TEAM_A = "producer-a-token-0123456789"
@@ -61,13 +62,6 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
         max_schedules_per_namespace=3,
     ) as running:
         yield running
-
-
-async def until(check: Callable[[], Awaitable[bool]], deadline_s: float = 10) -> None:
-    """Return once ``check()`` holds (the materialiser works in the node's own tasks)."""
-    async with asyncio.timeout(deadline_s):
-        while not await check():  # noqa: ASYNC110 - the state is in PostgreSQL
-            await asyncio.sleep(0.1)
 
 
 async def count_rows(database_url: str, table: str) -> int:
