@@ -14,6 +14,7 @@ import pytest
 from dispatcher import metrics
 from dispatcher.dependents import DependentsFollower
 from tests.support.dependencies import Stores, event, open_stores
+from tests.support.nodes import running_node
 from tests.support.waiting import until
 
 FAN_OUT = 100_000
@@ -196,3 +197,31 @@ async def test_the_follower_stops_when_asked(stores: Stores) -> None:
     assert not task.done()  # it waits for its next look
     worker.stop()
     await asyncio.wait_for(task, 5)
+
+
+async def test_a_node_follows_what_the_trigger_queued_and_fires_the_released_jobs(
+    stores: Stores, database_url: str, amqp_url: str
+) -> None:
+    async with running_node(
+        database_url=database_url,
+        amqp_url=amqp_url,
+        node_id="dependents",
+        shard_count=8,
+        dependents_poll_s=0.1,
+        sweep_grace_s=120,  # released jobs fire from their due notices, not the safety sweep
+    ) as node:
+        a = await stores.submit()
+        dependents = await fan_out(stores, a.id, BUDGET + 500)
+        await stores.dispatched(a.id)
+        await stores.report(a.id, "succeeded")
+        assert await queued(stores) == 1
+
+        async def all_dispatched() -> bool:
+            return await count_in(stores, dependents, "dispatched") == len(dependents)
+
+        await until(all_dispatched, 60)
+        assert await queued(stores) == 0
+        rendered = node.metrics.render().decode()
+    assert f'dispatcher_dependents_followed_total{{outcome="released"}} {len(dependents)}.0' in (
+        rendered
+    )

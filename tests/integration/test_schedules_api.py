@@ -345,6 +345,34 @@ async def test_delete_removes_the_schedule_and_keeps_its_jobs(
     assert await count_rows(database_url, "schedules") == 0
 
 
+async def test_a_start_at_the_first_accepted_instant_under_missed_all_is_caught_up_boundedly(
+    node: Node, database_url: str
+) -> None:
+    """The crash of issue 15: a schedule from year 1, every second, missing nothing. It is
+    accepted from 0001-01-02 on, and its catch-up is the last DISPATCHER_SCHEDULE_CATCHUP_WINDOW_S
+    (30 s here), not two thousand years of seconds."""
+    body = schedule(
+        "since-year-one",
+        cron=None,
+        interval_s=1,
+        start_at="0001-01-02T00:00:00Z",
+        end_at="9999-12-30T00:00:00Z",
+        missed="all",
+    )
+    async with client(node) as http:
+        created = await http.post("/v1/schedules", json=body, headers=bearer(TEAM_A))
+        assert created.status_code == 201, created.text
+        assert created.json()["error"] is None
+        await until(lambda: has_jobs(database_url, "since-year-one", 30))
+        got = (await http.get("/v1/schedules/since-year-one", headers=bearer(TEAM_A))).json()
+    assert got["error"] is None
+    assert got["paused"] is False
+    assert len(got["upcoming"]) == 5
+    made = [row["run_at"] for row in await jobs_of(database_url, "since-year-one")]
+    assert made[0] >= datetime.now(UTC) - timedelta(seconds=60)
+    assert len(made) < 60  # 30 s made up, 5 s ahead, a few seconds of passes
+
+
 async def test_a_namespace_holds_at_most_the_configured_number_of_schedules(node: Node) -> None:
     async with client(node) as http:
         for index in range(3):
