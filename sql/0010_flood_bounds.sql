@@ -31,8 +31,9 @@ CREATE INDEX dependency_followups_prerequisite ON dependency_followups (prerequi
 -- The batches walk a prerequisite's dependents in id order (0006's index on prerequisite_id alone
 -- would rescan the ones already followed at every batch). Building it locks job_dependencies
 -- against writes for a few seconds per million rows.
-CREATE INDEX job_dependencies_prerequisite_job ON job_dependencies (prerequisite_id, job_id);
-DROP INDEX job_dependencies_prerequisite;
+CREATE INDEX IF NOT EXISTS job_dependencies_prerequisite_job
+    ON job_dependencies (prerequisite_id, job_id);
+DROP INDEX IF EXISTS job_dependencies_prerequisite;
 
 -- Follow the next dependents (at most batch_size, in id order after after_job) of a prerequisite
 -- that reached a final state (reached) at reached_at; parameters are named apart from columns.
