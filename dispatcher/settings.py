@@ -145,7 +145,9 @@ class Settings(BaseSettings):
         le=366 * 86400,
         description="occurrences older than this are never made up for (missed=all included)",
     )
-    max_schedules_per_namespace: int = Field(1000, ge=1, description="409 beyond")
+    max_schedules_per_namespace: int = Field(
+        1000, ge=1, description="schedules one namespace may hold (409 beyond)"
+    )
 
     log_level: str = "INFO"
 
