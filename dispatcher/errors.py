@@ -27,6 +27,10 @@ class InvalidEvent(DispatcherError):
     """PostgreSQL refused a consumer's event (a value it cannot store)."""
 
 
+class JobRefused(DispatcherError):
+    """PostgreSQL refused a job (a value it cannot store)."""
+
+
 class JobStateConflict(DispatcherError):
     """The job is no longer in a state that allows this."""
 
@@ -96,6 +100,10 @@ class ScheduleNotFound(DispatcherError):
 
 class ScheduleExists(DispatcherError):
     """A schedule of this name exists in this namespace."""
+
+
+class ScheduleLimitReached(DispatcherError):
+    """This namespace has as many schedules as DISPATCHER_MAX_SCHEDULES_PER_NAMESPACE allows."""
 
 
 # What the services raise while they are away: a loop retries these after a backoff, quietly.

@@ -111,6 +111,18 @@ class Metrics:
             ["status"],
             registry=r,
         )
+        self.schedules_parked = Counter(
+            "dispatcher_schedules_parked",
+            "Schedules paused by the materialiser: they could not be planned or their jobs stored",
+            registry=r,
+        )
+        self.dependents_followed = Counter(
+            "dispatcher_dependents_followed",
+            "Dependents released or cancelled by the background follow-up (not those the trigger"
+            " followed in the prerequisite's own transaction)",
+            ["outcome"],
+            registry=r,
+        )
         self.heap_size = Gauge("dispatcher_heap_size", "Jobs held in memory", registry=r)
         self.shards_owned = Gauge("dispatcher_shards_owned", "Shards this node owns", registry=r)
         self.rebalances = Counter(

@@ -17,6 +17,7 @@ import uvicorn
 
 from dispatcher import api, errors, metrics, supervision
 from dispatcher.cluster import ownership as ownership_mod
+from dispatcher.dependents import DependentsFollower
 from dispatcher.events import EventsConsumer
 from dispatcher.housekeeping import Housekeeper
 from dispatcher.intake import Intake
@@ -139,6 +140,14 @@ class Node:
             ahead_s=settings.schedule_ahead_s,
             poll_s=settings.schedule_poll_s,
             per_schedule=settings.schedule_catchup_batch,
+            catchup_s=settings.schedule_catchup_window_s,
+            metrics=self.metrics,
+        )
+        self.dependents = DependentsFollower(
+            self.db,
+            self.metrics,
+            batch=settings.dependents_batch,
+            poll_s=settings.dependents_poll_s,
         )
         self.metrics.heap_size.set_function(lambda: len(self.heap))
         self.metrics.window_horizon.set_function(self._horizon_s)
@@ -195,6 +204,7 @@ class Node:
             ("events", self.events.run),
             ("housekeeping", self.housekeeper.run),
             ("schedules", self.materialiser.run),
+            ("dependents", self.dependents.run),
         ]
 
     async def run(self, *, serve_http: bool = True) -> None:
@@ -221,6 +231,7 @@ class Node:
                 # then leave the cluster so others take the shards at once, then the rest.
                 self.firer.stop()
                 self.materialiser.stop()
+                self.dependents.stop()
                 await asyncio.wait([tasks["firing"]], timeout=DRAIN_TIMEOUT_S)
                 await self.ownership.stop()
                 for task in reversed(tasks.values()):

@@ -123,13 +123,30 @@ class Settings(BaseSettings):
         "", description="RabbitMQ UI for the console's links; empty: the management URL"
     )
 
+    # Job dependencies
+    dependents_batch: int = Field(
+        1000, ge=1, description="dependents released or cancelled per transaction in the background"
+    )
+    dependents_poll_s: float = Field(
+        1.0, gt=0, description="how often each node looks for deferred dependents to follow"
+    )
+
     # Recurring schedules
     schedule_ahead_s: float = Field(
         10.0, gt=0, description="occurrences become jobs this long before they are due"
     )
     schedule_poll_s: float = Field(1.0, gt=0, description="how often each node looks for them")
     schedule_catchup_batch: int = Field(
-        1000, ge=1, description="most jobs one pass makes of one schedule (missed=all catch-up)"
+        1000, ge=1, description="most jobs a pass makes for the schedules behind (shared by them)"
+    )
+    schedule_catchup_window_s: float = Field(
+        3600.0,
+        gt=0,
+        le=366 * 86400,
+        description="occurrences older than this are never made up for (missed=all included)",
+    )
+    max_schedules_per_namespace: int = Field(
+        1000, ge=1, description="schedules one namespace may hold (409 beyond)"
     )
 
     log_level: str = "INFO"

@@ -85,6 +85,10 @@ async def _dispatcher_error(request: Request, exc: Exception) -> Response:
             return problem(
                 409, "conflict", str(exc), fields=[{"field": "name", "message": str(exc)}]
             )
+        case errors.ScheduleLimitReached():
+            return problem(
+                409, "limit_reached", str(exc), fields=[{"field": "name", "message": str(exc)}]
+            )
         case errors.JobStateConflict():
             return problem(409, "conflict", str(exc), state=exc.state)
         case errors.StoreUnavailable():

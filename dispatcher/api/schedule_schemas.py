@@ -3,6 +3,7 @@ rules with ``schemas.JobCreate``; the configurable limits are checked by ``schem
 
 from __future__ import annotations
 
+import functools
 import zoneinfo
 from datetime import UTC, datetime
 from typing import Annotated
@@ -13,7 +14,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, fie
 from dispatcher import errors
 from dispatcher.api import schemas
 from dispatcher.schedules import cron, model
-from dispatcher.schedules.occurrences import Missed, rfc3339
+from dispatcher.schedules.occurrences import MAX_TIME, MIN_TIME, Missed, rfc3339
 from dispatcher.settings import Settings
 
 NAME_PATTERN = r"^[A-Za-z0-9_.:\-]+$"
@@ -21,6 +22,7 @@ Name = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_PATTERN)]
 MAX_INTERVAL_S = 366 * 86400
 MAX_GRACE_S = 30 * 86400
 UPCOMING = 5  # occurrences shown by GET /v1/schedules/{name}
+TIME_RANGE = f"{rfc3339(MIN_TIME)} to {rfc3339(MAX_TIME)}"  # of start_at and end_at
 
 
 class JobTemplate(BaseModel):
@@ -41,13 +43,16 @@ def _valid_cron(value: str | None) -> str | None:
     return value
 
 
+@functools.cache
+def _zones() -> frozenset[str]:
+    # The tz database's names, not whatever file ZoneInfo would open: "localtime" is the host's
+    # own zone (nodes could disagree), and files such as "zone.tab" are not zones at all.
+    return frozenset(zoneinfo.available_timezones() - {"localtime"})
+
+
 def _valid_zone(value: str) -> str:
-    try:
-        zoneinfo.ZoneInfo(value)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ValueError(
-            f"unknown time zone {value!r} (an IANA name such as Asia/Shanghai)"
-        ) from None
+    if value not in _zones():
+        raise ValueError(f"unknown time zone {value!r} (an IANA name such as Asia/Shanghai)")
     return value
 
 
@@ -66,8 +71,12 @@ class ScheduleCreate(BaseModel):
     timezone: str = Field("UTC", max_length=64, description="IANA zone of the cron expression")
     interval_s: Interval | None = None
     job: JobTemplate
-    start_at: AwareDatetime | None = Field(None, description="first occurrence at or after; now")
-    end_at: AwareDatetime | None = Field(None, description="last occurrence at or before")
+    start_at: AwareDatetime | None = Field(
+        None, description="first occurrence at or after (default now); within " + TIME_RANGE
+    )
+    end_at: AwareDatetime | None = Field(
+        None, description="last occurrence at or before; within " + TIME_RANGE
+    )
     missed: Missed = Field(Missed.LATEST, description="occurrences missed during downtime")
     grace_s: Grace = Field(60.0, description="an occurrence later than this is missed")
     paused: bool = False
@@ -118,6 +127,9 @@ class ScheduleOut(BaseModel):
     last_fired_at: datetime | None = Field(description="the latest occurrence made a job")
     created_at: datetime
     updated_at: datetime
+    error: str | None = Field(
+        None, description="why the dispatcher paused it (it could not be planned); a resume clears"
+    )
     upcoming: list[datetime] | None = Field(None, description="the next occurrences (GET one)")
 
 
@@ -163,11 +175,17 @@ def check_timing(
 
 
 def in_utc(moment: datetime | None, field: str) -> datetime | None:
-    """A time in UTC; 422 naming the field when it falls outside years 1-9999 once in UTC."""
+    """A time in UTC; 422 naming the field outside ``MIN_TIME``-``MAX_TIME`` (the range every
+    zone's wall clock, the occurrence search and PostgreSQL carry)."""
+    if moment is None:
+        return None
     try:
-        return None if moment is None else moment.astimezone(UTC)
+        utc = moment.astimezone(UTC)
     except OverflowError:
-        raise errors.InvalidField(field, "out of range") from None
+        utc = None
+    if utc is None or not MIN_TIME <= utc <= MAX_TIME:
+        raise errors.InvalidField(field, f"must be within {TIME_RANGE}")
+    return utc
 
 
 def schedule_document(
@@ -198,6 +216,7 @@ def schedule_document(
         "last_fired_at": schedule.last_fired_at,
         "created_at": schedule.created_at,
         "updated_at": schedule.updated_at,
+        "error": schedule.error,
     }
     if upcoming is not None:
         document["upcoming"] = [rfc3339(moment) for moment in upcoming]

@@ -3,17 +3,20 @@ the materialiser (``schedules.runner``) makes the jobs. No SQL, no AMQP here."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from dispatcher import errors
 from dispatcher.api import auth, schemas
 from dispatcher.api import schedule_schemas as io
 from dispatcher.api.jobs import ERRORS, NodeDep
 from dispatcher.schedules import model
 from dispatcher.schedules.occurrences import Timing
 
+logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 NameParam = Annotated[str, io.Name]
 
@@ -43,7 +46,12 @@ async def create_schedule(
         grace_s=body.grace_s,
         paused=body.paused,
     )
-    schedule = await node.schedules.create(spec, namespace=caller.namespace, next_at=timing.first())
+    schedule = await node.schedules.create(
+        spec,
+        namespace=caller.namespace,
+        next_at=timing.first(),
+        limit=node.settings.max_schedules_per_namespace,
+    )
     return schemas.json_response(io.schedule_document(schedule), 201)
 
 
@@ -70,7 +78,10 @@ async def get_schedule(name: NameParam, node: NodeDep, caller: auth.Producer) ->
     schedule = await node.schedules.get(name, namespace=caller.namespace)
     upcoming: list[datetime] = []
     if not schedule.spec.paused and schedule.next_at is not None:
-        upcoming = schedule.spec.timing.upcoming(datetime.now(UTC), io.UPCOMING)
+        try:
+            upcoming = schedule.spec.timing.upcoming(datetime.now(UTC), io.UPCOMING)
+        except Exception:  # unplannable (its zone left the tz database): the materialiser parks it
+            logger.exception("schedule %s: no upcoming occurrences", name)
     return schemas.json_response(io.schedule_document(schedule, upcoming=upcoming))
 
 
@@ -134,7 +145,10 @@ def _changed(
     )
     next_at = current.next_at
     if new_timing != timing or (old.paused and not paused):
-        next_at = new_timing.at_or_after(max(now, timing.start_at))
+        try:
+            next_at = new_timing.at_or_after(max(now, timing.start_at))
+        except (KeyError, ValueError):  # a zone stored earlier, gone from the tz database
+            raise errors.InvalidField("timezone", "not in this node's tz database") from None
     return spec, next_at
 
 

@@ -36,7 +36,8 @@ class ScheduleSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Schedule:
     """A stored schedule. ``next_at`` is the next occurrence not yet turned into a job (None once
-    the schedule has ended); ``last_fired_at`` the latest one that was."""
+    the schedule has ended); ``last_fired_at`` the latest one that was; ``error`` why the
+    materialiser paused it (it could not be planned), until it is resumed."""
 
     id: int
     namespace: str | None
@@ -45,6 +46,7 @@ class Schedule:
     last_fired_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    error: str | None = None
 
     @property
     def name(self) -> str:

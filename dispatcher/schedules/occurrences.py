@@ -22,6 +22,12 @@ from dispatcher.schedules import cron
 
 _TICK = timedelta(microseconds=1)
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
+# The range a schedule's start_at and end_at must fall in (the API refuses the rest, naming the
+# field): what a Python datetime holds, less a day at each end, so that the wall clock of any zone
+# and the occurrence search stay inside it, and clear of datetime.min and datetime.max in UTC,
+# which asyncpg stores as -infinity and infinity (and reads back as naive datetimes).
+MIN_TIME = datetime(1, 1, 2, tzinfo=UTC)
+MAX_TIME = datetime(9999, 12, 30, tzinfo=UTC)
 # Whatever the expression, a gap is at most a day long (Samoa, 2011): a bound, not a guess.
 _MAX_GAP = timedelta(days=2)
 
@@ -143,6 +149,7 @@ def plan(
     grace_s: float,
     missed: Missed,
     limit: int,
+    catchup_s: float,
 ) -> Plan:
     """The occurrences from ``next_at`` up to ``now + ahead_s`` to fire in this pass.
 
@@ -150,9 +157,14 @@ def plan(
     ``missed`` decides whether it fires. At most ``limit`` fire per pass; the next pass goes on
     where this one stopped, so a long catch-up under ``all`` is spread over passes. ``latest`` and
     ``skip`` jump over a run of missed occurrences without walking it (a year of minutes).
+
+    Nothing older than ``now - catchup_s`` is made up for, whatever the policy: that is missed
+    even within a longer grace, and ``all`` passes over it. So a catch-up (after downtime, or from
+    a ``start_at`` far in the past) makes at most what the schedule makes in ``catchup_s``.
     """
     horizon = now + timedelta(seconds=ahead_s)
-    late_before = now - timedelta(seconds=grace_s)
+    oldest = now - timedelta(seconds=catchup_s)
+    late_before = max(now - timedelta(seconds=grace_s), oldest)
     fire: list[datetime] = []
     skipped = False
     current: datetime | None = next_at
@@ -163,6 +175,9 @@ def plan(
             fire.append(_latest_before(timing, current, late_before))
         current = timing.at_or_after(late_before)
         skipped = missed is Missed.SKIP or fire[0] != next_at
+    elif current is not None and current < oldest:  # all: only the last catchup_s of them
+        current = timing.at_or_after(oldest)
+        skipped = True
     while current is not None and current <= horizon and len(fire) < limit:
         fire.append(current)
         current = timing.after(current)

@@ -7,6 +7,18 @@ Jobs are stored before the schedule advances, in that order: a crash in between 
 which their idempotency keys (``schedule:<name>:<occurrence>``) turn into no-ops. Nodes share the
 work through row locks: a pass locks the schedules it handles (``FOR UPDATE SKIP LOCKED``) until
 it has advanced them, and skips those another node holds.
+
+Fairness: a pass serves two lanes, each in a transaction of its own. The live lane holds the
+schedules whose next occurrence is at most ``ahead_s`` in the past: each has a few occurrences to
+make (at most ``2 * ahead_s`` worth), earliest first. The catch-up lane holds those further behind
+(downtime, a ``start_at`` in the past under ``missed=all``): least recently served first, sharing
+``per_schedule`` jobs per pass. So a backlog is worked off in short steps between which the live
+lane is served again, and one busy schedule neither delays another's on-time occurrences (nor
+gets them dropped as missed) nor holds the other backlogged schedules back.
+
+A schedule that cannot be planned (whatever the error) or whose jobs PostgreSQL refuses is parked:
+paused with the reason in its ``error`` (shown by the API, cleared by a resume), logged and
+counted. It never fails the pass, is not retried every pass, and cannot stop the node.
 """
 
 from __future__ import annotations
@@ -14,26 +26,43 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from dispatcher import errors, models
+from dispatcher import errors, metrics, models
 from dispatcher.intake import Intake
 from dispatcher.schedules import occurrences
 from dispatcher.schedules.model import Schedule
-from dispatcher.store.schedules import Advance, ScheduleStore
+from dispatcher.store.schedules import Advance, Lane, Parked, ScheduleStore
 
 logger = logging.getLogger(__name__)
 
-SCHEDULES_PER_PASS = 100
+SCHEDULES_PER_PASS = 100  # per lane
 SUBMIT_BATCH = 1000  # jobs per intake call: a catch-up of many schedules is not one statement
+CATCHUP_S = 3600.0  # Settings.schedule_catchup_window_s
+REASON_CHARS = 500  # of an error kept as a parked schedule's reason
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    schedule: Schedule
+    jobs: list[models.JobSpec]
+    advance: Advance
+
+
+def parked(schedule_id: int, what: str, exc: BaseException) -> Parked:
+    return Parked(schedule_id, f"{what}: {type(exc).__name__}: {exc}"[:REASON_CHARS])
+
+
 class Materialiser:
+    """``per_schedule``: the most jobs a pass makes of one schedule; those behind share as many.
+    ``catchup_s``: how far back occurrences are made up for (``occurrences.plan``)."""
+
     def __init__(
         self,
         store: ScheduleStore,
@@ -42,13 +71,17 @@ class Materialiser:
         ahead_s: float,
         poll_s: float,
         per_schedule: int,
+        catchup_s: float = CATCHUP_S,
+        metrics: metrics.Metrics | None = None,
         clock: Callable[[], datetime] = _now,
     ) -> None:
         self._store = store
         self._intake = intake
-        self._ahead_s = ahead_s
+        self._ahead = timedelta(seconds=ahead_s)
         self._poll_s = poll_s
         self._per_schedule = per_schedule
+        self._catchup_s = catchup_s
+        self._metrics = metrics
         self._clock = clock
         self._stop = asyncio.Event()
 
@@ -58,11 +91,12 @@ class Materialiser:
     async def run(self) -> None:
         while not self._stop.is_set():
             try:
-                busy = await self.run_pass() == SCHEDULES_PER_PASS
+                live, behind = await self._pass()
+                busy = live == SCHEDULES_PER_PASS or behind > 0
             except errors.StoreUnavailable as exc:
                 logger.warning("schedules: pass skipped: %s", exc, extra={"action": "schedules"})
                 busy = False
-            if not busy:  # after a full batch more may be due: go on at once
+            if not busy:  # more may be due after a full live lane or a catch-up step: go on
                 try:
                     async with asyncio.timeout(self._poll_s):
                         await self._stop.wait()
@@ -70,44 +104,89 @@ class Materialiser:
                     pass
 
     async def run_pass(self) -> int:
-        """One pass: returns how many schedules it handled."""
+        """One pass (both lanes): returns how many schedules it handled."""
+        live, behind = await self._pass()
+        return live + behind
+
+    async def _pass(self) -> tuple[int, int]:
         now = self._clock()
-        horizon = now + timedelta(seconds=self._ahead_s)
-        async with self._store.due(horizon, SCHEDULES_PER_PASS) as (schedules, advance):
-            if not schedules:
-                return 0
-            specs: dict[str | None, list[models.JobSpec]] = defaultdict(list)
-            advances = []
-            for schedule in schedules:
-                try:
-                    jobs, step = self._plan(schedule, now)
-                except (ValueError, KeyError):  # its zone left the tz database, say
-                    # One broken schedule must not stop the others, nor the node: it stays put.
-                    logger.exception(
-                        "schedule %s cannot be planned",
-                        schedule.name,
-                        extra={"action": "schedules"},
-                    )
-                    continue
-                specs[schedule.namespace].extend(jobs)
-                advances.append(step)
-            for namespace, jobs in specs.items():
+        behind_before = now - self._ahead
+        async with self._store.live(behind_before, now + self._ahead, SCHEDULES_PER_PASS) as lane:
+            live = await self._serve(lane, now, self._per_schedule)
+        now = self._clock()
+        async with self._store.behind(now - self._ahead, SCHEDULES_PER_PASS) as lane:
+            share = max(1, self._per_schedule // max(1, len(lane.schedules)))
+            behind = await self._serve(lane, now, share)
+        return live, behind
+
+    async def _serve(self, lane: Lane, now: datetime, limit: int) -> int:
+        """Make the jobs of the lane's schedules (at most ``limit`` each), then advance them;
+        returns how many schedules the lane held."""
+        planned: list[_Planned] = []
+        refused = list(lane.unreadable)
+        for schedule in lane.schedules:
+            try:
+                planned.append(self._plan(schedule, now, limit))
+            except Exception as exc:  # whatever it is, it is this schedule's alone
+                refused.append(parked(schedule.id, "cannot be planned", exc))
+        failed = await self._submit(planned)
+        refused.extend(failed)
+        failed_ids = {item.schedule_id for item in failed}
+        await lane.advance([p.advance for p in planned if p.schedule.id not in failed_ids])
+        if refused:
+            await lane.park(refused)  # with the advances, once every job is stored
+            self._count_parked(refused)
+        return len(lane.schedules) + len(lane.unreadable)
+
+    async def _submit(self, planned: Sequence[_Planned]) -> list[Parked]:
+        """Store the jobs, a namespace's in batches; returns the schedules whose jobs PostgreSQL
+        refused (their namespace's jobs are stored schedule by schedule to find them). Any other
+        failure is the pass's (the database, a bug): it is raised, and no schedule is parked."""
+        by_namespace: dict[str | None, list[_Planned]] = defaultdict(list)
+        for item in planned:
+            by_namespace[item.schedule.namespace].append(item)
+        failed: list[Parked] = []
+        for namespace, items in by_namespace.items():
+            jobs = [job for item in items for job in item.jobs]
+            try:
                 for first in range(0, len(jobs), SUBMIT_BATCH):
                     batch = jobs[first : first + SUBMIT_BATCH]
                     await self._intake.submit(batch, namespace=namespace)
-            await advance(advances)  # only once every job is stored
-        return len(schedules)
+            except errors.JobRefused:
+                failed.extend(await self._submit_each(items, namespace))
+        return failed
 
-    def _plan(self, schedule: Schedule, now: datetime) -> tuple[list[models.JobSpec], Advance]:
+    async def _submit_each(self, items: Sequence[_Planned], namespace: str | None) -> list[Parked]:
+        failed = []
+        for item in items:
+            try:  # what an earlier batch stored already is found by its key: stored once
+                await self._intake.submit(item.jobs, namespace=namespace)
+            except errors.JobRefused as exc:
+                failed.append(parked(item.schedule.id, "its jobs cannot be stored", exc))
+        return failed
+
+    def _count_parked(self, refused: Sequence[Parked]) -> None:
+        for item in refused:
+            logger.error(
+                "schedule %d parked (paused): %s",
+                item.schedule_id,
+                item.reason,
+                extra={"action": "schedules"},
+            )
+        if self._metrics is not None:
+            self._metrics.schedules_parked.inc(len(refused))
+
+    def _plan(self, schedule: Schedule, now: datetime, limit: int) -> _Planned:
         assert schedule.next_at is not None  # only active schedules are due
         plan = occurrences.plan(
             schedule.spec.timing,
             schedule.next_at,
             now=now,
-            ahead_s=self._ahead_s,
+            ahead_s=self._ahead.total_seconds(),
             grace_s=schedule.spec.grace_s,
             missed=schedule.spec.missed,
-            limit=self._per_schedule,
+            limit=limit,
+            catchup_s=self._catchup_s,
         )
         if plan.skipped_missed:
             logger.info(
@@ -118,4 +197,8 @@ class Materialiser:
                 extra={"action": "schedules"},
             )
         last = plan.fire[-1] if plan.fire else None
-        return [schedule.job(at) for at in plan.fire], Advance(schedule.id, plan.next_at, last)
+        return _Planned(
+            schedule,
+            [schedule.job(at) for at in plan.fire],
+            Advance(schedule.id, plan.next_at, last),
+        )

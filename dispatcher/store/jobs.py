@@ -77,7 +77,14 @@ class JobStore:
     # --- intake ---------------------------------------------------------------------------------
 
     async def insert(self, jobs: Sequence[models.NewJob]) -> list[models.Submitted]:
-        """Store a batch atomically; a job whose idempotency key exists returns created=False."""
+        """Store a batch atomically; a job whose idempotency key exists returns created=False.
+        JobRefused when PostgreSQL refuses a value (nothing of the batch is stored)."""
+        try:
+            return await self._insert(jobs)
+        except (asyncpg.DataError, asyncpg.IntegrityConstraintViolationError) as exc:
+            raise errors.JobRefused(str(exc)) from exc
+
+    async def _insert(self, jobs: Sequence[models.NewJob]) -> list[models.Submitted]:
         columns = _columns(jobs)
         async with self._db.connection() as connection, connection.transaction():
             rows = await connection.fetch(queries.INSERT_JOBS, *columns)

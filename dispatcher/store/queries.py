@@ -424,7 +424,7 @@ RECORD_MIGRATION: Final = "INSERT INTO schema_migrations (version) VALUES ($1)"
 
 PING: Final = "SELECT 1"
 
-# --- job dependencies (sql/0006: the trigger that releases or cancels dependents) ---------------
+# --- job dependencies (sql/0006, 0010: the trigger that releases or cancels dependents) ---------
 
 # Lock the prerequisites a submission names, in id order (so two submissions cannot deadlock on
 # them), and mark them as having dependents. The lock makes a prerequisite's state change wait for
@@ -462,7 +462,46 @@ SELECT_PREREQUISITES: Final = """
 SELECT prerequisite_id, satisfied FROM job_dependencies WHERE job_id = $1 ORDER BY position
 """
 
+# The oldest follow-up the 0010 trigger deferred whose prerequisite has no older one waiting
+# (a prerequisite's follow-ups are worked in order), locked for one batch; another node's is
+# skipped. No arguments.
+CLAIM_FOLLOWUP: Final = """
+SELECT f.id, f.prerequisite_id, f.state, f.created_at, f.cursor FROM dependency_followups f
+WHERE NOT EXISTS (
+    SELECT 1 FROM dependency_followups earlier
+    WHERE earlier.prerequisite_id = f.prerequisite_id AND earlier.id < f.id
+)
+ORDER BY f.id
+LIMIT 1
+FOR UPDATE SKIP LOCKED
+"""
+
+# One batch of a follow-up: the prerequisite's next dependents after the cursor, released or
+# cancelled (sql/0010's dispatcher_follow_dependents, which the trigger follows them with too);
+# the trigger a cancel fires follows that job's own dependents in turn. Returns followed,
+# last_job_id, released, cancelled.
+# $1 prerequisite id, $2 its state, $3 when it reached it, $4 cursor, $5 batch size.
+FOLLOW_DEPENDENTS: Final = "SELECT * FROM dispatcher_follow_dependents($1, $2, $3, $4, $5)"
+
+# $1 follow-up id, $2 the last dependent followed.
+ADVANCE_FOLLOWUP: Final = "UPDATE dependency_followups SET cursor = $2 WHERE id = $1"
+
+# Its last batch is done. $1 follow-up id.
+DELETE_FOLLOWUP: Final = "DELETE FROM dependency_followups WHERE id = $1"
+
 # --- recurring schedules ------------------------------------------------------------------------
+
+# Serialise the creations of one namespace's schedules for the rest of the transaction, so that
+# the count below and the insert after it cannot race another creation past the limit.
+# $1 namespace ('' for the default one).
+LOCK_NAMESPACE_SCHEDULES: Final = """
+SELECT pg_advisory_xact_lock(hashtext('dispatcher.schedules'), hashtext($1))
+"""
+
+# $1 namespace ('' for the default one).
+COUNT_NAMESPACE_SCHEDULES: Final = """
+SELECT count(*) FROM schedules WHERE coalesce(namespace, '') = $1
+"""
 
 # A new schedule; nothing when the name is taken in the namespace (the caller answers 409).
 # $1 namespace (NULL: default), $2 name, $3 cron, $4 timezone, $5 interval_s, $6 routing key,
@@ -495,14 +534,15 @@ ORDER BY id
 LIMIT $3
 """
 
-# Everything a PATCH may change, by id (the row is locked by LOCK_SCHEDULE). $1 id, $2 cron,
+# Everything a PATCH may change, by id (the row is locked by LOCK_SCHEDULE); a resume clears the
+# error the materialiser parked it with. $1 id, $2 cron,
 # $3 timezone, $4 interval_s, $5 routing key, $6 payload, $7 headers (JSON text), $8 priority,
 # $9 ttl_ms, $10 end_at, $11 missed, $12 grace_s, $13 paused, $14 next_at.
 UPDATE_SCHEDULE: Final = """
 UPDATE schedules
 SET cron = $2, timezone = $3, interval_s = $4, routing_key = $5, payload = $6, headers = $7::jsonb,
     priority = $8, ttl_ms = $9, end_at = $10, missed = $11, grace_s = $12, paused = $13,
-    next_at = $14, updated_at = now()
+    next_at = $14, updated_at = now(), error = CASE WHEN $13 THEN error END
 WHERE id = $1
 RETURNING *
 """
@@ -512,13 +552,23 @@ DELETE_SCHEDULE: Final = """
 DELETE FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2 RETURNING *
 """
 
-# The materialiser's batch: active schedules whose next occurrence falls before the horizon,
-# locked until the pass commits; rows another node is working on are skipped, not waited for.
-# $1 horizon, $2 limit.
-CLAIM_DUE_SCHEDULES: Final = """
+# The materialiser's live lane: active schedules whose next occurrence falls between "behind" and
+# the horizon, earliest first, locked until the pass commits; rows another node is working on are
+# skipped, not waited for. $1 behind before, $2 horizon, $3 limit.
+CLAIM_LIVE_SCHEDULES: Final = """
 SELECT * FROM schedules
-WHERE NOT paused AND next_at IS NOT NULL AND next_at <= $1
+WHERE NOT paused AND next_at IS NOT NULL AND next_at >= $1 AND next_at <= $2
 ORDER BY next_at
+LIMIT $3
+FOR UPDATE SKIP LOCKED
+"""
+
+# Its catch-up lane: active schedules behind, least recently served first (every pass sets
+# updated_at), so that each gets its turn whatever its backlog. $1 behind before, $2 limit.
+CLAIM_BEHIND_SCHEDULES: Final = """
+SELECT * FROM schedules
+WHERE NOT paused AND next_at IS NOT NULL AND next_at < $1
+ORDER BY updated_at, id
 LIMIT $2
 FOR UPDATE SKIP LOCKED
 """
@@ -531,4 +581,12 @@ SET next_at = a.next_at, last_fired_at = coalesce(a.last_fired_at, s.last_fired_
     updated_at = now()
 FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[]) AS a(id, next_at, last_fired_at)
 WHERE s.id = a.id
+"""
+
+# Pause schedules the materialiser cannot plan, with the reason; a resume (UPDATE_SCHEDULE)
+# clears it. $1 ids, $2 reasons: parallel arrays.
+PARK_SCHEDULES: Final = """
+UPDATE schedules s SET paused = true, error = p.reason, updated_at = now()
+FROM unnest($1::bigint[], $2::text[]) AS p(id, reason)
+WHERE s.id = p.id
 """

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import asyncpg
 import orjson
@@ -20,7 +20,18 @@ from dispatcher.store.db import Database
 PASS_TIMEOUT_S = 30.0
 
 
+def _aware(moment: datetime | None) -> datetime | None:
+    """asyncpg reads -infinity and infinity as naive datetime.min and datetime.max: what
+    0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z were stored as before the API bounded
+    start_at and end_at. They are those instants, in UTC."""
+    if moment is None or moment.tzinfo is not None:
+        return moment
+    return moment.replace(tzinfo=UTC)
+
+
 def schedule_from_row(row: asyncpg.Record) -> Schedule:
+    start_at = _aware(row["start_at"])
+    assert start_at is not None  # NOT NULL
     return Schedule(
         id=row["id"],
         namespace=row["namespace"],
@@ -30,8 +41,8 @@ def schedule_from_row(row: asyncpg.Record) -> Schedule:
                 cron=row["cron"],
                 timezone=row["timezone"],
                 interval_s=row["interval_s"],
-                start_at=row["start_at"],
-                end_at=row["end_at"],
+                start_at=start_at,
+                end_at=_aware(row["end_at"]),
             ),
             template=Template(
                 routing_key=row["routing_key"],
@@ -48,6 +59,7 @@ def schedule_from_row(row: asyncpg.Record) -> Schedule:
         last_fired_at=row["last_fired_at"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        error=row["error"],
     )
 
 
@@ -79,8 +91,50 @@ class Advance:
     last_fired_at: datetime | None
 
 
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """A schedule the materialiser pauses, and why."""
+
+    schedule_id: int
+    reason: str
+
+
 # A schedule's new definition and next occurrence, from the stored one (the PATCH's merge).
 Change = Callable[[Schedule], tuple[ScheduleSpec, datetime | None]]
+
+
+class Lane:
+    """The schedules one materialiser pass locked (``ScheduleStore.live`` and ``behind``), and the
+    statements that finish it in their transaction. A row that cannot even be read as a schedule
+    is in ``unreadable``, to be parked with the others."""
+
+    def __init__(self, connection: asyncpg.pool.PoolConnectionProxy, rows: list[asyncpg.Record]):
+        self._connection = connection
+        self.schedules: list[Schedule] = []
+        self.unreadable: list[Parked] = []
+        for row in rows:
+            try:
+                self.schedules.append(schedule_from_row(row))
+            except Exception as exc:  # one bad row must not fail the others' pass
+                reason = f"cannot be read: {type(exc).__name__}: {exc}"
+                self.unreadable.append(Parked(row["id"], reason[:500]))
+
+    async def advance(self, advances: Sequence[Advance]) -> None:
+        """Where each schedule goes on; called once their jobs are stored."""
+        if advances:
+            await self._connection.execute(
+                queries.ADVANCE_SCHEDULES,
+                [a.schedule_id for a in advances],
+                [a.next_at for a in advances],
+                [a.last_fired_at for a in advances],
+            )
+
+    async def park(self, parked: Sequence[Parked]) -> None:
+        await self._connection.execute(
+            queries.PARK_SCHEDULES,
+            [p.schedule_id for p in parked],
+            [p.reason for p in parked],
+        )
 
 
 class ScheduleStore:
@@ -88,11 +142,26 @@ class ScheduleStore:
         self._db = db
 
     async def create(
-        self, spec: ScheduleSpec, *, namespace: str | None, next_at: datetime | None
+        self,
+        spec: ScheduleSpec,
+        *,
+        namespace: str | None,
+        next_at: datetime | None,
+        limit: int | None = None,
     ) -> Schedule:
-        """Store a new schedule; ScheduleExists when its name is taken in the namespace."""
+        """Store a new schedule; ScheduleExists when its name is taken in the namespace,
+        ScheduleLimitReached when the namespace holds ``limit`` schedules already."""
         changeable = _changeable(spec)
-        async with self._db.connection() as connection:
+        async with self._db.connection() as connection, connection.transaction():
+            if limit is not None:
+                await connection.execute(queries.LOCK_NAMESPACE_SCHEDULES, namespace or "")
+                count = await connection.fetchval(
+                    queries.COUNT_NAMESPACE_SCHEDULES, namespace or ""
+                )
+                if count >= limit:
+                    raise errors.ScheduleLimitReached(
+                        f"the namespace has {count} schedules; the limit is {limit}"
+                    )
             row = await connection.fetchrow(
                 queries.INSERT_SCHEDULE,
                 namespace,
@@ -142,21 +211,22 @@ class ScheduleStore:
         return schedule_from_row(row)
 
     @asynccontextmanager
-    async def due(
-        self, horizon: datetime, limit: int
-    ) -> AsyncIterator[tuple[list[Schedule], Callable[[Sequence[Advance]], Awaitable[None]]]]:
-        """Lock the active schedules due before ``horizon`` (skipping those another node holds)
-        for one pass. The block stores their jobs, then calls the second item with where each
-        goes on; the locks are released when the block ends (commit, or rollback on error)."""
+    async def live(
+        self, behind_before: datetime, horizon: datetime, limit: int
+    ) -> AsyncIterator[Lane]:
+        """Lock the active schedules whose next occurrence falls in ``[behind_before, horizon]``,
+        earliest first, skipping those another node holds, until the block ends (commit, or
+        rollback on error)."""
         async with self._db.connection(PASS_TIMEOUT_S) as connection, connection.transaction():
-            rows = await connection.fetch(queries.CLAIM_DUE_SCHEDULES, horizon, limit)
+            rows = await connection.fetch(
+                queries.CLAIM_LIVE_SCHEDULES, behind_before, horizon, limit
+            )
+            yield Lane(connection, rows)
 
-            async def advance(advances: Sequence[Advance]) -> None:
-                await connection.execute(
-                    queries.ADVANCE_SCHEDULES,
-                    [a.schedule_id for a in advances],
-                    [a.next_at for a in advances],
-                    [a.last_fired_at for a in advances],
-                )
-
-            yield [schedule_from_row(row) for row in rows], advance
+    @asynccontextmanager
+    async def behind(self, before: datetime, limit: int) -> AsyncIterator[Lane]:
+        """Lock the active schedules whose next occurrence is before ``before``, least recently
+        served first (a round robin), as ``live`` does."""
+        async with self._db.connection(PASS_TIMEOUT_S) as connection, connection.transaction():
+            rows = await connection.fetch(queries.CLAIM_BEHIND_SCHEDULES, before, limit)
+            yield Lane(connection, rows)

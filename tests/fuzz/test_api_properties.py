@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,10 +17,8 @@ from hypothesis import strategies as st
 
 from consumers_sdk import validation
 from dispatcher.node import Node
-from tests.support.nodes import client, running_node
-
-T = TypeVar("T")
-REFUSALS = {400, 413, 422}
+from tests.support.nodes import running_node
+from tests.support.probe import REFUSALS, Probe, assert_answer
 
 json_scalars = st.one_of(
     st.none(),
@@ -78,54 +75,6 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
         database_url=database_url, amqp_url=amqp_url, node_id="fuzz", shard_count=16
     ) as running:
         yield running
-
-
-def assert_answer(response: httpx.Response) -> None:
-    """A 2xx, or one of the documented refusals as a JSON error naming each field at fault."""
-    assert response.status_code < 500, response.text
-    if response.is_success:
-        return
-    assert response.status_code in REFUSALS, response.text
-    assert response.headers["content-type"] == "application/json", response.text
-    problem = response.json()
-    assert problem["error"], problem
-    assert problem["message"], problem
-    assert problem["fields"], problem
-    for item in problem["fields"]:
-        assert item["field"], problem
-        assert item["message"], problem
-
-
-class Probe:
-    """Runs the app's calls on the test's loop while hypothesis drives from a worker thread."""
-
-    def __init__(self, node: Node, database_url: str) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._http = client(node)
-        self._database_url = database_url
-
-    def run(self, call: Callable[[], Awaitable[T]]) -> T:
-        async def wrapped() -> T:
-            return await call()
-
-        return asyncio.run_coroutine_threadsafe(wrapped(), self._loop).result(60)
-
-    def post(self, path: str, content: bytes) -> httpx.Response:
-        headers = {"content-type": "application/json"}
-        return self.run(lambda: self._http.post(path, content=content, headers=headers))
-
-    def stored(self) -> int:
-        async def count() -> int:
-            connection = await asyncpg.connect(self._database_url)
-            try:
-                return int(await connection.fetchval("SELECT count(*) FROM jobs"))
-            finally:
-                await connection.close()
-
-        return self.run(count)
-
-    async def close(self) -> None:
-        await self._http.aclose()
 
 
 def check_post(probe: Probe, path: str, body: bytes) -> httpx.Response:

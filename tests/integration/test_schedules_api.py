@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -14,6 +14,7 @@ import pytest
 
 from dispatcher.node import Node
 from tests.support.nodes import client, running_node
+from tests.support.waiting import until
 
 ADMIN = "admin-token-0123456789"
 TEAM_A = "producer-a-token-0123456789"
@@ -57,15 +58,10 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
         api_key_cache_s=0.2,
         schedule_poll_s=0.2,
         schedule_ahead_s=5,
+        schedule_catchup_window_s=30,
+        max_schedules_per_namespace=3,
     ) as running:
         yield running
-
-
-async def until(check: Callable[[], Awaitable[bool]], deadline_s: float = 10) -> None:
-    """Return once ``check()`` holds (the materialiser works in the node's own tasks)."""
-    async with asyncio.timeout(deadline_s):
-        while not await check():  # noqa: ASYNC110 - the state is in PostgreSQL
-            await asyncio.sleep(0.1)
 
 
 async def count_rows(database_url: str, table: str) -> int:
@@ -109,6 +105,16 @@ async def test_create_and_get_shows_the_next_occurrences_in_the_zone(node: Node)
         ({"grace_s": -1}, "grace_s"),
         ({"start_at": "2026-01-02T00:00:00Z", "end_at": "2026-01-01T00:00:00Z"}, "end_at"),
         ({"start_at": "2026-01-02T00:00:00"}, "start_at"),
+        # Outside 0001-01-02 to 9999-12-30 in UTC: what every zone, the search and PostgreSQL
+        # carry (the first one was stored as -infinity, and the node stopped materialising it).
+        ({"start_at": "0001-01-01T00:00:00Z", "interval_s": 1, "cron": None}, "start_at"),
+        ({"start_at": "0001-01-01T23:59:59.999999Z"}, "start_at"),
+        ({"start_at": "0001-01-02T00:00:00+00:01"}, "start_at"),
+        ({"start_at": "9999-12-31T00:00:00-01:00"}, "start_at"),
+        ({"end_at": "9999-12-31T23:59:59.999999Z"}, "end_at"),
+        ({"end_at": "9999-12-30T00:00:00.000001Z"}, "end_at"),
+        ({"timezone": "localtime"}, "timezone"),
+        ({"timezone": "zone.tab"}, "timezone"),
         ({"job": {"routing_key": "billing.#", "payload": 1}}, "job.routing_key"),
         ({"job": {"routing_key": "billing.x", "payload": 1, "priority": 10}}, "job.priority"),
         ({"job": {"routing_key": "billing.x", "payload": 1, "ttl_ms": 0}}, "job.ttl_ms"),
@@ -337,3 +343,109 @@ async def test_delete_removes_the_schedule_and_keeps_its_jobs(
         await asyncio.sleep(1)
     assert len(await jobs_of(database_url, "short")) == made
     assert await count_rows(database_url, "schedules") == 0
+
+
+async def test_a_start_at_the_first_accepted_instant_under_missed_all_is_caught_up_boundedly(
+    node: Node, database_url: str
+) -> None:
+    """The crash of issue 15: a schedule from year 1, every second, missing nothing. It is
+    accepted from 0001-01-02 on, and its catch-up is the last DISPATCHER_SCHEDULE_CATCHUP_WINDOW_S
+    (30 s here), not two thousand years of seconds."""
+    body = schedule(
+        "since-year-one",
+        cron=None,
+        interval_s=1,
+        start_at="0001-01-02T00:00:00Z",
+        end_at="9999-12-30T00:00:00Z",
+        missed="all",
+    )
+    async with client(node) as http:
+        created = await http.post("/v1/schedules", json=body, headers=bearer(TEAM_A))
+        assert created.status_code == 201, created.text
+        assert created.json()["error"] is None
+        await until(lambda: has_jobs(database_url, "since-year-one", 30))
+        got = (await http.get("/v1/schedules/since-year-one", headers=bearer(TEAM_A))).json()
+    assert got["error"] is None
+    assert got["paused"] is False
+    assert len(got["upcoming"]) == 5
+    made = [row["run_at"] for row in await jobs_of(database_url, "since-year-one")]
+    assert made[0] >= datetime.now(UTC) - timedelta(seconds=60)
+    assert len(made) < 60  # 30 s made up, 5 s ahead, a few seconds of passes
+
+
+async def test_a_namespace_holds_at_most_the_configured_number_of_schedules(node: Node) -> None:
+    async with client(node) as http:
+        for index in range(3):
+            answer = await http.post(
+                "/v1/schedules", json=schedule(f"s{index}"), headers=bearer(TEAM_A)
+            )
+            assert answer.status_code == 201, answer.text
+        refused = await http.post("/v1/schedules", json=schedule("s3"), headers=bearer(TEAM_A))
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"] == "limit_reached"
+        assert refused.json()["fields"][0]["field"] == "name"
+        other = await http.post("/v1/schedules", json=schedule("s3"), headers=bearer(TEAM_B))
+        assert other.status_code == 201  # per namespace
+        await http.delete("/v1/schedules/s0", headers=bearer(TEAM_A))
+        again = await http.post("/v1/schedules", json=schedule("s3"), headers=bearer(TEAM_A))
+        assert again.status_code == 201
+
+
+async def test_concurrent_creations_do_not_pass_the_limit(node: Node, database_url: str) -> None:
+    async with client(node) as http:
+        answers = await asyncio.gather(
+            *(
+                http.post("/v1/schedules", json=schedule(f"c{index}"), headers=bearer(TEAM_A))
+                for index in range(8)
+            )
+        )
+    assert sorted(answer.status_code for answer in answers) == [201] * 3 + [409] * 5
+    assert await count_rows(database_url, "schedules") == 3
+
+
+async def forget_zone(database_url: str, name: str) -> None:
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "UPDATE schedules SET timezone = 'Gone/Zone', next_at = now() WHERE name = $1", name
+        )
+    finally:
+        await connection.close()
+
+
+async def test_a_parked_schedule_shows_why_and_a_resume_clears_it(
+    node: Node, database_url: str
+) -> None:
+    async with client(node) as http:
+        await http.post(
+            "/v1/schedules",
+            json=schedule("zone-gone", cron="* * * * *", timezone="Europe/Berlin"),
+            headers=bearer(TEAM_A),
+        )
+        # As if the tz database of this node no longer knew its zone.
+        await forget_zone(database_url, "zone-gone")
+
+        async def parked() -> bool:
+            got = await http.get("/v1/schedules/zone-gone", headers=bearer(TEAM_A))
+            return bool(got.json()["error"])
+
+        await until(parked)
+        got = (await http.get("/v1/schedules/zone-gone", headers=bearer(TEAM_A))).json()
+        assert got["paused"] is True
+        assert "ZoneInfoNotFoundError" in got["error"]
+        resumed = await http.patch(
+            "/v1/schedules/zone-gone",
+            json={"paused": False, "timezone": "Europe/Paris"},
+            headers=bearer(TEAM_A),
+        )
+        assert resumed.status_code == 200, resumed.text
+        assert resumed.json()["error"] is None
+        assert resumed.json()["paused"] is False
+        # Resuming without a zone it knows is refused, naming the field.
+        await http.patch("/v1/schedules/zone-gone", json={"paused": True}, headers=bearer(TEAM_A))
+        await forget_zone(database_url, "zone-gone")
+        refused = await http.patch(
+            "/v1/schedules/zone-gone", json={"paused": False}, headers=bearer(TEAM_A)
+        )
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["fields"][0]["field"] == "timezone"

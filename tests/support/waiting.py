@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -16,6 +16,14 @@ async def eventually(
     async with asyncio.timeout(deadline_s):
         while not condition():  # noqa: ASYNC110 - the state lives in other processes or threads
             await asyncio.sleep(poll_s)
+
+
+async def until(check: Callable[[], Awaitable[bool]], deadline_s: float = 10) -> None:
+    """Return once ``await check()`` holds (state in PostgreSQL, say); TimeoutError after
+    ``deadline_s``."""
+    async with asyncio.timeout(deadline_s):
+        while not await check():  # noqa: ASYNC110 - the state is in another process
+            await asyncio.sleep(0.05)
 
 
 async def job_when(

@@ -118,9 +118,26 @@ EVERY_10S = Timing(interval_s=10, start_at=utc(2026, 1, 1))
 NOW = utc(2026, 1, 1, 1, 0, 0)
 
 
-def run_plan(missed: Missed, next_at: datetime, *, limit: int = 1000, grace_s: float = 30):
+DAY_S = 86400.0
+
+
+def run_plan(
+    missed: Missed,
+    next_at: datetime,
+    *,
+    limit: int = 1000,
+    grace_s: float = 30,
+    catchup_s: float = DAY_S,
+):
     return plan(
-        EVERY_10S, next_at, now=NOW, ahead_s=15, grace_s=grace_s, missed=missed, limit=limit
+        EVERY_10S,
+        next_at,
+        now=NOW,
+        ahead_s=15,
+        grace_s=grace_s,
+        missed=missed,
+        limit=limit,
+        catchup_s=catchup_s,
     )
 
 
@@ -179,9 +196,36 @@ def test_missed_latest_on_a_sparse_cron() -> None:
         grace_s=60,
         missed=Missed.LATEST,
         limit=100,
+        catchup_s=DAY_S,
     )
     assert result.fire == [utc(2025, 12, 1, 3)]
     assert result.next_at == utc(2026, 1, 1, 3)  # two hours ahead: a later pass
+
+
+def test_missed_all_makes_up_only_the_catchup_window() -> None:
+    # Started in year 1 (or down for years): the 10 minutes before now are made up, no more.
+    early = Timing(interval_s=10, start_at=datetime(1, 1, 2, tzinfo=UTC))
+    result = plan(
+        early,
+        early.start_at,
+        now=NOW,
+        ahead_s=15,
+        grace_s=30,
+        missed=Missed.ALL,
+        limit=1000,
+        catchup_s=600,
+    )
+    assert result.fire[0] == NOW - timedelta(seconds=600)
+    assert result.fire[-1] == NOW + timedelta(seconds=10)
+    assert len(result.fire) == 62
+    assert result.skipped_missed
+
+
+def test_a_grace_longer_than_the_catchup_window_is_cut_to_it() -> None:
+    result = run_plan(Missed.SKIP, NOW - timedelta(days=30), grace_s=7 * DAY_S, catchup_s=60)
+    assert result.fire[0] == NOW - timedelta(seconds=60)
+    latest = run_plan(Missed.LATEST, NOW - timedelta(days=30), grace_s=7 * DAY_S, catchup_s=60)
+    assert latest.fire[:2] == [NOW - timedelta(seconds=70), NOW - timedelta(seconds=60)]
 
 
 def test_a_schedule_past_its_end_fires_nothing_and_ends() -> None:
@@ -194,6 +238,7 @@ def test_a_schedule_past_its_end_fires_nothing_and_ends() -> None:
         grace_s=30,
         missed=Missed.ALL,
         limit=10,
+        catchup_s=DAY_S,
     )
     assert result.fire == [NOW - timedelta(seconds=10)]
     assert result.next_at is None

@@ -1,0 +1,66 @@
+"""The dependents follow-up: finishes the releases and cancellations that the database's trigger
+deferred (``sql/0010_flood_bounds.sql``).
+
+The trigger follows a finishing prerequisite's dependents in the transaction of its change only
+while that transaction has followed at most 1000; beyond, it queues the prerequisite. Every node
+runs this loop: it works the queue in batches of ``batch`` dependents, one short transaction each
+(``FOR UPDATE SKIP LOCKED`` on the queue, so nodes share it), released jobs announced with due
+notices. So a prerequisite with 100 000 dependents costs its consumer's event one queued row, and
+the rest of the event recording (everyone's) does not wait for it. A cancelled dependent's own
+dependents are followed by the trigger its cancel fires, inline or queued in turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from dispatcher import errors, metrics
+from dispatcher.store import dependencies
+from dispatcher.store.db import Database
+
+logger = logging.getLogger(__name__)
+_LOG = {"action": "dependents"}
+
+
+class DependentsFollower:
+    def __init__(
+        self, db: Database, metrics: metrics.Metrics, *, batch: int, poll_s: float
+    ) -> None:
+        self._db = db
+        self._metrics = metrics
+        self._batch = batch
+        self._poll_s = poll_s
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.drain()
+            except errors.StoreUnavailable as exc:  # deadlocks included: the batch is redone
+                logger.warning("dependents: follow-up paused: %s", exc, extra=_LOG)
+            with contextlib.suppress(TimeoutError):  # until the next look, or stop
+                await asyncio.wait_for(self._stop.wait(), self._poll_s)
+
+    async def drain(self) -> int:
+        """Work the queue until it is empty (or ``stop``); returns how many dependents were
+        released or cancelled."""
+        total = 0
+        while not self._stop.is_set():
+            followed = await dependencies.follow_deferred(self._db, batch=self._batch)
+            if followed is None:
+                break
+            total += followed.released + followed.cancelled
+            self._metrics.dependents_followed.labels(outcome="released").inc(followed.released)
+            self._metrics.dependents_followed.labels(outcome="cancelled").inc(followed.cancelled)
+            if followed.done:
+                logger.info(
+                    "dependents of %s followed",
+                    followed.prerequisite_id,
+                    extra={**_LOG, "job_id": str(followed.prerequisite_id)},
+                )
+        return total
