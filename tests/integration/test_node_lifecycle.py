@@ -74,14 +74,14 @@ async def test_a_node_started_before_its_database_waits_for_it_and_then_fires(
     amqp_url: str, collector: Collector
 ) -> None:
     server = PostgresServer(service_root("postgres-late"), free_port())
-    node = Node(Settings(database_url=server.dsn("dispatcher"), amqp_url=amqp_url, shard_count=8))
+    # The server's own database: it exists as soon as the server answers.
+    node = Node(Settings(database_url=server.dsn("postgres"), amqp_url=amqp_url, shard_count=8))
     task = asyncio.create_task(node.run(serve_http=False))
     try:
         await asyncio.sleep(1.5)  # retrying: nothing listens on the port yet
         assert not task.done()
         assert not node.started.is_set()
         await asyncio.to_thread(server.start)
-        await asyncio.to_thread(server.create_database, "dispatcher")
         await asyncio.wait_for(node.started.wait(), 60)
         await asyncio.wait_for(node.publisher.wait_ready(), 30)
         async with client(node) as http:
