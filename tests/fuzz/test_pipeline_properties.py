@@ -61,7 +61,11 @@ headers = st.one_of(
     st.dictionaries(header_names, header_values, max_size=LIMITS.max_headers),
 ).filter(lambda found: validation.headers_problem(found, LIMITS) is None)
 json_leaves = st.one_of(
-    st.none(), st.booleans(), st.integers(-INT64 - 1, INT64), st.floats(allow_nan=False), texts
+    st.none(),
+    st.booleans(),
+    st.integers(-INT64 - 1, INT64),
+    st.floats(allow_nan=False, allow_infinity=False),
+    texts,
 )
 payloads = st.one_of(
     st.sampled_from([None, 0, "", [], {}]),
