@@ -74,8 +74,9 @@ def rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitSe
     yield server
     _running.remove(server)
     server.stop()
-    if isinstance(server, rabbitmq4.Rabbit4Server):  # its root is in the kept chroot
-        shutil.rmtree(server.root, ignore_errors=True)
+    if isinstance(server, rabbitmq4.Rabbit4Server):
+        # Its root is in the kept chroot: drop the data, keep the log to grep after the run.
+        shutil.rmtree(server.root / "mnesia", ignore_errors=True)
 
 
 @pytest.fixture
