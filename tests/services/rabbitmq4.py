@@ -46,6 +46,15 @@ def unmount(chroot: Path) -> None:
         subprocess.run(["umount", "-l", str(point)], check=True)
 
 
+def in_use(chroot: Path) -> bool:
+    """Whether a process runs inside CHROOT (another session's node, say)."""
+    for root in Path("/proc").glob("[0-9]*/root"):
+        with contextlib.suppress(OSError):
+            if Path(os.readlink(root)) == chroot:
+                return True
+    return False
+
+
 def mount(chroot: Path, *, dev: bool = True) -> None:
     """/proc (and the host's /dev) inside CHROOT; a second call changes nothing."""
     if not os.path.ismount(chroot / "proc"):
@@ -154,13 +163,17 @@ class Rabbit4Server(RabbitServer):
         mount(self.chroot, dev=False)
         super().start()
 
+    def _release(self) -> None:
+        if not in_use(self.chroot):
+            unmount(self.chroot)
+
     def stop(self) -> None:
         super().stop()
-        unmount(self.chroot)
+        self._release()
 
     def kill(self) -> None:
         super().kill()
-        unmount(self.chroot)
+        self._release()
 
 
 def main() -> None:
