@@ -6,10 +6,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run down test test-unit lint fmt typecheck check bench soak clean
+.PHONY: help venv run down test test-rabbitmq4 test-unit lint fmt typecheck check bench soak clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,21 @@ test: $(STAMP) ## the whole suite against real, throwaway services
 	$(BIN)/python -m tests.services.stack ensure --browser
 	$(BIN)/pytest -q
 
+# The tests whose outcome depends on the broker: publishing, the SDK's retry and dead-letter
+# queues, the dlq tool, events and the broker outage and consumer fault tests.
+RABBITMQ4_TESTS := tests/integration/test_publisher.py tests/integration/test_consumer.py \
+	tests/integration/test_consumer_retry_policy.py tests/integration/test_events.py \
+	tests/integration/test_api.py::test_unroutable_job_is_parked_in_the_unroutable_queue \
+	tests/e2e/test_sdk.py \
+	tests/e2e/test_cli.py::test_dlq_requeue_of_one_job_sends_it_to_its_routing_key_with_its_history \
+	tests/faults/test_broker_outage.py tests/faults/test_consumer_faults.py
+
+test-rabbitmq4: $(STAMP) ## the broker-facing tests against RabbitMQ 4.x (Debian trixie's, in a chroot)
+	$(BIN)/python -m tests.services.stack ensure
+	@command -v debootstrap >/dev/null || (apt-get update -qq && apt-get install -y -qq debootstrap)
+	$(BIN)/python -m tests.services.rabbitmq4 build
+	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q $(RABBITMQ4_TESTS)
+
 test-unit: $(STAMP) ## the fast tests that need no service
 	$(BIN)/pytest -q tests/unit
 
@@ -59,4 +74,6 @@ soak: $(STAMP) ## hold a steady load for 10 minutes: lost jobs, duplicates, late
 	$(BIN)/python -m bench.soak --duration-s $${SOAK_S:-600} --rate $${SOAK_RATE:-500}
 
 clean: ## remove the venv, caches and local service data
+	@# Nothing may stay mounted under .run (the RabbitMQ 4 chroot) when rm walks it.
+	awk '{print $$2}' /proc/self/mounts | grep '^$(CURDIR)/.run/' | sort -r | xargs -r umount -l
 	rm -rf $(VENV) .run .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -4,12 +4,14 @@ a RabbitMQ vhost, a ZooKeeper chroot. Services start once; they never skip."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from tests.services import rabbitmq4
 from tests.services.base import service_root
 from tests.services.ports import free_port
 from tests.services.postgres import PostgresServer
@@ -52,20 +54,29 @@ def database_url(pg_server: PostgresServer, pg_template: str) -> Iterator[str]:
         pg_server.drop_database(name)
 
 
+def new_rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> RabbitServer:
+    """The system's RabbitMQ, or 4.x from its chroot when DISPATCHER_TEST_RABBITMQ=4."""
+    ports = {"amqp_port": free_port(), "mgmt_port": free_port(), "dist_port": free_port()}
+    nodename = f"test-{uuid.uuid4().hex[:8]}@localhost"
+    if os.environ.get("DISPATCHER_TEST_RABBITMQ") == "4":
+        chroot = rabbitmq4.ensure_chroot()
+        return rabbitmq4.Rabbit4Server(
+            chroot, rabbitmq4.node_root(chroot), **ports, nodename=nodename
+        )
+    return RabbitServer(tmp_path_factory.mktemp("rabbitmq"), **ports, nodename=nodename)
+
+
 @pytest.fixture(scope="session")
 def rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitServer]:
-    server = RabbitServer(
-        tmp_path_factory.mktemp("rabbitmq"),
-        amqp_port=free_port(),
-        mgmt_port=free_port(),
-        dist_port=free_port(),
-        nodename=f"test-{uuid.uuid4().hex[:8]}@localhost",
-    )
+    server = new_rabbit_server(tmp_path_factory)
     server.start()
     _running.append(server)
     yield server
     _running.remove(server)
     server.stop()
+    if isinstance(server, rabbitmq4.Rabbit4Server):
+        # Its root is in the kept chroot: drop the data, keep the log to grep after the run.
+        shutil.rmtree(server.root / "mnesia", ignore_errors=True)
 
 
 @pytest.fixture

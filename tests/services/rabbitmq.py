@@ -31,18 +31,27 @@ class RabbitServer:
         self.out = root / "server.out"
         self._process: subprocess.Popen[bytes] | None = None
 
+    def command(self, tool: str) -> list[str]:
+        """How to run one of RabbitMQ's scripts (another install may run them elsewhere)."""
+        return [str(BIN / tool)]
+
+    def node_path(self, path: Path) -> str:
+        """PATH, a file under root, as the node's scripts see it."""
+        return str(path)
+
     @property
     def env(self) -> dict[str, str]:
+        at = self.node_path
         return {
             **os.environ,
-            "HOME": str(self.root),  # the Erlang cookie lives here; rabbitmqctl needs the same
+            "HOME": at(self.root),  # the Erlang cookie lives here; rabbitmqctl needs the same
             "RABBITMQ_NODENAME": self.nodename,
-            "RABBITMQ_MNESIA_BASE": str(self.root / "mnesia"),
-            "RABBITMQ_LOG_BASE": str(self.root / "log"),
-            "RABBITMQ_CONFIG_FILE": str(self.root / "rabbitmq"),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.root / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": at(self.root / "mnesia"),
+            "RABBITMQ_LOG_BASE": at(self.root / "log"),
+            "RABBITMQ_CONFIG_FILE": at(self.root / "rabbitmq"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": at(self.root / "enabled_plugins"),
             "RABBITMQ_DIST_PORT": str(self.dist_port),
-            "RABBITMQ_PID_FILE": str(self.root / "rabbitmq.pid"),
+            "RABBITMQ_PID_FILE": at(self.root / "rabbitmq.pid"),
         }
 
     def start(self) -> None:
@@ -58,7 +67,7 @@ class RabbitServer:
         (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
         with self.out.open("ab") as out:
             self._process = subprocess.Popen(
-                [str(BIN / "rabbitmq-server")],
+                self.command("rabbitmq-server"),
                 env=self.env,
                 cwd=self.root,
                 stdout=out,
@@ -93,7 +102,7 @@ class RabbitServer:
 
     def ctl(self, *args: str, check: bool = True) -> str:
         result = subprocess.run(
-            [str(BIN / "rabbitmqctl"), "-n", self.nodename, *args],
+            [*self.command("rabbitmqctl"), "-n", self.nodename, *args],
             env=self.env,
             capture_output=True,
             text=True,
