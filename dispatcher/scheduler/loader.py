@@ -336,15 +336,12 @@ class Loader:
             if stragglers:
                 logger.warning("firing %d overdue jobs no load had picked up", len(stragglers))
             entries += stragglers
-        known = set(self._recovered_ids())
+        known = {entry.id for entry in self._recovered}
         fresh = [entry for entry in entries if entry.id not in known]
         if fresh:
             self._recovered.extend(fresh)
             self._on_due()
         return len(fresh)
-
-    def _recovered_ids(self) -> Iterable[uuid.UUID]:
-        return (entry.id for entry in self._recovered)
 
     @property
     def horizon(self) -> datetime | None:

@@ -117,7 +117,9 @@ class JobStore:
             created_at = inserted.get(job.id)
             if created_at is not None:
                 state = models.JobState.WAITING if job.id in waiting else models.JobState.SCHEDULED
-                results.append(models.Submitted(job=_stored(job, created_at, state), created=True))
+                results.append(
+                    models.Submitted(job=as_stored(job, created_at, state), created=True)
+                )
             else:
                 assert job.idempotency_key is not None  # only a key conflict skips an insert
                 found = existing[(job.namespace or "", job.idempotency_key)]
@@ -291,7 +293,7 @@ class JobStore:
             await connection.execute(query, ids, *args)
 
 
-def _stored(
+def as_stored(
     job: models.NewJob, created_at: datetime, state: models.JobState = models.JobState.SCHEDULED
 ) -> models.Job:
     """The row just inserted, as the database holds it (the column defaults of INSERT_JOBS)."""

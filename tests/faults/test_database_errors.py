@@ -40,22 +40,23 @@ async def admin(dsn: str) -> AsyncIterator[asyncpg.Connection]:
         await connection.close(timeout=10)
 
 
-async def cancel_statements(dsn: str, database: str) -> None:
-    """Cancel whatever the dispatcher's backends are running, every 20 ms."""
+async def repeatedly(dsn: str, database: str, statement: str, every_s: float) -> None:
+    """Run ``statement`` against the dispatcher's backends every ``every_s`` for FAULT_S."""
     async with admin(dsn) as connection:
         end = time.monotonic() + FAULT_S
         while time.monotonic() < end:
-            await connection.execute(CANCEL, database)
-            await asyncio.sleep(0.02)
+            await connection.execute(statement, database)
+            await asyncio.sleep(every_s)
+
+
+async def cancel_statements(dsn: str, database: str) -> None:
+    """Cancel whatever the dispatcher's backends are running, every 20 ms."""
+    await repeatedly(dsn, database, CANCEL, 0.02)
 
 
 async def terminate_backends(dsn: str, database: str) -> None:
     """Terminate every backend of the dispatcher, every 300 ms."""
-    async with admin(dsn) as connection:
-        end = time.monotonic() + FAULT_S
-        while time.monotonic() < end:
-            await connection.execute(TERMINATE, database)
-            await asyncio.sleep(0.3)
+    await repeatedly(dsn, database, TERMINATE, 0.3)
 
 
 async def exhaust_connections(dsn: str, database: str) -> None:

@@ -12,10 +12,10 @@ import json
 import struct
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncpg
 import pytest
@@ -27,9 +27,9 @@ from consumers_sdk.enqueue import enqueue
 from consumers_sdk.reporter import EventReporter
 from dispatcher.node import Node
 from tests.support.collector import Collector, Delivery
-from tests.support.nodes import client, running_node
+from tests.support.nodes import running_node
+from tests.support.probe import Probe
 
-T = TypeVar("T")
 LEASE_S = 3.0
 LIMITS = validation.DEFAULT_LIMITS
 FAR_S = LIMITS.max_delay_days * 86_400 - 3_600  # an hour inside the bound
@@ -148,26 +148,21 @@ async def enqueued(database_url: str, job: dict[str, Any]) -> str:
     return str(placed.id)
 
 
-class Pipeline:
+class Pipeline(Probe):
     """Submits on the test's loop while hypothesis drives from a worker thread, and follows each
     job to its end."""
+
+    timeout_s = 120.0  # an example follows several jobs to their end
 
     def __init__(
         self, node: Node, task: asyncio.Task[None], collector: Collector, dsn: str
     ) -> None:
-        self._loop = asyncio.get_running_loop()
+        super().__init__(node, dsn)
         self._node = node
         self._task = task
-        self.http = client(node)
         self.collector = collector
         self._dsn = dsn
         self.ends: dict[str, int] = {}
-
-    def run(self, call: Callable[[], Awaitable[T]]) -> T:
-        async def wrapped() -> T:
-            return await call()
-
-        return asyncio.run_coroutine_threadsafe(wrapped(), self._loop).result(120)
 
     async def submit(self, path: str, batch: list[dict[str, Any]]) -> list[str]:
         for job in batch:  # unique per example, so each submission creates its job
@@ -219,9 +214,6 @@ class Pipeline:
             await self.check_alive()
 
         self.run(go)
-
-    async def close(self) -> None:
-        await self.http.aclose()
 
 
 def check_message(delivery: Delivery, job_id: str, stored: dict[str, Any]) -> None:

@@ -11,7 +11,6 @@ from datetime import UTC, datetime
 import aio_pika
 import asyncpg
 import httpx
-from aio_pika.abc import FieldValue
 
 from consumers_sdk import contract
 from dispatcher import models
@@ -24,15 +23,11 @@ SHARDS = 8
 
 async def refusing_queue(amqp_url: str, routing_key: str) -> aio_pika.abc.AbstractConnection:
     """A queue that is always full and refuses what is published to it: RabbitMQ nacks every
-    message routed there (a broker refusal aimed at those messages only)."""
+    message routed there (a broker refusal aimed at those messages only). The jobs exchange
+    must exist (the collector declares it)."""
     connection = await aio_pika.connect(amqp_url)
     channel = await connection.channel()
-    exchange = await channel.declare_exchange(
-        contract.EXCHANGE,
-        aio_pika.ExchangeType.TOPIC,
-        durable=True,
-        arguments=dict[str, FieldValue](contract.exchange_arguments()),
-    )
+    exchange = await channel.get_exchange(contract.EXCHANGE)  # declared by the collector
     queue = await channel.declare_queue(
         f"full.{routing_key}",
         durable=True,

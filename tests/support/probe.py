@@ -36,23 +36,25 @@ def assert_answer(response: httpx.Response) -> None:
 class Probe:
     """Runs the app's calls on the test's loop while hypothesis drives from a worker thread."""
 
+    timeout_s = 60.0  # one call, as hypothesis waits for it
+
     def __init__(self, node: Node, database_url: str) -> None:
         self._loop = asyncio.get_running_loop()
-        self._http = client(node)
+        self.http = client(node)
         self._database_url = database_url
 
     def run(self, call: Callable[[], Awaitable[T]]) -> T:
         async def wrapped() -> T:
             return await call()
 
-        return asyncio.run_coroutine_threadsafe(wrapped(), self._loop).result(60)
+        return asyncio.run_coroutine_threadsafe(wrapped(), self._loop).result(self.timeout_s)
 
     def post(self, path: str, content: bytes) -> httpx.Response:
         return self.send("POST", path, content)
 
     def send(self, method: str, path: str, content: bytes | None = None) -> httpx.Response:
         headers = {"content-type": "application/json"}
-        return self.run(lambda: self._http.request(method, path, content=content, headers=headers))
+        return self.run(lambda: self.http.request(method, path, content=content, headers=headers))
 
     def stored(self, table: str = "jobs") -> int:
         return int(self.fetchval(f"SELECT count(*) FROM {table}"))
@@ -72,4 +74,4 @@ class Probe:
         return row[0]
 
     async def close(self) -> None:
-        await self._http.aclose()
+        await self.http.aclose()

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from dispatcher import errors, models
 from dispatcher.group_commit import GroupCommit
+from dispatcher.store import jobs as job_store
 
 IDS = models.JobIds()
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -20,23 +21,7 @@ def new_job(routing_key: str) -> models.NewJob:
 
 
 def stored(job: models.NewJob) -> models.Submitted:
-    job_row = models.Job(
-        id=job.id,
-        shard=job.shard,
-        state=models.JobState.SCHEDULED,
-        routing_key=job.routing_key,
-        payload=job.payload,
-        run_at=job.run_at,
-        idempotency_key=None,
-        headers={},
-        priority=None,
-        ttl_ms=None,
-        created_at=NOW,
-        updated_at=NOW,
-        dispatched_at=None,
-        publish_attempts=0,
-    )
-    return models.Submitted(job=job_row, created=True)
+    return models.Submitted(job=job_store.as_stored(job, NOW), created=True)
 
 
 async def submit_together(
