@@ -204,16 +204,38 @@ class Firer:
     async def _strike(
         self, entries: list[models.DueEntry], reason: str, *, progress: int | None = None
     ) -> None:
-        """A failure of these jobs: alone, one strike (parked at the last); together, each becomes
-        a suspect. Either way they are released and tried again (a struck one a little later).
+        """A failure of these jobs together: alone, one strike (parked at the last); several,
+        each becomes a suspect, fired alone from then on.
 
         A nack always strikes; an unexpected failure (``progress`` given) only when other jobs
         were confirmed since the job's previous strike: while everything fails (a bug or a fault
         that is not the job's), nothing is parked."""
-        if len(entries) == 1 and self._quarantine.strike(entries[0].id, reason, progress=progress):
-            await self._park([(entries[0].id, reason)])
+        if len(entries) == 1:
+            await self._strike_each(entries, reason, progress=progress)
             return
         self._quarantine.suspect(entry.id for entry in entries)
+        await self._retry_later(entries)
+
+    async def _strike_each(
+        self, entries: list[models.DueEntry], reason: str, *, progress: int | None = None
+    ) -> None:
+        """Each of these jobs failed on its own (a nack, or a suspect fired alone): a strike
+        each; those at the last are parked, the others tried again later, in one round trip
+        each."""
+        last = [
+            entry
+            for entry in entries
+            if self._quarantine.strike(entry.id, reason, progress=progress)
+        ]
+        if last:
+            await self._park([(entry.id, reason) for entry in last])
+        parked = {entry.id for entry in last}
+        await self._retry_later([entry for entry in entries if entry.id not in parked])
+
+    async def _retry_later(self, entries: list[models.DueEntry]) -> None:
+        """Release the claims and fire again, a struck job after its quarantine delay."""
+        if not entries:
+            return
         await self._store.release(entry.id for entry in entries)
         now_s = self._clock()
         self._loader.put_back(
@@ -271,8 +293,8 @@ class Firer:
                 self._quarantine.clear(job.id for job in outcome.confirmed)
         if outcome.unpublishable:  # the same job would fail the same way every time
             await self._park([(job.id, reason) for job, reason in outcome.unpublishable])
-        for job in outcome.nacked:
-            await self._strike([models.DueEntry.of(job)], "RabbitMQ refused the message (nack)")
+        if outcome.nacked:
+            await self._strike_each(_entries(outcome.nacked), "RabbitMQ refused the message (nack)")
         if outcome.failed:
             await self._give_back(outcome.failed)
             raise errors.PublishFailed(
