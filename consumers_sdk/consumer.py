@@ -207,15 +207,14 @@ class Consumer:
         )
         if self.events is not None:
             self.events.open()
+        standing = await topology.declare(
+            self._url, self._topology, connection_name=f"consumer-{self.group}-declare"
+        )
         consuming = []
         for spec in self._handlers:
-            queue = await topology.declare(
-                channel,
-                work=spec.queue,
-                routing_key=spec.routing_key,
-                tiers=self._tiers,
-                queue_type=self._queue_type,
-                exchange=self._exchange,
+            # Redeclared as it stands on the robust channel, which restores it after a reconnect.
+            queue = await channel.declare_queue(
+                spec.queue, durable=True, arguments=standing[spec.queue]
             )
             consuming.append((queue, await queue.consume(partial(self._on_message, spec))))
         self.ready.set()
@@ -224,6 +223,20 @@ class Consumer:
             with contextlib.suppress(Exception):  # the channel may be closing already
                 await queue.cancel(tag)
         await self._drain()
+
+    def _topology(self, major: int) -> list[topology.QueueSpec]:
+        return [
+            queue
+            for spec in self._handlers
+            for queue in topology.handler_queues(
+                work=spec.queue,
+                routing_key=spec.routing_key,
+                tiers=self._tiers,
+                queue_type=self._queue_type,
+                major=major,
+                exchange=self._exchange,
+            )
+        ]
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()

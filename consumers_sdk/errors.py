@@ -62,3 +62,21 @@ class DispatcherUnavailable(ClientError):
 
 class DlqError(Exception):
     """A dead-letter operation could not be done (no such queue, management API unreachable)."""
+
+
+class BrokerToolError(DlqError):
+    """A broker operation (dead letters, policies, the management API) could not be done."""
+
+
+class TopologyMismatch(Exception):
+    """A queue exists with arguments other than the ones this SDK declares (and other than an
+    earlier release's): RabbitMQ refuses to change them in place."""
+
+    def __init__(self, queue: str, declared: dict[str, object], refusal: str) -> None:
+        super().__init__(
+            f"queue {queue!r} exists with other arguments than {declared}; RabbitMQ said: "
+            f"{refusal}. Delete the queue or give it these arguments with a policy."
+        )
+        self.queue = queue
+        self.declared = declared
+        self.refusal = refusal

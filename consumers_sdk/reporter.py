@@ -125,13 +125,16 @@ class EventReporter:
                     client_properties={"connection_name": f"consumer-{self.group}-events"},
                     timeout=self._timeout_s,
                 )
-                channel = await connection.channel(publisher_confirms=True)
                 try:
-                    await topology.declare_events(channel)
+                    await topology.declare(
+                        self._url,
+                        topology.events_queues,
+                        connection_name=f"consumer-{self.group}-events-declare",
+                    )
                 except aiormq.exceptions.ChannelAccessRefused as exc:
                     # A consumer's user may lack configure rights: the dispatcher declares them.
                     logger.info("job events topology not declared (%r); publishing anyway", exc)
-                    channel = await connection.channel(publisher_confirms=True)
+                channel = await connection.channel(publisher_confirms=True)
                 # aiormq's channel, as the dispatcher's publisher does: aio-pika's Message and
                 # Exchange wrappers cost more CPU per event than the rest, on the handlers' loop.
                 amqp = cast(aiormq.Channel, await channel.get_underlay_channel())

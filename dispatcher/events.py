@@ -37,8 +37,10 @@ class EventsConsumer:
         metrics: metrics.Metrics,
         connection_name: str,
         batch: int = 500,
+        stats_interval_s: float = 15.0,
     ) -> None:
         self._url = amqp_url
+        self._stats_interval_s = stats_interval_s
         self._store = store
         self._metrics = metrics
         self._connection_name = connection_name
@@ -58,15 +60,22 @@ class EventsConsumer:
                 logger.warning("events: RabbitMQ not reachable (%r); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
+        counting = asyncio.create_task(self._count_dead_letters_every(), name="events-dead-count")
         try:
             while True:
                 await self._record(await self._next_batch())
         finally:
+            counting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await counting
             connection, self._connection = self._connection, None
             with contextlib.suppress(Exception):
                 await connection.close()
 
     async def _connect(self) -> AbstractRobustConnection:
+        standing = await topology.declare(
+            self._url, topology.events_queues, connection_name=f"{self._connection_name}-declare"
+        )
         connection = await aio_pika.connect_robust(
             self._url,
             client_properties={"connection_name": self._connection_name},
@@ -75,12 +84,41 @@ class EventsConsumer:
         try:
             channel = await connection.channel()
             await channel.set_qos(prefetch_count=self._batch * 2)
-            queue = await topology.declare_events(channel)
+            # Redeclared as it stands on the robust channel, which restores it after a reconnect.
+            queue = await channel.declare_queue(
+                contract.EVENTS_QUEUE, durable=True, arguments=standing[contract.EVENTS_QUEUE]
+            )
             await queue.consume(self._deliver)
         except BaseException:
             await connection.close()
             raise
         return connection
+
+    async def _count_dead_letters_every(self) -> None:
+        while True:
+            await self.count_dead_letters()
+            await asyncio.sleep(self._stats_interval_s)
+
+    async def count_dead_letters(self) -> int | None:
+        """Events waiting in ``dispatcher.events.dead`` (refused, or redelivered past the limit);
+        None while the broker cannot say."""
+        connection = self._connection
+        if connection is None or connection.is_closed:
+            return None
+        try:
+            channel = await connection.channel()
+            try:
+                queue = await channel.declare_queue(
+                    topology.EVENTS_DEAD_QUEUE, passive=True, robust=False
+                )
+                count = queue.declaration_result.message_count or 0
+            finally:
+                await channel.close()
+        except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as exc:
+            logger.info("events: dead letters not counted (%r)", exc)
+            return None
+        self._metrics.events_dead_letters.set(count)
+        return count
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:
         self._inbox.put_nowait(message)  # bounded by the prefetch
@@ -94,33 +132,53 @@ class EventsConsumer:
         return batch
 
     async def _record(self, batch: list[AbstractIncomingMessage]) -> None:
-        events = []
+        decoded: list[tuple[AbstractIncomingMessage, contract.JobEvent]] = []
+        refused: list[AbstractIncomingMessage] = []
         for message in batch:
             try:
-                events.append(contract.decode_event(message.body))
-            except ValueError as exc:  # not ours to keep: acked and dropped
-                logger.warning("events: dropped a message that is not a job event: %s", exc)
-        recorded = await self._store_retrying(events)
+                decoded.append((message, contract.decode_event(message.body)))
+            except ValueError as exc:
+                logger.warning("events: refused a message that is not a job event: %s", exc)
+                refused.append(message)
+        recorded, unrecordable = await self._store_retrying([event for _, event in decoded])
+        refused_ids = {id(event) for event in unrecordable}
+        refused.extend(message for message, event in decoded if id(event) in refused_ids)
         for event in recorded:
             self._metrics.consumer_outcomes.labels(
                 outcome=event.outcome, routing_key=self._metrics.key_label(event.routing_key)
             ).inc()
         self.recorded += len(recorded)
+        await self._settle(batch, refused)
+
+    async def _settle(
+        self, batch: list[AbstractIncomingMessage], refused: list[AbstractIncomingMessage]
+    ) -> None:
+        """Refused events go to ``dispatcher.events.dead`` (the queue's dead-letter route), where
+        they are counted and can be requeued once their cause is fixed; the rest are acked."""
         try:
-            # Deliveries of one channel arrive in order, so the last one acks the whole batch.
-            await batch[-1].ack(multiple=True)
+            for message in refused:
+                await message.reject(requeue=False)
+                self._metrics.events_refused.inc()
+            refused_ids = {id(message) for message in refused}
+            kept = [message for message in batch if id(message) not in refused_ids]
+            if kept:
+                # Deliveries of one channel arrive in order, so the last one acks the others.
+                await kept[-1].ack(multiple=True)
         except Exception as exc:
             # The channel is gone: the broker redelivers them, and recording is idempotent.
-            logger.info("events: batch not acked (%r); it will be redelivered", exc)
+            logger.info("events: batch not settled (%r); it will be redelivered", exc)
 
-    async def _store_retrying(self, events: list[contract.JobEvent]) -> list[contract.JobEvent]:
-        """Record, retrying while PostgreSQL is away. An event PostgreSQL refuses would come back
-        forever (and stop every node in turn): the batch is recorded one by one without it, and
-        so is one that makes recording fail for any reason but the database being away."""
+    async def _store_retrying(
+        self, events: list[contract.JobEvent]
+    ) -> tuple[list[contract.JobEvent], list[contract.JobEvent]]:
+        """(recorded, refused): retried while PostgreSQL is away. An event PostgreSQL refuses
+        would come back forever (and stop every node in turn): the batch is recorded one by one
+        without it, and so is one that makes recording fail for any reason but the database
+        being away."""
         delay = 0.2
         while True:
             try:
-                return await self._store.record(events)
+                return await self._store.record(events), []
             except errors.StoreUnavailable as exc:
                 logger.warning("events: not recorded (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
@@ -128,15 +186,18 @@ class EventsConsumer:
             except Exception as exc:  # InvalidEvent, or a bug one event triggers
                 if len(events) == 1:
                     logger.warning(
-                        "events: dropped %s (job %s): %r",
+                        "events: refused %s (job %s) to %s: %r",
                         events[0].event_id,
                         events[0].job_id,
+                        topology.EVENTS_DEAD_QUEUE,
                         exc,
                         exc_info=not isinstance(exc, errors.InvalidEvent),
                     )
-                    self._metrics.events_dropped.inc()
-                    return []
-                recorded = []
+                    return [], events
+                recorded: list[contract.JobEvent] = []
+                refused: list[contract.JobEvent] = []
                 for event in events:
-                    recorded.extend(await self._store_retrying([event]))
-                return recorded
+                    one_recorded, one_refused = await self._store_retrying([event])
+                    recorded.extend(one_recorded)
+                    refused.extend(one_refused)
+                return recorded, refused

@@ -147,9 +147,15 @@ class Metrics:
             ["loop"],
             registry=r,
         )
-        self.events_dropped = Counter(
-            "dispatcher_events_dropped",
-            "Consumer events that could not be recorded (PostgreSQL refused them) and were dropped",
+        self.events_refused = Counter(
+            "dispatcher_events_refused",
+            "Consumer events that could not be recorded (not a job event, or PostgreSQL refused "
+            "them), dead-lettered to dispatcher.events.dead",
+            registry=r,
+        )
+        self.events_dead_letters = Gauge(
+            "dispatcher_events_dead_letters",
+            "Events waiting in dispatcher.events.dead (refused, or redelivered past the limit)",
             registry=r,
         )
         self.jobs_parked = Counter(

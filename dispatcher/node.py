@@ -70,6 +70,7 @@ class Node:
             metrics=self.metrics,
             connection_name=f"dispatcher-{settings.node_id}-events",
             batch=settings.events_batch,
+            stats_interval_s=settings.stats_interval_s,
         )
         self.housekeeper = Housekeeper(
             self.history,

@@ -95,11 +95,11 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     search.send_keys(job_id)  # by id
     browser.find_element(By.ID, "search-go").click()
     wait.until(lambda b: "RuntimeError: order 7 is locked" in b.find_element(By.ID, "job").text)
-    history = browser.find_element(By.ID, "history").text
-    for step in ("scheduled", "dispatched", "started", "dead"):
-        assert step in history
+    steps = ("scheduled", "dispatched", "started", "dead")
+    wait.until(lambda b: all(s in b.find_element(By.ID, "history").text for s in steps))
 
-    browser.find_element(By.CSS_SELECTOR, f'button.requeue[data-job="{job_id}"]').click()
+    # Found and clicked in one step of the wait: the dead panel may re-render in between.
+    wait.until(lambda b: click(b, f'button.requeue[data-job="{job_id}"]'))
     wait.until(lambda b: f"requeued {job_id}" in b.find_element(By.ID, "dead-message").text)
     assert http.get(f"/v1/jobs/{job_id}").json()["state"] != "dead"  # back on its way
     wait.until(lambda b: "requeued" in b.find_element(By.ID, "history").text)
@@ -107,6 +107,11 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     ARTIFACTS.mkdir(exist_ok=True)
     assert browser.save_screenshot(str(ARTIFACTS / "console.png"))
     http.close()
+
+
+def click(browser: webdriver.Chrome, selector: str) -> bool:
+    browser.find_element(By.CSS_SELECTOR, selector).click()
+    return True
 
 
 async def report_dead(amqp_url: str, job_id: str) -> None:

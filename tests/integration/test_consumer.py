@@ -396,13 +396,9 @@ async def test_topology_and_connection_name_as_documented_and_declared_idempoten
                 await http.get(f"/api/exchanges/{vhost}/dispatcher.jobs/bindings/source")
             ).json()
 
-            async def names() -> list[str]:
-                listed = (await http.get(f"/api/vhosts/{vhost}/connections")).json()
-                return [c["client_properties"].get("connection_name") for c in listed]
-
-            # The management API lists a connection once its stats were first collected.
+            # Named connections, from the node (the management API lists them only with metrics).
             async with asyncio.timeout(20):
-                while (await names()).count("consumer-billing") < 2:  # noqa: ASYNC110
+                while rabbit_server.connection_names(vhost).count("consumer-billing") < 2:  # noqa: ASYNC110
                     await asyncio.sleep(0.3)
     by_name = {queue["name"]: queue for queue in queues}
     assert set(by_name) == {
@@ -412,12 +408,18 @@ async def test_topology_and_connection_name_as_documented_and_declared_idempoten
         f"{WORK}.retry.600ms",
         f"{WORK}.retry.1200ms",
         contract.EVENTS_QUEUE,  # the dispatchers' events queue, declared by the reporter too
+        topology.EVENTS_DEAD_QUEUE,
     }
     assert all(queue["durable"] and queue["type"] == "quorum" for queue in queues)
     assert by_name[WORK]["arguments"]["x-dead-letter-strategy"] == "at-least-once"
     assert by_name[f"{WORK}.retry.600ms"]["arguments"]["x-message-ttl"] == 600
     assert by_name[f"{WORK}.retry.600ms"]["arguments"]["x-dead-letter-routing-key"] == WORK
     assert [(b["destination"], b["routing_key"]) for b in bindings] == [(WORK, "orders.expire")]
+    # Every queue states its delivery limit: none is left to a broker's default.
+    limits = {name: queue["arguments"].get("x-delivery-limit") for name, queue in by_name.items()}
+    assert limits[WORK] == limits[f"{WORK}.retry.600ms"] == limits[contract.EVENTS_QUEUE] == 50
+    dead_limit = -1 if rabbit_server.major >= 4 else None  # 3.x: no default limit, -1 drops
+    assert limits[f"{WORK}.dead"] == limits[topology.EVENTS_DEAD_QUEUE] == dead_limit
 
 
 async def test_a_consumer_waits_for_an_unreachable_broker_until_stopped(

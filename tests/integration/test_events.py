@@ -20,16 +20,18 @@ from tests.integration.test_consumer import TIERS, WORK, depth_reaches, fixed, q
 from tests.services.rabbitmq import RabbitServer
 from tests.support.jobs_out import job, publish
 from tests.support.nodes import client, running_node
+from tests.support.queues import consumers_reach
 from tests.support.waiting import eventually
 
 
 async def drain_events(amqp_url: str) -> list[contract.JobEvent]:
     """Every event waiting in the dispatchers' queue (taken off it)."""
+    await topology.declare(amqp_url, topology.events_queues)
     connection = await aio_pika.connect(amqp_url)
     events = []
     try:
         channel = await connection.channel()
-        queue = await topology.declare_events(channel)
+        queue = await channel.declare_queue(contract.EVENTS_QUEUE, passive=True)
         while (message := await queue.get(fail=False)) is not None:
             events.append(contract.decode_event(message.body))
             await message.ack()
@@ -86,9 +88,7 @@ async def test_the_sdk_reports_started_failed_succeeded_and_dead_with_attempts_a
 async def test_a_refusing_broker_never_holds_up_handlers_and_events_arrive_later_bounded(
     amqp_url: str, rabbit_server: RabbitServer
 ) -> None:
-    connection = await aio_pika.connect(amqp_url)
-    await topology.declare_events(await connection.channel())
-    await connection.close()
+    await topology.declare(amqp_url, topology.events_queues)
     # The broker refuses every write to the events exchange (and its queue) from now on.
     set_write(rabbit_server, amqp_url, r"^(?!dispatcher\.events$).*")
     consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS, events_buffer=4)
@@ -170,16 +170,7 @@ async def test_nodes_share_one_events_queue_and_record_each_event_once(
         job_id = (await http.post("/v1/jobs", json={"routing_key": "a.b", "payload": 1})).json()[
             "id"
         ]
-        vhost = quote(unquote(urlsplit(amqp_url).path.lstrip("/")), safe="")
-        async with httpx.AsyncClient(base_url=rabbit_server.mgmt_url, auth=("guest", "guest")) as m:
-            # The management API shows consumers once its stats were collected.
-            async def consumers() -> int:
-                queue = (await m.get(f"/api/queues/{vhost}/{contract.EVENTS_QUEUE}")).json()
-                return int(queue.get("consumers") or 0)
-
-            async with asyncio.timeout(20):
-                while await consumers() != 2:  # noqa: ASYNC110 - broker state
-                    await asyncio.sleep(0.3)
+        await consumers_reach(amqp_url, contract.EVENTS_QUEUE, 2, 20)
         events = reporter.EventReporter(amqp_url, group="g", consumer="c")
         events.open()
         for attempt in range(1, 41):

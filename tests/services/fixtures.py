@@ -19,6 +19,7 @@ from tests.services.rabbitmq import RabbitServer
 from tests.services.zookeeper import ZooKeeperServer
 
 TEMPLATE = "dispatcher_template"
+LOG_TAIL_LINES = 25
 _running: list[PostgresServer | RabbitServer | ZooKeeperServer] = []
 
 
@@ -111,7 +112,10 @@ def zk_hosts(zk_server: ZooKeeperServer) -> str:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     report: pytest.TestReport = yield  # type: ignore[assignment]
+    # Only the test's own phase that failed, and a short tail: the failure itself must stay the
+    # visible part of a long run's output.
     if report.failed and _running:
         for server in _running:
-            report.sections.append((f"{type(server).__name__} logs", server.logs()))
+            tail = "\n".join(server.logs().splitlines()[-LOG_TAIL_LINES:])
+            report.sections.append((f"{type(server).__name__} log tail", tail))
     return report  # type: ignore[return-value]

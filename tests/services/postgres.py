@@ -30,7 +30,7 @@ class PostgresServer:
             self._run([str(BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"])
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-            "-c max_connections=300 -c shared_buffers=256MB"
+            "-c max_connections=300 -c shared_buffers=256MB -c log_checkpoints=off"
         )
         self._run(
             [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -19,6 +20,8 @@ READY_S = 90.0
 
 
 class RabbitServer:
+    major = 3  # Debian 12's RabbitMQ 3.10
+
     def __init__(
         self, root: Path, amqp_port: int, mgmt_port: int, dist_port: int, nodename: str
     ) -> None:
@@ -62,7 +65,7 @@ class RabbitServer:
             "management.tcp.ip = 127.0.0.1\n"
             "loopback_users = none\n"
             # Tests restart nodes often: do not wait for long-gone peers or big disk headroom.
-            "disk_free_limit.absolute = 50MB\n"
+            "disk_free_limit.absolute = 50MB\n" + self.extra_config()
         )
         (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
         with self.out.open("ab") as out:
@@ -77,6 +80,28 @@ class RabbitServer:
         if not wait_until(self._ready, READY_S):
             self.kill()
             raise ServiceError("rabbitmq", f"not ready after {READY_S}s", self.logs())
+
+    def extra_config(self) -> str:
+        """Lines another release's node adds to rabbitmq.conf."""
+        return ""
+
+    def connection_names(self, vhost: str) -> list[str]:
+        """The client-provided names of the vhost's connections, from the node itself (the
+        management API lists connections only with its metrics on)."""
+        listed = json.loads(
+            self.ctl("list_connections", "vhost", "client_properties", "--formatter", "json")
+            or "[]"
+        )
+        names = []
+        for connection in listed:
+            if connection.get("vhost") != vhost:
+                continue
+            properties = connection.get("client_properties") or []
+            # [["connection_name", "longstr", "name"], ...] (a list of triples in the JSON)
+            for entry in properties:
+                if isinstance(entry, list) and entry and entry[0] == "connection_name":
+                    names.append(str(entry[-1]))
+        return names
 
     def _amqp_answers(self) -> bool:
         with socket.socket() as sock:

@@ -127,6 +127,8 @@ def node_root(chroot: Path) -> Path:
 class Rabbit4Server(RabbitServer):
     """RabbitServer whose scripts run inside CHROOT; its root must lie inside CHROOT too."""
 
+    major = 4
+
     def __init__(
         self,
         chroot: Path,
@@ -156,6 +158,10 @@ class Rabbit4Server(RabbitServer):
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
         }
+
+    def extra_config(self) -> str:
+        # What later 4.x releases default to: the management API gives no message counts.
+        return "deprecated_features.permit.management_metrics_collection = false\n"
 
     def start(self) -> None:
         # debootstrap made the few device nodes the node uses; binding the host's /dev for the

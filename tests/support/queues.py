@@ -25,17 +25,33 @@ async def wait_for_queue(amqp_url: str, name: str) -> None:
             await asyncio.sleep(0.2)
 
 
-async def queue_depth(amqp_url: str, name: str) -> int:
+async def _declared(amqp_url: str, name: str) -> tuple[int, int]:
+    """(messages, consumers) of a queue, as a passive declaration reports them (the management
+    API's counts need its metrics, which RabbitMQ 4 can turn off)."""
     connection = await aio_pika.connect(amqp_url)
     try:
         channel = await connection.channel()
-        queue = await channel.declare_queue(name, passive=True)
-        return int(queue.declaration_result.message_count or 0)
+        result = (await channel.declare_queue(name, passive=True)).declaration_result
+        return int(result.message_count or 0), int(result.consumer_count or 0)
     finally:
         await connection.close()
+
+
+async def queue_depth(amqp_url: str, name: str) -> int:
+    return (await _declared(amqp_url, name))[0]
 
 
 async def depth_reaches(amqp_url: str, name: str, depth: int, deadline_s: float) -> None:
     async with asyncio.timeout(deadline_s):
         while await queue_depth(amqp_url, name) != depth:  # noqa: ASYNC110 - broker state
             await asyncio.sleep(0.1)
+
+
+async def consumer_count(amqp_url: str, name: str) -> int:
+    return (await _declared(amqp_url, name))[1]
+
+
+async def consumers_reach(amqp_url: str, name: str, count: int, deadline_s: float) -> None:
+    async with asyncio.timeout(deadline_s):
+        while await consumer_count(amqp_url, name) != count:  # noqa: ASYNC110 - broker state
+            await asyncio.sleep(0.2)

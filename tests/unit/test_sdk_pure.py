@@ -57,6 +57,7 @@ def test_queue_names_and_arguments() -> None:
         "x-message-ttl": 1500,
         "x-dead-letter-exchange": "",
         "x-dead-letter-routing-key": work,
+        "x-delivery-limit": topology.POISON_DELIVERY_LIMIT,
     }
     assert topology.wait_arguments(work, 1.5, "classic") == {
         "x-message-ttl": 1500,
@@ -65,6 +66,36 @@ def test_queue_names_and_arguments() -> None:
     }
     assert topology.work_arguments(work, "quorum")["x-dead-letter-routing-key"] == f"{work}.dead"
     assert "x-delivery-limit" not in topology.work_arguments(work, "classic")
+
+
+def test_every_quorum_queue_states_its_delivery_limit_for_the_broker_it_runs_on() -> None:
+    # 4.x drops past a default of 20 unless told -1; 3.x has no default and reads -1 as "drop".
+    assert topology.dead_arguments("quorum", 4) == {
+        "x-queue-type": "quorum",
+        "x-delivery-limit": -1,
+    }
+    assert topology.dead_arguments("quorum", 3) == {"x-queue-type": "quorum"}
+    assert topology.dead_arguments("classic", 4) == {}
+    events = topology.events_arguments()
+    assert events["x-delivery-limit"] == topology.POISON_DELIVERY_LIMIT
+    assert events["x-dead-letter-routing-key"] == topology.EVENTS_DEAD_QUEUE
+    assert events["x-dead-letter-strategy"] == "at-least-once"
+    specs = topology.handler_queues(
+        work=WORK, routing_key="orders.expire", tiers=[1.0], queue_type="quorum", major=4
+    )
+    assert [spec.name for spec in specs] == [f"{WORK}.dead", f"{WORK}.retry.1s", WORK]
+    assert specs[0].earlier == {"x-queue-type": "quorum"}  # what an earlier release declared
+    assert [spec.name for spec in topology.events_queues(3)] == [
+        topology.EVENTS_DEAD_QUEUE,
+        "dispatcher.events",
+    ]
+
+
+def test_the_broker_major_version_is_read_from_its_version_string() -> None:
+    assert topology.major_of("3.10.8") == 3
+    assert topology.major_of(b"4.0.5") == 4
+    assert topology.major_of("") is None
+    assert topology.major_of("x.y") is None
 
 
 def test_attempt_counts_retries_from_x_death_or_the_sdk_header() -> None:
