@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run down test test-rabbitmq4 test-unit lint fmt typecheck check bench soak clean
+.PHONY: help venv run down test test-rabbitmq4 rabbitmq4-chroot test-unit lint fmt typecheck check bench soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -31,9 +31,12 @@ run: $(STAMP) ## start services, migrate, serve a dispatcher on http://127.0.0.1
 down: ## stop the services 'make run' started
 	$(BIN)/python -m tests.services.stack down
 
-test: $(STAMP) ## the whole suite against real, throwaway services
+test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests on RabbitMQ 4.x
 	$(BIN)/python -m tests.services.stack ensure --browser
-	$(BIN)/pytest -q
+	$(MAKE) --no-print-directory rabbitmq4-chroot
+	$(BIN)/pytest -q --durations=25
+	@echo "--- the broker-facing tests again, on RabbitMQ 4.x"
+	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q -p no:cacheprovider $(RABBITMQ4_TESTS)
 
 # The tests whose outcome depends on the broker: publishing, the SDK's retry and dead-letter
 # queues, the dlq tool, events and the broker outage and consumer fault tests.
@@ -42,12 +45,16 @@ RABBITMQ4_TESTS := tests/integration/test_publisher.py tests/integration/test_co
 	tests/integration/test_api.py::test_unroutable_job_is_parked_in_the_unroutable_queue \
 	tests/e2e/test_sdk.py \
 	tests/e2e/test_cli.py::test_dlq_requeue_of_one_job_sends_it_to_its_routing_key_with_its_history \
-	tests/faults/test_broker_outage.py tests/faults/test_consumer_faults.py
+	tests/faults/test_broker_outage.py tests/faults/test_consumer_faults.py \
+	tests/integration/test_broker_limits.py \
+	tests/e2e/test_cli.py::test_broker_apply_policies_and_dlq_list_as_a_user_runs_them
 
-test-rabbitmq4: $(STAMP) ## the broker-facing tests against RabbitMQ 4.x (Debian trixie's, in a chroot)
-	$(BIN)/python -m tests.services.stack ensure
+rabbitmq4-chroot: $(STAMP) ## build (once) the Debian trixie chroot RabbitMQ 4.x runs from
 	@command -v debootstrap >/dev/null || (apt-get update -qq && apt-get install -y -qq debootstrap)
 	$(BIN)/python -m tests.services.rabbitmq4 build
+
+test-rabbitmq4: $(STAMP) rabbitmq4-chroot ## only the broker-facing tests, against RabbitMQ 4.x
+	$(BIN)/python -m tests.services.stack ensure
 	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q $(RABBITMQ4_TESTS)
 
 test-unit: $(STAMP) ## the fast tests that need no service

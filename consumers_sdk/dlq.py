@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import aio_pika
 import aiormq
-import httpx
 from aio_pika.abc import (
     AbstractChannel,
     AbstractConnection,
@@ -18,7 +18,7 @@ from aio_pika.abc import (
     AbstractQueue,
 )
 
-from consumers_sdk import contract, job, topology
+from consumers_sdk import contract, job, management, topology
 from consumers_sdk.errors import DlqError
 
 BATCH = 100  # dead jobs moved per round of pipelined confirms
@@ -27,12 +27,8 @@ BATCH = 100  # dead jobs moved per round of pipelined confirms
 @dataclass(frozen=True, slots=True)
 class DeadQueue:
     name: str
-    messages: int
+    messages: int | None  # None: the broker could not say
     work_queue: str
-
-
-def _vhost(amqp_url: str) -> str:
-    return unquote(urlsplit(amqp_url).path.removeprefix("/")) or "/"
 
 
 def work_queue_of(dead_queue: str) -> str:
@@ -43,28 +39,56 @@ def work_queue_of(dead_queue: str) -> str:
     return dead_queue.removesuffix(topology.DEAD_SUFFIX)
 
 
-async def list_queues(amqp_url: str, management_url: str) -> list[tuple[str, int]]:
-    """(name, messages) of every queue of the AMQP URL's vhost, by name (the management API
-    refreshes counts every few seconds)."""
-    parts = urlsplit(management_url)
-    auth = (unquote(parts.username or "guest"), unquote(parts.password or "guest"))
-    base = f"{parts.scheme}://{parts.hostname}:{parts.port or 15672}{parts.path.rstrip('/')}"
-    path = f"/api/queues/{quote(_vhost(amqp_url), safe='')}"
+async def list_queues(
+    amqp_url: str, management_url: str, *, only: Callable[[str], bool] | None = None
+) -> list[tuple[str, int | None]]:
+    """(name, messages) of the queues of the AMQP URL's vhost (those ``only`` keeps), by name.
+
+    Names come from the management API. Its counts are refreshed every few seconds, and RabbitMQ
+    4 can turn them off (``messages: null``): a queue it gives no count for is counted with a
+    passive declaration, and one that cannot be counted either is None, never 0."""
+    async with management.connect(management_url) as http:
+        path = f"/api/queues/{management.vhost_path(amqp_url)}"
+        response = await management.request(http, "GET", path, params={"columns": "name,messages"})
+    listed: dict[str, int | None] = {
+        str(queue["name"]): queue.get("messages")
+        for queue in response.json()
+        if only is None or only(str(queue["name"]))
+    }
+    uncounted = [name for name, messages in listed.items() if not isinstance(messages, int)]
+    if uncounted:
+        listed.update(await _count(amqp_url, uncounted))
+    return sorted(listed.items())
+
+
+async def _count(amqp_url: str, names: list[str]) -> dict[str, int | None]:
+    counts: dict[str, int | None] = dict.fromkeys(names)
     try:
-        async with httpx.AsyncClient(base_url=base, auth=auth, timeout=10) as http:
-            response = await http.get(path, params={"columns": "name,messages"})
-            response.raise_for_status()
-    except httpx.HTTPError as exc:
-        raise DlqError(f"RabbitMQ management API at {base}: {exc!r}") from exc
-    return sorted((q["name"], int(q.get("messages") or 0)) for q in response.json())
+        connection = await _connect(amqp_url)
+    except DlqError:
+        return counts
+    try:
+        channel = None
+        for name in names:
+            try:
+                if channel is None or channel.is_closed:
+                    channel = await connection.channel()
+                queue = await channel.declare_queue(name, passive=True)
+                counts[name] = queue.declaration_result.message_count or 0
+            except aiormq.exceptions.AMQPError:
+                channel = None  # gone since it was listed: its channel is closed
+    finally:
+        await connection.close()
+    return counts
 
 
 async def list_dead(amqp_url: str, management_url: str) -> list[DeadQueue]:
     """The dead-letter queues of the AMQP URL's vhost with their message counts."""
     return [
         DeadQueue(name, messages, work_queue_of(name))
-        for name, messages in await list_queues(amqp_url, management_url)
-        if name.endswith(topology.DEAD_SUFFIX)
+        for name, messages in await list_queues(
+            amqp_url, management_url, only=lambda name: name.endswith(topology.DEAD_SUFFIX)
+        )
     ]
 
 

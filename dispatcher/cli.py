@@ -1,4 +1,4 @@
-"""Command line: ``dispatcher serve | migrate | keys | dlq | jobs | cluster | stats``. Parses,
+"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | cluster | stats``. Parses,
 builds Settings, calls; no logic (the HTTP API's commands are in ``cli_http``)."""
 
 from __future__ import annotations
@@ -47,7 +47,32 @@ def _dlq(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(f"{'dead-letter queue':50} {'messages':>9}  work queue")
         for queue in queues:
-            print(f"{queue.name:50} {queue.messages:>9}  {queue.work_queue}")
+            messages = "?" if queue.messages is None else queue.messages  # the broker cannot say
+            print(f"{queue.name:50} {messages:>9}  {queue.work_queue}")
+    return 0
+
+
+def _broker(args: argparse.Namespace, settings: Settings) -> int:
+    from consumers_sdk import errors, policies
+
+    try:
+        version, applied = asyncio.run(
+            policies.apply(
+                settings.amqp_url,
+                settings.amqp_management_url,
+                dry_run=args.dry_run,
+                priority=args.priority,
+            )
+        )
+    except errors.DlqError as exc:
+        print(f"dispatcher broker: {exc}", file=sys.stderr)
+        return 1
+    verb = "would apply" if args.dry_run else "applied"
+    for policy in applied:
+        print(
+            f"{verb} policy {policy.name} (pattern {policy.pattern!r}, priority "
+            f"{policy.priority}) on RabbitMQ {version}: {json.dumps(policy.definition)}"
+        )
     return 0
 
 
@@ -141,6 +166,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="only this job (id), back to its original routing key with its attempt history",
     )
+    broker = commands.add_parser("broker", help="RabbitMQ settings of the project's queues")
+    broker_commands = broker.add_subparsers(dest="broker_command", required=True)
+    apply = broker_commands.add_parser(
+        "apply-policies",
+        help="give queues an earlier release declared this release's delivery limits (policies)",
+    )
+    apply.add_argument("--dry-run", action="store_true", help="print the policies; write nothing")
+    apply.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        help="policy priority: above the vhost's own policies (a queue follows only one)",
+    )
     cli_http.add_parsers(commands)
     args = parser.parse_args(argv)
 
@@ -162,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         elif args.command == "dlq":
             return _dlq(args, settings)
+        elif args.command == "broker":
+            return _broker(args, settings)
         else:
             return cli_http.run(args, f"http://{settings.http_host}:{settings.http_port}")
     except errors.DispatcherError as exc:

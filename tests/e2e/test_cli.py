@@ -16,6 +16,7 @@ import pytest
 
 from consumers_sdk import Consumer, Job, topology
 from tests.integration.test_consumer import depth_reaches, queue_depth
+from tests.services.rabbitmq import RabbitServer
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess, served
 from tests.support.waiting import eventually
@@ -112,3 +113,34 @@ async def test_dlq_requeue_of_one_job_sends_it_to_its_routing_key_with_its_histo
         await task
     assert handled == [(ids[1], 1, 2)]  # a fresh attempt; its history rode along
     assert await queue_depth(amqp_url, dead) == 2  # the others stayed, each looked at once
+
+
+async def test_broker_apply_policies_and_dlq_list_as_a_user_runs_them(
+    amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    env = {
+        "DISPATCHER_AMQP_URL": amqp_url,
+        "DISPATCHER_AMQP_MANAGEMENT_URL": rabbit_server.mgmt_url.replace(
+            "http://", "http://guest:guest@"
+        ),
+    }
+    dry = await cli(env, "broker", "apply-policies", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would apply policy dispatcher-events" in dry.stdout
+    applied = await cli(env, "broker", "apply-policies", "--priority", "5")
+    assert applied.returncode == 0, applied.stderr
+    assert "applied policy dispatcher-events" in applied.stdout
+    assert ("dispatcher-dead-letter-queues" in applied.stdout) == (rabbit_server.major >= 4)
+    listed = await cli(env, "dlq", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    # apply-policies declared the events' dead-letter queue; it is listed, empty and counted.
+    assert {
+        "name": topology.EVENTS_DEAD_QUEUE,
+        "messages": 0,
+        "work_queue": "dispatcher.events",
+    } in (json.loads(listed.stdout))
+    unreachable = await cli(
+        {**env, "DISPATCHER_AMQP_MANAGEMENT_URL": "http://127.0.0.1:9/"}, "broker", "apply-policies"
+    )
+    assert unreachable.returncode == 1
+    assert "management API" in unreachable.stderr
