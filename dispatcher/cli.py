@@ -1,5 +1,5 @@
-"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | cluster | stats``. Parses,
-builds Settings, calls; no logic (the HTTP API's commands are in ``cli_http``)."""
+"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | cluster | stats``.
+Parses, builds Settings, calls; no logic (the HTTP API's commands are in ``cli_http``)."""
 
 from __future__ import annotations
 
