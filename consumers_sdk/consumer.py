@@ -24,7 +24,7 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
-from consumers_sdk import contract, dedup, delivery, reporter, retry, topology
+from consumers_sdk import connections, contract, dedup, delivery, reporter, retry, topology
 
 logger = logging.getLogger(__name__)
 
@@ -183,8 +183,10 @@ class Consumer:
         delay = 0.2
         while not self._stop.is_set():
             try:
-                return await aio_pika.connect_robust(
-                    self._url, client_properties={"connection_name": f"consumer-{self.group}"}
+                return await connections.opened(
+                    lambda: aio_pika.connect_robust(
+                        self._url, client_properties={"connection_name": f"consumer-{self.group}"}
+                    )
                 )
             except aiormq.exceptions.ProbableAuthenticationError:
                 raise

@@ -18,7 +18,7 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
-from consumers_sdk import contract, topology
+from consumers_sdk import connections, contract, topology
 from dispatcher import errors, metrics
 from dispatcher.store.history import HistoryStore
 
@@ -76,10 +76,12 @@ class EventsConsumer:
         standing = await topology.declare(
             self._url, topology.events_queues, connection_name=f"{self._connection_name}-declare"
         )
-        connection = await aio_pika.connect_robust(
-            self._url,
-            client_properties={"connection_name": self._connection_name},
-            reconnect_interval=1.0,
+        connection = await connections.opened(
+            lambda: aio_pika.connect_robust(
+                self._url,
+                client_properties={"connection_name": self._connection_name},
+                reconnect_interval=1.0,
+            )
         )
         try:
             channel = await connection.channel()

@@ -20,7 +20,7 @@ import pamqp.header
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection, FieldValue
 from aiormq.abc import ChannelFrame
 
-from consumers_sdk import contract, validation
+from consumers_sdk import connections, contract, validation
 from dispatcher import metrics, models
 
 logger = logging.getLogger(__name__)
@@ -97,10 +97,12 @@ class Publisher:
         self._opened.set()
 
     async def _connect(self) -> None:
-        connection = await aio_pika.connect_robust(
-            self._url,
-            client_properties={"connection_name": self._connection_name},
-            reconnect_interval=1.0,
+        connection = await connections.opened(
+            lambda: aio_pika.connect_robust(
+                self._url,
+                client_properties={"connection_name": self._connection_name},
+                reconnect_interval=1.0,
+            )
         )
         try:
             channel = await connection.channel(publisher_confirms=True)

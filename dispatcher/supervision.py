@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 HEALTHY_AFTER_S = 5.0
 FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
+CANCEL_AGAIN_S = 1.0
 
 
 @dataclass(slots=True)
@@ -37,6 +38,15 @@ class LoopState:
     failures: int = 0  # in a row, since it last ran HEALTHY_AFTER_S
     degraded: bool = False
     last_error: str | None = None
+
+
+async def _stopped(run: asyncio.Future[None]) -> None:
+    """Cancel ``run`` and wait for it to end, cancelling again every ``CANCEL_AGAIN_S``: a body
+    can swallow one cancellation (aiormq closes the channel of a cancelled call and carries on),
+    and a node must still stop."""
+    while not run.done():
+        run.cancel()
+        await asyncio.wait({run}, timeout=CANCEL_AGAIN_S)
 
 
 def backoff_s(failures: int) -> float:
@@ -78,8 +88,7 @@ class Supervisor:
                 await run
                 return
             except asyncio.CancelledError:
-                run.cancel()
-                await asyncio.wait({run})  # its own cleanup runs before the node goes on
+                await _stopped(run)  # its own cleanup runs before the node goes on
                 raise
             except errors.Fatal:
                 raise

@@ -108,6 +108,32 @@ async def test_cancelling_a_supervised_loop_cancels_its_body() -> None:
     assert cleaned.is_set()
 
 
+async def test_a_body_that_swallows_one_cancellation_is_cancelled_again_until_it_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(supervision, "CANCEL_AGAIN_S", 0.05)
+    supervisor = supervision.Supervisor(metrics.Metrics())
+    cancellations = 0
+
+    async def body() -> None:
+        nonlocal cancellations
+        while True:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancellations += 1
+                if cancellations == 3:
+                    raise
+                # swallowed, as a library closing a cancelled call's channel does
+
+    task = asyncio.create_task(supervisor.supervise("events", body))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert cancellations == 3
+
+
 @pytest.mark.parametrize(
     ("exc", "transient"),
     [
