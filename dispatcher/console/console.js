@@ -195,7 +195,7 @@ function renderQueues(queues) {
   for (const queue of queues) {
     const link = rabbitLink(`queues/${vhost()}/${encodeURIComponent(queue.name)}`, queue.name);
     const item = el("span");
-    item.append(link, ` ${queue.messages} messages`);
+    item.append(link, ` ${queue.messages ?? "?"} messages`);  // null: the broker could not count it
     links.push(item);
   }
   $("queues").replaceChildren(...links.map((link) => { const li = el("li"); li.appendChild(link); return li; }));
