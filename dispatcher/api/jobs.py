@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from dispatcher import errors, intake, models
-from dispatcher.api import auth, schemas
+from dispatcher.api import auth, gate, schemas
 
 if TYPE_CHECKING:
     from dispatcher.node import Node
@@ -67,6 +67,7 @@ async def create_job(body: schemas.JobCreate, node: NodeDep, caller: auth.Produc
     status_code=201,
     responses={200: {"description": "every job was stored earlier under its key"}, **ERRORS},
     openapi_extra=schemas.BATCH_REQUEST_BODY,
+    dependencies=[Depends(gate.BatchBody())],
 )
 async def create_jobs(request: Request, node: NodeDep, caller: auth.Producer) -> Response:
     """Schedule up to ``max_batch`` jobs, all or nothing."""

@@ -30,5 +30,12 @@ async def running_node(**settings: object) -> AsyncIterator[Node]:
         await asyncio.wait_for(task, 30)
 
 
+# The node refuses writes a browser form could make: a body that is not JSON, or a body-less write
+# with neither a JSON content type nor a bearer key. Test clients send JSON unless told otherwise.
+WRITE = {"content-type": "application/json"}
+
+
 def client(node: Node) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=node.app), base_url="http://node")
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=node.app), base_url="http://node", headers=WRITE
+    )

@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.nodes import WRITE
+
 
 async def submit_spread(
     urls: str | Sequence[str],
@@ -24,7 +26,7 @@ async def submit_spread(
     nodes = [urls] if isinstance(urls, str) else list(urls)
     base = time.time() + start_in_s
     accepted: list[dict[str, Any]] = []
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, headers=WRITE) as http:
         for number, first in enumerate(range(0, count, batch)):
             jobs = [
                 {
