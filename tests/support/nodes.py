@@ -1,4 +1,5 @@
-"""A dispatcher Node running inside the test's event loop, and an HTTP client for its API."""
+"""A dispatcher Node running inside the test's event loop, an HTTP client for its API, and the
+count of jobs it stored."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 import httpx
 
 from dispatcher.node import Node
@@ -39,3 +41,12 @@ def client(node: Node) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         transport=httpx.ASGITransport(app=node.app), base_url="http://node", headers=WRITE
     )
+
+
+async def jobs_stored(database_url: str) -> int:
+    """How many jobs the node's database holds (a refused request must not change it)."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        return int(await connection.fetchval("SELECT count(*) FROM jobs"))
+    finally:
+        await connection.close()
