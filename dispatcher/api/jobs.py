@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
+# 415 and 429 come from the HTTP edge (api.browsers, api.gate): a write that is not JSON, unknown
+# keys tried too fast.
 ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409, 413, 422, 503)
+    code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 }
 
 
