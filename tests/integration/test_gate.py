@@ -11,9 +11,11 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from dispatcher import keys
+from dispatcher import errors, keys
+from dispatcher import keyring as keyring_module
 from dispatcher.api import gate
 from dispatcher.node import Node
+from dispatcher.store.db import Database
 from dispatcher.store.keys import KeyStore
 from tests.support.nodes import WRITE, client, running_node
 
@@ -136,3 +138,25 @@ async def test_unknown_tokens_past_the_lookup_rate_get_429_while_a_known_key_kee
     async with client(node) as http:
         metrics = (await http.get("/metrics", headers=bearer(ADMIN))).text
     assert 'dispatcher_http_refused_total{reason="lookup_rate"}' in metrics
+
+
+async def test_a_full_key_cache_drops_only_unknown_tokens(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(keyring_module, "CACHE_ENTRIES", 50)
+    db = Database(database_url, min_size=1, max_size=2, timeout_s=5)
+    await db.open()
+    store = KeyStore(db)
+    _, known = await store.create(scope=keys.Scope.PRODUCER, name="known")
+    ring = keyring_module.Keyring(
+        static=(), store=store, cache_s=600, required=True, lookup_rate=1000
+    )
+    assert (await ring.authenticate(known)).scope is keys.Scope.PRODUCER
+    strangers = [f"dk_{uuid.uuid4().hex}" for _ in range(60)]  # past the cache's size
+    for token in strangers:
+        with pytest.raises(errors.Unauthenticated):
+            await ring.authenticate(token)
+    await db.close()  # from here on, only cached answers can be given
+    assert (await ring.authenticate(known)).scope is keys.Scope.PRODUCER
+    with pytest.raises(errors.StoreUnavailable):
+        await ring.authenticate(strangers[0])  # dropped when the cache filled: asked again
