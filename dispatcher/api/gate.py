@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+RULE = "dispatcher.rule"  # where a request's rule is kept in its scope
 SMALL_BODY_BYTES = 1024  # routes that take no document: a path and a key are all they need
 # A document's text may take up to 4 times its compact JSON (\u escapes), which is what the
 # payload limit counts; the rest is room for the job's other fields.
@@ -98,7 +99,15 @@ class Rules:
 
     def rule(self, scope: Scope) -> Rule:
         """The rule of the route the request goes to; unknown paths need no key (the router
-        answers 404) and take a small body."""
+        answers 404) and take a small body. Found once per request (the request cap asks too)."""
+        found = scope.get(RULE)
+        if isinstance(found, Rule):
+            return found
+        found = self._match(scope)
+        scope[RULE] = found
+        return found
+
+    def _match(self, scope: Scope) -> Rule:
         if self._routes is None:  # the app's routes are all in place once it serves
             self._routes = list(_flatten(scope["app"].router.routes))
         partial = None
