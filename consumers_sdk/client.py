@@ -77,8 +77,11 @@ class DispatcherClient:
         retries: int = 5,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        # The key travels in a header only; it is never part of an error or a repr.
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        # The key travels in a header only; it is never part of an error or a repr. Every write is
+        # JSON, the body-less ones too: the node refuses writes a browser form could make.
+        headers = {"content-type": "application/json"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
         self._http = httpx.AsyncClient(
             base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
         )

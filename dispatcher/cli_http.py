@@ -53,7 +53,10 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 
 def run(args: argparse.Namespace, default_url: str) -> int:
-    headers = {"authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    # Writes are JSON, the body-less ones too (the node refuses what a browser form could send).
+    headers = {"content-type": "application/json"}
+    if args.api_key:
+        headers["authorization"] = f"Bearer {args.api_key}"
     try:
         with httpx.Client(base_url=args.url or default_url, headers=headers, timeout=30) as http:
             if args.command == "jobs":

@@ -43,6 +43,10 @@ class Unauthenticated(DispatcherError):
     """A valid API key is required: send it as 'Authorization: Bearer <key>'."""
 
 
+class TooManyLookups(DispatcherError):
+    """Too many unknown API keys were tried at once; retry later."""
+
+
 class Forbidden(DispatcherError):
     """This API key's scope does not allow this."""
 

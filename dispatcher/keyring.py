@@ -18,8 +18,28 @@ from dispatcher import errors, keys
 from dispatcher.store.keys import KeyStore
 
 # Unknown tokens are cached too (a client retrying a bad key costs no query); past this many
-# entries the cache starts over, so random tokens cannot grow it without bound.
+# entries the unknown ones are dropped, so random tokens cannot grow it without bound (the known
+# ones stay: a flood of bad tokens must not make valid keys pay a query each).
 CACHE_ENTRIES = 10_000
+
+
+class TokenBucket:
+    """``rate`` takes per second with a burst of one second's worth; pure, the clock injected."""
+
+    def __init__(self, rate: float, clock: Callable[[], float]) -> None:
+        self._rate = rate
+        self._clock = clock
+        self._tokens = rate
+        self._at = clock()
+
+    def take(self) -> bool:
+        now = self._clock()
+        self._tokens = min(self._rate, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens < 1:
+            return False
+        self._tokens -= 1
+        return True
 
 
 class Keyring:
@@ -30,6 +50,7 @@ class Keyring:
         store: KeyStore,
         cache_s: float,
         required: bool = False,
+        lookup_rate: float = 50.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._static = tuple(static)
@@ -39,6 +60,8 @@ class Keyring:
         self._clock = clock
         self._stored_keys_exist: tuple[bool, float] | None = None
         self._found: dict[bytes, tuple[keys.Principal | None, float]] = {}
+        # Only tokens without a valid cached answer pay for a query and are rate limited.
+        self._lookups = TokenBucket(lookup_rate, clock)
 
     async def enabled(self) -> bool:
         if self._required:
@@ -56,7 +79,8 @@ class Keyring:
         return exist
 
     async def authenticate(self, token: str | None) -> keys.Principal:
-        """The caller's Principal; Unauthenticated for a missing or unknown key (auth on)."""
+        """The caller's Principal; Unauthenticated for a missing or unknown key (auth on),
+        TooManyLookups when unknown tokens come faster than ``lookup_rate``."""
         if not await self.enabled():
             return keys.OPEN_ACCESS
         if not token:
@@ -78,6 +102,9 @@ class Keyring:
         cached = self._found.get(token_digest)
         if cached is not None and cached[1] > now:
             return cached[0]
+        # A key known valid is refreshed whatever the rate: only strangers wait.
+        if (cached is None or cached[0] is None) and not self._lookups.take():
+            raise errors.TooManyLookups()
         try:
             key = await self._store.find(token_digest)
         except errors.StoreUnavailable:
@@ -86,6 +113,6 @@ class Keyring:
             return cached[0]
         principal = None if key is None else key.principal()
         if len(self._found) >= CACHE_ENTRIES:
-            self._found.clear()
+            self._found = {digest: found for digest, found in self._found.items() if found[0]}
         self._found[token_digest] = (principal, now + self._cache_s)
         return principal

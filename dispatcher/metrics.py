@@ -111,6 +111,13 @@ class Metrics:
             ["status"],
             registry=r,
         )
+        self.http_refused = Counter(
+            "dispatcher_http_refused",
+            "Requests and connections the HTTP edge refused, by reason (unauthenticated,"
+            " forbidden, body_too_large, header_timeout, too_many_connections, lookup_rate, ...)",
+            ["reason"],
+            registry=r,
+        )
         self.schedules_parked = Counter(
             "dispatcher_schedules_parked",
             "Schedules paused by the materialiser: they could not be planned or their jobs stored",
@@ -170,6 +177,10 @@ class Metrics:
         per distinct key, not per item, on the hot paths."""
         for key, n in Tally(self.key_label(item.routing_key) for item in items).items():
             counter.labels(routing_key=key).inc(n)
+
+    def refusal(self, reason: str) -> None:
+        """Count one refusal at the HTTP edge (``reason``: see ``http_refused``)."""
+        self.http_refused.labels(reason=reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import logging
 import signal
 import time
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 import uvicorn
 
 from dispatcher import api, errors, metrics, supervision
+from dispatcher.api import connections
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.dependents import DependentsFollower
 from dispatcher.events import EventsConsumer
@@ -85,6 +87,7 @@ class Node:
             store=KeyStore(self.db),
             cache_s=settings.api_key_cache_s,
             required=settings.api_auth_required,
+            lookup_rate=settings.api_key_lookup_rate,
         )
         self.ownership: ownership_mod.Ownership = self._build_ownership()
         self.publisher = self._build_publisher("publisher")
@@ -268,10 +271,19 @@ class Node:
         return False
 
     async def _serve_http(self) -> None:
+        settings = self.settings
+        limits = connections.Limits(
+            max_connections=settings.http_max_connections,
+            header_timeout_s=settings.http_header_timeout_s,
+            body_timeout_s=settings.http_body_timeout_s,
+            refused=self.metrics.refusal,
+        )
         config = uvicorn.Config(
             self.app,
-            host=self.settings.http_host,
-            port=self.settings.http_port,
+            host=settings.http_host,
+            port=settings.http_port,
+            http=connections.protocol_class(limits),
+            timeout_keep_alive=settings.http_keepalive_s,
             log_level="warning",
             access_log=False,
             lifespan="off",
@@ -299,10 +311,21 @@ class Node:
         if await self.keyring.enabled():
             logger.info("API keys required", extra={"action": "auth"})
         else:
+            host, port = self.settings.http_host, self.settings.http_port
             logger.warning(
-                "API auth is off: no API key is configured, every caller may do everything",
+                "the API is OPEN at http://%s:%d: no API key is configured, every caller may do "
+                "everything",
+                host,
+                port,
                 extra={"action": "auth"},
             )
+            if not _is_loopback(host):
+                logger.warning(
+                    "the open API is bound to %s, beyond this machine: configure an API key "
+                    "(DISPATCHER_API_KEYS) or bind to 127.0.0.1",
+                    host,
+                    extra={"action": "auth"},
+                )
 
     async def readiness(self) -> dict[str, bool]:
         return {
@@ -311,6 +334,15 @@ class Node:
             "shards": bool(self.ownership.epochs()),
             "loops": not self.supervisor.degraded(),
         }
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name (or 0.0.0.0, ::): assume it is reachable from elsewhere
 
 
 async def serve(settings: Settings) -> None:

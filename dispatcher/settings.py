@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers_sdk import validation
-from dispatcher import keys
+from dispatcher import hosts, keys
 
 _LIMITS = validation.DEFAULT_LIMITS  # the SDK's enqueue() checks jobs against the same defaults
 
@@ -39,8 +39,24 @@ class Settings(BaseSettings):
     zk_session_timeout_s: float = Field(10.0, gt=0)
 
     # HTTP
-    http_host: str = "127.0.0.1"
+    http_host: str = Field(
+        "127.0.0.1", description="loopback unless told otherwise: an open node stays unreachable"
+    )
     http_port: int = Field(8080, ge=0, le=65535)
+    http_max_connections: int = Field(1024, ge=1, description="one more is closed at accept")
+    http_max_requests: int = Field(
+        256, ge=1, description="requests in progress at once (503 beyond); /healthz not counted"
+    )
+    http_header_timeout_s: float = Field(
+        10.0, gt=0, description="a request's headers must arrive within this (from the connection)"
+    )
+    http_body_timeout_s: float = Field(
+        30.0, gt=0, description="a request's body must arrive within this (from its headers)"
+    )
+    http_keepalive_s: int = Field(5, ge=1, description="an idle keep-alive connection is closed")
+    allowed_hosts: str = Field(
+        "", description="comma list of Host names (name or name:port); empty: any (400 otherwise)"
+    )
     node_id: str = Field(default_factory=_default_node_id, min_length=1, max_length=200)
 
     # Messaging
@@ -103,6 +119,9 @@ class Settings(BaseSettings):
     api_auth_required: bool = Field(
         False, description="answer 401 even while no key is configured (fail closed)"
     )
+    api_key_lookup_rate: float = Field(
+        50.0, gt=0, description="unknown tokens looked up in PostgreSQL per second (429 beyond)"
+    )
 
     # Job history, retention and statistics
     retention_days: float = Field(
@@ -151,11 +170,20 @@ class Settings(BaseSettings):
 
     log_level: str = "INFO"
 
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _allowed_hosts_parse(cls, value: str) -> str:
+        hosts.parse_allowed(value)
+        return value
+
     @field_validator("api_keys")
     @classmethod
     def _api_keys_parse(cls, value: SecretStr) -> SecretStr:
         keys.parse_static(value.get_secret_value())
         return value
+
+    def allowed_host_list(self) -> list[hosts.Allowed]:
+        return hosts.parse_allowed(self.allowed_hosts)
 
     def static_keys(self) -> list[keys.StaticKey]:
         return keys.parse_static(self.api_keys.get_secret_value())

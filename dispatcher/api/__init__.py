@@ -9,7 +9,9 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from dispatcher.api import jobs, ops, problems, schedules
-from dispatcher.api.body_limit import BodyLimit
+from dispatcher.api.browsers import BrowserGuard
+from dispatcher.api.connections import RequestCap
+from dispatcher.api.gate import Gate, Rules
 from dispatcher.api.timing import Timing
 
 if TYPE_CHECKING:
@@ -33,6 +35,13 @@ def create_api(node: Node) -> FastAPI:
     # they are served without one. Shipped as package data: no build step.
     console = resources.files("dispatcher") / "console"
     app.mount("/console", StaticFiles(directory=str(console), html=True), name="console")
-    app.add_middleware(BodyLimit, max_bytes=node.settings.max_body_bytes)
-    app.add_middleware(Timing, histogram=node.metrics.api_latency)  # outermost: times it all
+    settings = node.settings
+    refused = node.metrics.refusal
+    rules = Rules(settings)
+    # Outermost last: the browser guard, timing, the request cap, then the gate (key, body bound).
+    app.add_middleware(Gate, node=node, rules=rules)
+    cap = settings.http_max_requests
+    app.add_middleware(RequestCap, max_requests=cap, counted=rules.needs_key, refused=refused)
+    app.add_middleware(Timing, histogram=node.metrics.api_latency)
+    app.add_middleware(BrowserGuard, allowed_hosts=settings.allowed_host_list(), refused=refused)
     return app

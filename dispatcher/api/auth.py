@@ -1,9 +1,9 @@
-"""Who may call what: FastAPI dependencies that resolve the bearer key to a Principal and check
-its scope. 401 for a missing or invalid key, 403 for a missing scope; /healthz needs none."""
+"""Who may call what. The gate (``api.gate``) authenticates each request before its body is read
+and leaves the Principal in the request's state; these dependencies hand it to the routes and
+declare, on each route, the scope it needs (the gate reads it from there). /healthz needs none."""
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Request
@@ -14,7 +14,7 @@ from dispatcher import errors, keys
 if TYPE_CHECKING:
     from dispatcher.node import Node
 
-logger = logging.getLogger(__name__)
+PRINCIPAL = "principal"  # the key of the admitted caller in the request's state
 
 # auto_error off: a missing key is ours to answer (in our error shape); the scheme also puts an
 # "Authorize" button in /docs.
@@ -23,39 +23,32 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 async def principal(request: Request, credentials: Credentials) -> keys.Principal:
-    """The caller, whatever its scope."""
+    """The caller, whatever its scope: the one the gate admitted (looked up again only for an app
+    served without the gate)."""
+    admitted = request.scope.get("state", {}).get(PRINCIPAL)
+    if isinstance(admitted, keys.Principal):
+        return admitted
     node: Node = request.app.state.node
-    try:
-        return await node.keyring.authenticate(credentials.credentials if credentials else None)
-    except errors.Unauthenticated as exc:
-        _refused(node, request, 401, str(exc))
-        raise
+    return await node.keyring.authenticate(credentials.credentials if credentials else None)
 
 
-def _requires(scope: keys.Scope) -> object:
-    async def check(
-        request: Request, caller: Annotated[keys.Principal, Depends(principal)]
+class ScopeCheck:
+    """The dependency a route declares for the scope it needs; the gate finds it in the route's
+    dependencies, so the route itself is the one place that says who may call it."""
+
+    def __init__(self, scope: keys.Scope) -> None:
+        self.scope = scope
+
+    async def __call__(
+        self, caller: Annotated[keys.Principal, Depends(principal)]
     ) -> keys.Principal:
-        if not caller.has(scope):
-            message = f"this key's scope is {caller.scope}; this needs {scope}"
-            _refused(request.app.state.node, request, 403, message)
-            raise errors.Forbidden(message)
+        if not caller.has(self.scope):
+            raise errors.Forbidden(denied(caller, self.scope))
         return caller
 
-    return Depends(check)
 
-
-def _refused(node: Node, request: Request, status: int, reason: str) -> None:
-    # The reason and the path only: the Authorization header is never logged.
-    node.metrics.auth_refused.labels(status=str(status)).inc()
-    logger.info(
-        "refused %s %s (%d): %s",
-        request.method,
-        request.url.path,
-        status,
-        reason,
-        extra={"action": "auth"},
-    )
+def denied(caller: keys.Principal, scope: keys.Scope) -> str:
+    return f"this key's scope is {caller.scope}; this needs {scope}"
 
 
 def check_routing_key(caller: keys.Principal, routing_key: str, field: str) -> None:
@@ -69,6 +62,6 @@ def check_routing_key(caller: keys.Principal, routing_key: str, field: str) -> N
 
 
 AnyKey = Annotated[keys.Principal, Depends(principal)]
-Producer = Annotated[keys.Principal, _requires(keys.Scope.PRODUCER)]
-Monitor = Annotated[keys.Principal, _requires(keys.Scope.MONITOR)]
-Admin = Annotated[keys.Principal, _requires(keys.Scope.ADMIN)]
+Producer = Annotated[keys.Principal, Depends(ScopeCheck(keys.Scope.PRODUCER))]
+Monitor = Annotated[keys.Principal, Depends(ScopeCheck(keys.Scope.MONITOR))]
+Admin = Annotated[keys.Principal, Depends(ScopeCheck(keys.Scope.ADMIN))]

@@ -11,15 +11,17 @@ from typing import TYPE_CHECKING, Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from dispatcher import errors, intake, models
-from dispatcher.api import auth, schemas
+from dispatcher.api import auth, gate, schemas
 
 if TYPE_CHECKING:
     from dispatcher.node import Node
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
+# 415 and 429 come from the HTTP edge (api.browsers, api.gate): a write that is not JSON, unknown
+# keys tried too fast.
 ERRORS: dict[int | str, dict[str, object]] = {
-    code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409, 413, 422, 503)
+    code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 }
 
 
@@ -67,6 +69,7 @@ async def create_job(body: schemas.JobCreate, node: NodeDep, caller: auth.Produc
     status_code=201,
     responses={200: {"description": "every job was stored earlier under its key"}, **ERRORS},
     openapi_extra=schemas.BATCH_REQUEST_BODY,
+    dependencies=[Depends(gate.BatchBody())],
 )
 async def create_jobs(request: Request, node: NodeDep, caller: auth.Producer) -> Response:
     """Schedule up to ``max_batch`` jobs, all or nothing."""

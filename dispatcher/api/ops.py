@@ -18,9 +18,11 @@ from dispatcher.api.jobs import NodeDep
 router = APIRouter(tags=["operations"])
 NEXT_DUE = 20
 
-# Every route here but /healthz takes a key once keys are configured.
+# Every route here but /healthz takes a key once keys are configured; the HTTP edge may refuse a
+# Host not allowed (400), a body (413), unknown keys tried too fast (429) or a busy node (503).
 REFUSALS: dict[int | str, dict[str, object]] = {
-    code: {"model": schemas.Problem, "content": {"application/json": {}}} for code in (401, 403)
+    code: {"model": schemas.Problem, "content": {"application/json": {}}}
+    for code in (400, 401, 403, 413, 429, 503)
 }
 
 

@@ -11,6 +11,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from dispatcher import errors
 
@@ -36,6 +37,7 @@ def problem(
     message: str,
     *,
     fields: list[dict[str, str]] | None = None,
+    headers: dict[str, str] | None = None,
     **extra: Any,
 ) -> Response:
     body: dict[str, Any] = {"error": error, "message": message, "fields": fields or []}
@@ -43,7 +45,26 @@ def problem(
     # ASCII-escaped: a field name echoed from the request may hold a lone surrogate, which
     # UTF-8 cannot encode (JSONResponse would fail and answer 500).
     content = json.dumps(body, ensure_ascii=True, separators=(",", ":")).encode()
-    return Response(content, status_code=status, media_type="application/json")
+    return Response(content, status_code=status, headers=headers, media_type="application/json")
+
+
+async def refuse(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    status: int,
+    error: str,
+    message: str,
+    *,
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Answer from a middleware, before the app reads the body, and close the connection: what
+    the client may still be sending is never read."""
+    named = [{"field": field, "message": message}] if field else None
+    answer = problem(status, error, message, fields=named, headers={**(headers or {})})
+    answer.headers["connection"] = "close"
+    await answer(scope, receive, send)
 
 
 async def _invalid_request(request: Request, exc: Exception) -> Response:
@@ -74,6 +95,8 @@ async def _dispatcher_error(request: Request, exc: Exception) -> Response:
             answer = problem(401, "unauthenticated", str(exc))
             answer.headers["WWW-Authenticate"] = "Bearer"
             return answer
+        case errors.TooManyLookups():
+            return problem(429, "too_many_requests", str(exc), headers={"retry-after": "1"})
         case errors.Forbidden():
             named = [{"field": exc.field, "message": str(exc)}] if exc.field else None
             return problem(403, "forbidden", str(exc), fields=named)

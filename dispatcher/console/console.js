@@ -34,7 +34,8 @@ function fill(tbody, rows) {
 
 async function api(path, options = {}) {
   const key = sessionStorage.getItem(KEY);
-  const headers = { accept: "application/json" };
+  // Writes are JSON even without a body: the node refuses what a cross-site form could send.
+  const headers = { accept: "application/json", "content-type": "application/json" };
   if (key) headers.authorization = `Bearer ${key}`;
   const response = await fetch(path, { ...options, headers });
   const body = await response.json().catch(() => ({}));

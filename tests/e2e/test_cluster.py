@@ -12,6 +12,7 @@ import pytest
 from dispatcher.cluster.assignment import moved
 from tests.support.cluster import SHARDS, Cluster, start_nodes
 from tests.support.collector import Collector
+from tests.support.nodes import WRITE
 from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
@@ -65,7 +66,7 @@ async def test_a_job_rescheduled_through_any_node_fires_at_its_new_time_only(
     new time only."""
     await start_nodes(cluster, "n0", "n1", "n2")
     n0, n1, n2 = cluster.live()
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx.AsyncClient(timeout=30, headers=WRITE) as http:
 
         async def submit(delay_ms: int) -> str:
             response = await http.post(

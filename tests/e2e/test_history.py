@@ -8,6 +8,7 @@ import pytest
 
 from consumers_sdk import Consumer, Job
 from tests.integration.test_consumer import TIERS, fixed, running
+from tests.support.nodes import WRITE
 from tests.support.process import DispatcherProcess
 from tests.support.waiting import job_when
 
@@ -28,7 +29,7 @@ async def test_history_shows_every_attempt_and_the_final_state_and_a_dead_job_ca
         if (order == 1 and tries[order] <= 2) or (order == 2 and not healed):
             raise RuntimeError(f"order {order} is locked")
 
-    async with running(consumer), httpx.AsyncClient(base_url=dispatcher.url) as http:
+    async with running(consumer), httpx.AsyncClient(base_url=dispatcher.url, headers=WRITE) as http:
         flaky, doomed = [
             (await http.post("/v1/jobs", json={"routing_key": "orders.expire", "payload": p}))
             .raise_for_status()

@@ -14,6 +14,7 @@ import pytest
 
 from consumers_sdk import Consumer, Job, Reject
 from tests.support.consumers import running
+from tests.support.nodes import WRITE
 from tests.support.process import FAST_LEASE, DispatcherProcess, served
 from tests.support.waiting import eventually, job_when
 
@@ -71,7 +72,7 @@ async def test_each_job_starts_only_after_its_prerequisites_succeeded(
     """A diamond: b and c after a, d after b and c; e after d (a chain through it)."""
     consumer = Consumer(amqp_url, group="flow", name="worker")
     steps = Steps(consumer)
-    async with running(consumer), httpx.AsyncClient(base_url=dispatcher.url) as http:
+    async with running(consumer), httpx.AsyncClient(base_url=dispatcher.url, headers=WRITE) as http:
         a = await submit(http, "a")
         b = await submit(http, "b", a)
         c = await submit(http, "c", a)
@@ -91,7 +92,7 @@ async def test_a_dead_prerequisite_cancels_the_jobs_waiting_for_it_which_never_r
     consumer = Consumer(amqp_url, group="flow", name="worker")
     steps = Steps(consumer)
     steps.failing.add("a")
-    async with running(consumer), httpx.AsyncClient(base_url=dispatcher.url) as http:
+    async with running(consumer), httpx.AsyncClient(base_url=dispatcher.url, headers=WRITE) as http:
         a = await submit(http, "a")
         b = await submit(http, "b", a)
         c = await submit(http, "c", b)
@@ -112,7 +113,7 @@ async def test_a_dispatcher_killed_around_the_release_still_fires_the_dependent_
     consumer = Consumer(amqp_url, group="flow", name="worker")
     steps = Steps(consumer)
     steps.gates["a"] = asyncio.Event()
-    async with running(consumer), httpx.AsyncClient(base_url=dispatcher.url) as http:
+    async with running(consumer), httpx.AsyncClient(base_url=dispatcher.url, headers=WRITE) as http:
         a = await submit(http, "a")
         b_due = time.time() + 10
         b = await submit(http, "b", a, delay_ms=10_000)

@@ -11,6 +11,7 @@ import pytest
 
 from tests.services.rabbitmq import RabbitServer
 from tests.support.collector import Collector
+from tests.support.nodes import WRITE
 from tests.support.process import DispatcherProcess
 from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
@@ -56,7 +57,7 @@ async def test_broker_outage_pauses_firing_while_the_api_keeps_accepting(
     try:
         accepted = await schedule_spread(dispatcher.url, 300, over_s=1, start_in_s=0.2)
         await asyncio.sleep(3)
-        async with httpx.AsyncClient(base_url=dispatcher.url) as http:
+        async with httpx.AsyncClient(base_url=dispatcher.url, headers=WRITE) as http:
             ready = await http.get("/readyz")
         assert ready.status_code == 503
         assert ready.json()["checks"]["rabbitmq"] is False

@@ -19,6 +19,7 @@ import pytest
 from tests.services.ports import free_port
 from tests.services.postgres import PostgresServer
 from tests.support.collector import Collector
+from tests.support.nodes import WRITE
 from tests.support.process import FAST_LEASE, DispatcherProcess
 from tests.support.schedule import schedule_spread
 
@@ -131,7 +132,7 @@ async def test_a_database_fault_during_firing_stops_nothing_and_loses_nothing(
         assert process.is_running(), process.logs(80)
         assert ledger.lost == []
         assert ledger.early == []
-        async with httpx.AsyncClient(base_url=process.url, timeout=10) as http:
+        async with httpx.AsyncClient(base_url=process.url, timeout=10, headers=WRITE) as http:
             after = await http.post("/v1/jobs", json={"routing_key": "e2e.after", "payload": 1})
             assert after.status_code == 201, after.text
             assert await collector.wait_for([after.json()["id"]], 30) == set()

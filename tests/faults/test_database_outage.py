@@ -18,6 +18,7 @@ from tests.services.base import service_root
 from tests.services.ports import free_port
 from tests.services.postgres import PostgresServer
 from tests.support.collector import Collector
+from tests.support.nodes import WRITE
 from tests.support.process import FAST_LEASE, DispatcherProcess
 from tests.support.schedule import run_at_s, schedule_spread
 from tests.support.waiting import eventually
@@ -66,7 +67,10 @@ async def submit_steadily(url: str, seen: Submissions, stop: asyncio.Event, work
             sent += 1
             await asyncio.sleep(0.02)  # a steady trickle, not a load test
 
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http, asyncio.TaskGroup() as group:
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=30, headers=WRITE) as http,
+        asyncio.TaskGroup() as group,
+    ):
         for number in range(workers):
             group.create_task(producer(number, http), name=f"producer-{number}")
 

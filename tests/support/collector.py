@@ -14,6 +14,9 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection, Fiel
 
 from consumers_sdk import contract
 
+# How late a job may arrive and still be on time, generously: these are not speed tests.
+ON_TIME_S = 5.0
+
 
 @dataclass
 class Delivery:

@@ -1,4 +1,5 @@
-"""A dispatcher Node running inside the test's event loop, and an HTTP client for its API."""
+"""A dispatcher Node running inside the test's event loop, an HTTP client for its API, and the
+count of jobs it stored."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
 import httpx
 
 from dispatcher.node import Node
@@ -30,5 +32,21 @@ async def running_node(**settings: object) -> AsyncIterator[Node]:
         await asyncio.wait_for(task, 30)
 
 
+# The node refuses writes a browser form could make: a body that is not JSON, or a body-less write
+# with neither a JSON content type nor a bearer key. Test clients send JSON unless told otherwise.
+WRITE = {"content-type": "application/json"}
+
+
 def client(node: Node) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=node.app), base_url="http://node")
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=node.app), base_url="http://node", headers=WRITE
+    )
+
+
+async def jobs_stored(database_url: str) -> int:
+    """How many jobs the node's database holds (a refused request must not change it)."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        return int(await connection.fetchval("SELECT count(*) FROM jobs"))
+    finally:
+        await connection.close()

@@ -10,6 +10,7 @@ import httpx
 
 from consumers_sdk import contract
 from tests.support.collector import Collector, Ledger, classify
+from tests.support.nodes import WRITE
 
 
 @dataclass
@@ -43,7 +44,7 @@ def reckon(collector: Collector, name: str, expected: list[datetime]) -> Occurre
 
 
 async def create(url: str, body: dict[str, object]) -> dict[str, object]:
-    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=10, headers=WRITE) as http:
         response = await http.post("/v1/schedules", json=body)
     assert response.status_code == 201, response.text
     created: dict[str, object] = response.json()

@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.nodes import WRITE
+
 
 async def submit_spread(
     urls: str | Sequence[str],
@@ -18,13 +20,15 @@ async def submit_spread(
     start_in_s: float = 1.0,
     routing_key: str = "e2e.work",
     batch: int = 500,
+    api_key: str | None = None,
 ) -> list[dict[str, Any]]:
     """POST ``count`` jobs due evenly over ``over_s`` in batches, round-robin over ``urls``;
     returns the accepted jobs as the API answered them."""
     nodes = [urls] if isinstance(urls, str) else list(urls)
     base = time.time() + start_in_s
     accepted: list[dict[str, Any]] = []
-    async with httpx.AsyncClient(timeout=30) as http:
+    headers = {**WRITE, **({"authorization": f"Bearer {api_key}"} if api_key else {})}
+    async with httpx.AsyncClient(timeout=30, headers=headers) as http:
         for number, first in enumerate(range(0, count, batch)):
             jobs = [
                 {

@@ -1,0 +1,231 @@
+"""The gate: authenticates a request and bounds its body before a byte of the body is read.
+
+FastAPI reads and decodes a body before a route's dependencies run, so without the gate an
+anonymous client could make the node buffer and parse megabytes on the loop that fires jobs.
+The gate matches the request to its route (the app's own router), takes the scope the route asks
+for from the route's ``auth.ScopeCheck`` dependency, looks the bearer key up, and answers 401, 403
+or 429 at once, closing the connection. An admitted caller's Principal rides in the request's
+state (``auth.PRINCIPAL``): the route does not look the key up again. Then the body is read up to
+the route's bound (413 naming it, from Content-Length up front or while a chunked body streams)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dispatcher import errors, keys
+from dispatcher.api import auth, problems
+
+if TYPE_CHECKING:
+    from dispatcher.node import Node
+    from dispatcher.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+RULE = "dispatcher.rule"  # where a request's rule is kept in its scope
+SMALL_BODY_BYTES = 1024  # routes that take no document: a path and a key are all they need
+# A document's text may take up to 4 times its compact JSON (\u escapes), which is what the
+# payload limit counts; the rest is room for the job's other fields.
+ESCAPES = 4
+DOCUMENT_SLACK_BYTES = 16 * 1024
+
+
+class BatchBody:
+    """Marks a route whose body is a batch of jobs: up to ``max_batch`` of them."""
+
+    async def __call__(self) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """What a route asks of a request before its body is read."""
+
+    needs_key: bool
+    scope: keys.Scope | None  # None: any valid key will do
+    max_body_bytes: int
+
+
+def document_bytes(settings: Settings) -> int:
+    """The largest body one job (or one schedule) may legitimately take."""
+    headers = settings.max_headers * settings.max_header_bytes
+    return ESCAPES * (settings.max_payload_bytes + headers) + DOCUMENT_SLACK_BYTES
+
+
+def _requirement(dependant: Dependant) -> tuple[bool, keys.Scope | None]:
+    for dependency in dependant.dependencies:
+        if isinstance(dependency.call, auth.ScopeCheck):
+            return True, dependency.call.scope
+        if dependency.call is auth.principal:
+            return True, None
+        found = _requirement(dependency)
+        if found[0]:
+            return found
+    return False, None
+
+
+def _flatten(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    """The routes themselves: newer FastAPI versions wrap each included router in a route of its
+    own (``original_router``). Our routers carry their prefix, so their routes' paths are whole."""
+    for route in routes:
+        inner = getattr(route, "original_router", None)
+        if inner is None:
+            yield route
+        else:
+            yield from _flatten(inner.routes)
+
+
+def _is_batch(dependant: Dependant) -> bool:
+    return any(isinstance(dependency.call, BatchBody) for dependency in dependant.dependencies)
+
+
+class Rules:
+    """Each route's rule, read from the route itself and kept per route."""
+
+    def __init__(self, settings: Settings) -> None:
+        ceiling = settings.max_body_bytes
+        self._document = min(document_bytes(settings), ceiling)
+        self._batch = min(settings.max_batch * document_bytes(settings), ceiling)
+        self._small = min(SMALL_BODY_BYTES, ceiling)
+        self._rules: dict[int, Rule] = {}  # by id(route): starlette routes are not hashable
+        self._routes: list[BaseRoute] | None = None
+
+    def rule(self, scope: Scope) -> Rule:
+        """The rule of the route the request goes to; unknown paths need no key (the router
+        answers 404) and take a small body. Found once per request (the request cap asks too)."""
+        found = scope.get(RULE)
+        if isinstance(found, Rule):
+            return found
+        found = self._match(scope)
+        scope[RULE] = found
+        return found
+
+    def _match(self, scope: Scope) -> Rule:
+        if self._routes is None:  # the app's routes are all in place once it serves
+            self._routes = list(_flatten(scope["app"].router.routes))
+        partial = None
+        for route in self._routes:
+            match, _ = route.matches(scope)
+            if match is Match.FULL:
+                return self._rule_of(route)
+            if match is Match.PARTIAL and partial is None:
+                partial = route
+        return self._rule_of(partial) if partial is not None else Rule(False, None, self._small)
+
+    def needs_key(self, scope: Scope) -> bool:
+        return self.rule(scope).needs_key
+
+    def _rule_of(self, route: BaseRoute) -> Rule:
+        rule = self._rules.get(id(route))
+        if rule is None:
+            rule = Rule(False, None, self._small)
+            if isinstance(route, APIRoute):
+                needs_key, scope = _requirement(route.dependant)
+                bound = self._small
+                if _is_batch(route.dependant):
+                    bound = self._batch
+                elif route.body_field is not None:
+                    bound = self._document
+                rule = Rule(needs_key, scope, bound)
+            self._rules[id(route)] = rule
+        return rule
+
+
+class Gate:
+    def __init__(self, app: ASGIApp, *, node: Node, rules: Rules) -> None:
+        self._app = app
+        self._node = node
+        self._rules = rules
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        rule = self._rules.rule(scope)
+        if rule.needs_key and not await self._admit(scope, receive, send, rule):
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > rule.max_body_bytes:
+            await self._too_large(scope, receive, send, rule.max_body_bytes)
+            return
+        messages: list[Message] = []
+        received = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # gone (or closed at its body deadline): nobody to answer
+            messages.append(message)
+            received += len(message.get("body", b""))
+            if received > rule.max_body_bytes:
+                await self._too_large(scope, receive, send, rule.max_body_bytes)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await self._app(scope, replay, send)
+
+    async def _admit(self, scope: Scope, receive: Receive, send: Send, rule: Rule) -> bool:
+        try:
+            caller = await self._node.keyring.authenticate(bearer(scope))
+        except errors.Unauthenticated as exc:
+            await self._refuse_auth(scope, receive, send, 401, "unauthenticated", str(exc))
+            return False
+        except errors.TooManyLookups as exc:
+            self._node.metrics.refusal("lookup_rate")
+            await problems.refuse(
+                scope, receive, send, 429, "too_many_requests", str(exc),
+                headers={"retry-after": "1"},
+            )  # fmt: skip
+            return False
+        except errors.StoreUnavailable:
+            message = "the job store is unavailable; retry later"
+            await problems.refuse(scope, receive, send, 503, "unavailable", message)
+            return False
+        if rule.scope is not None and not caller.has(rule.scope):
+            message = auth.denied(caller, rule.scope)
+            await self._refuse_auth(scope, receive, send, 403, "forbidden", message)
+            return False
+        scope.setdefault("state", {})[auth.PRINCIPAL] = caller
+        return True
+
+    async def _refuse_auth(
+        self, scope: Scope, receive: Receive, send: Send, status: int, error: str, message: str
+    ) -> None:
+        # The reason and the path only: the Authorization header is never logged.
+        self._node.metrics.auth_refused.labels(status=str(status)).inc()
+        self._node.metrics.refusal(error)
+        logger.info(
+            "refused %s %s (%d): %s",
+            scope["method"],
+            scope["path"],
+            status,
+            message,
+            extra={"action": "auth"},
+        )
+        challenge = {"www-authenticate": "Bearer"} if status == 401 else None
+        await problems.refuse(scope, receive, send, status, error, message, headers=challenge)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        self._node.metrics.refusal("body_too_large")
+        message = f"the request body exceeds {limit} bytes, this route's limit"
+        await problems.refuse(scope, receive, send, 413, "body_too_large", message, field="body")
+
+
+def bearer(scope: Scope) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, else None."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            token = token.strip()
+            return token if scheme.lower() == "bearer" and token else None
+    return None
