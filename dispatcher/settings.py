@@ -98,7 +98,7 @@ class Settings(BaseSettings):
         description="static keys: comma-separated token:scope[:namespace[:prefix|prefix...]]",
     )
     api_key_cache_s: float = Field(
-        5.0, ge=0, description="stored keys are cached this long: a revoked key works until then"
+        5.0, ge=0, description="stored keys are cached at most this long (key notices drop them)"
     )
     api_auth_required: bool = Field(
         False, description="answer 401 even while no key is configured (fail closed)"
