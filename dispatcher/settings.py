@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     zk_hosts: str = Field("", description="empty: single-node mode, this node owns every shard")
     zk_path: str = "/dispatcher"
     zk_session_timeout_s: float = Field(10.0, gt=0)
+    zk_auth: SecretStr = Field(
+        SecretStr(""),
+        description="user:password: digest auth, and an ACL for that identity on every znode",
+    )
 
     # HTTP
     http_host: str = "127.0.0.1"
@@ -150,6 +154,15 @@ class Settings(BaseSettings):
     )
 
     log_level: str = "INFO"
+
+    @field_validator("zk_auth")
+    @classmethod
+    def _zk_auth_is_user_and_password(cls, value: SecretStr) -> SecretStr:
+        text = value.get_secret_value()
+        user, colon, password = text.partition(":")
+        if text and not (user and colon and password):
+            raise ValueError("zk_auth is user:password, both non-empty")
+        return value
 
     @field_validator("api_keys")
     @classmethod
