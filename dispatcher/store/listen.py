@@ -6,7 +6,8 @@ subscriber catches up (the loader moves its window back, the keyring drops its c
 after every LISTEN is in place, so nothing sent afterwards is missed.
 
 ``run`` reconnects with backoff while PostgreSQL is away and runs supervised (``node.py``): a
-callback that raises is a bug, and restarts the loop (and with it every subscriber's catch-up).
+connect callback that raises restarts the loop (and with it every subscriber's catch-up); a
+notice callback that raises is logged with its traceback and the next notice is delivered.
 """
 
 from __future__ import annotations
@@ -81,9 +82,12 @@ class ChannelListener:
 
 
 def _deliver(on_notice: Callable[[str], None]) -> Callable[[object, int, str, object], None]:
-    """asyncpg's listener signature, reduced to the payload."""
+    """asyncpg's listener signature, reduced to the payload; one bad notice stays alone."""
 
-    def deliver(_connection: object, _pid: int, _channel: str, payload: object) -> None:
-        on_notice(str(payload))
+    def deliver(_connection: object, _pid: int, channel: str, payload: object) -> None:
+        try:
+            on_notice(str(payload))
+        except Exception:
+            logger.exception("notices: %s: %r not handled", channel, str(payload)[:200])
 
     return deliver
