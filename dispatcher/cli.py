@@ -143,7 +143,7 @@ def _keys_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     create.add_argument("--name", default="", help="a label for humans, shown by 'keys list'")
     listing = keys_commands.add_parser("list", help="every key, revoked ones too; no secrets")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
-    revoke = keys_commands.add_parser("revoke", help="revoke a key (within api_key_cache_s)")
+    revoke = keys_commands.add_parser("revoke", help="revoke a key (refused by every node at once)")
     revoke.add_argument("id", type=int)
 
 

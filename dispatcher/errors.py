@@ -80,6 +80,10 @@ class CoordinationUnavailable(DispatcherError):
     """ZooKeeper is unreachable, or this node's session is not valid."""
 
 
+class ZkAccessDenied(Fatal):
+    """ZooKeeper refused this node's credentials (DISPATCHER_ZK_AUTH)."""
+
+
 class MigrationError(Fatal):
     """A migration could not be applied."""
 

@@ -25,10 +25,10 @@ from dispatcher.housekeeping import Housekeeper
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.publisher import Publisher
+from dispatcher.scheduler import wakeups
 from dispatcher.scheduler.firing import Firer
 from dispatcher.scheduler.heap import Backlog, DueHeap
 from dispatcher.scheduler.loader import Loader
-from dispatcher.scheduler.wakeups import DueListener
 from dispatcher.schedules.runner import Materialiser
 from dispatcher.settings import Settings
 from dispatcher.store import migrate
@@ -36,6 +36,7 @@ from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.keys import KeyStore
+from dispatcher.store.listen import ChannelListener
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
 
@@ -107,11 +108,14 @@ class Node:
             clock=clock,
             on_due=self._on_due,
         )
-        self.due_notices = DueListener(
-            self.db,
+        # One LISTEN connection for every notice: due jobs for the loader, key changes for auth.
+        self.notices = ChannelListener(self.db, name=f"dispatcher-{settings.node_id}-notices")
+        wakeups.subscribe(
+            self.notices,
             offer=self.loader.offer,
             on_connect=lambda: self.loader.rewind(settings.sweep_grace_s),
         )
+        self.keyring.listen(self.notices)
         self.firer = Firer(
             store=self.store,
             publisher=self.publisher,
@@ -203,7 +207,7 @@ class Node:
             ("ownership-watch", self._watch_ownership),
             ("loader", self.loader.run),
             ("sweeper", self.loader.run_sweeps),
-            ("due-notices", self.due_notices.run),
+            ("notices", self.notices.run),
             ("firing", self.firer.run),
             ("events", self.events.run),
             ("housekeeping", self.housekeeper.run),

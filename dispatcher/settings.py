@@ -37,6 +37,10 @@ class Settings(BaseSettings):
     zk_hosts: str = Field("", description="empty: single-node mode, this node owns every shard")
     zk_path: str = "/dispatcher"
     zk_session_timeout_s: float = Field(10.0, gt=0)
+    zk_auth: SecretStr = Field(
+        SecretStr(""),
+        description="user:password: digest auth, and an ACL for that identity on every znode",
+    )
 
     # HTTP
     http_host: str = Field(
@@ -114,7 +118,7 @@ class Settings(BaseSettings):
         description="static keys: comma-separated token:scope[:namespace[:prefix|prefix...]]",
     )
     api_key_cache_s: float = Field(
-        5.0, ge=0, description="stored keys are cached this long: a revoked key works until then"
+        5.0, ge=0, description="stored keys are cached at most this long (key notices drop them)"
     )
     api_auth_required: bool = Field(
         False, description="answer 401 even while no key is configured (fail closed)"
@@ -174,6 +178,15 @@ class Settings(BaseSettings):
     @classmethod
     def _allowed_hosts_parse(cls, value: str) -> str:
         hosts.parse_allowed(value)
+        return value
+
+    @field_validator("zk_auth")
+    @classmethod
+    def _zk_auth_is_user_and_password(cls, value: SecretStr) -> SecretStr:
+        text = value.get_secret_value()
+        user, colon, password = text.partition(":")
+        if text and not (user and colon and password):
+            raise ValueError("zk_auth is user:password, both non-empty")
         return value
 
     @field_validator("api_keys")

@@ -9,6 +9,11 @@ Layout under the cluster path (``DISPATCHER_ZK_PATH``):
 
 Blocking kazoo calls run in a worker thread (``asyncio.to_thread``); kazoo's watches and
 connection listener run on kazoo's threads and only post events through the bridge.
+
+With ``auth`` (``DISPATCHER_ZK_AUTH``, ``user:password``) the session authenticates by digest and
+every znode it creates carries an ACL granting everything to that identity and nothing to anyone
+else; a tree found open to anyone (made before auth was set) gets that ACL at start. Access refused
+(wrong or missing credentials) is ``errors.ZkAccessDenied``: fatal, a restart would not help.
 """
 
 from __future__ import annotations
@@ -23,9 +28,17 @@ from enum import StrEnum
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, ZookeeperError
+from kazoo.exceptions import (
+    AuthFailedError,
+    BadVersionError,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    ZookeeperError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 
 from dispatcher import errors
 from dispatcher.cluster.bridge import ThreadToLoop
@@ -33,6 +46,7 @@ from dispatcher.cluster.bridge import ThreadToLoop
 logger = logging.getLogger(__name__)
 
 ZkError: tuple[type[Exception], ...] = (ZookeeperError, KazooTimeoutError)
+Denied: tuple[type[Exception], ...] = (NoAuthError, AuthFailedError)  # among ZkError: first
 
 
 class Session(StrEnum):
@@ -76,14 +90,27 @@ def split_hosts(hosts: str, path: str) -> tuple[str, str]:
 
 
 class ZkSession:
-    def __init__(self, hosts: str, path: str, *, timeout_s: float, events: ThreadToLoop[ZkEvent]):
+    def __init__(
+        self,
+        hosts: str,
+        path: str,
+        *,
+        timeout_s: float,
+        events: ThreadToLoop[ZkEvent],
+        auth: str = "",
+    ):
         servers, self.base = split_hosts(hosts, path)
         self._events = events
+        user, _, password = auth.partition(":")
+        # None: kazoo's default, open to anyone (no auth configured).
+        self._acl = [make_digest_acl(user, password, all=True)] if auth else None
         self._client = KazooClient(
             hosts=servers,
             timeout=timeout_s,
             connection_retry=KazooRetry(max_tries=-1, max_delay=1.0),
             command_retry=KazooRetry(max_tries=3, max_delay=0.5),
+            auth_data=[("digest", auth)] if auth else None,  # sent again on every reconnect
+            default_acl=self._acl,  # create, ensure_path and transactions use it
         )
         self._client.add_listener(self._on_state)
         self.election_path: str | None = None
@@ -93,11 +120,42 @@ class ZkSession:
     async def start(self, connect_timeout_s: float) -> None:
         try:
             await asyncio.to_thread(self._client.start, connect_timeout_s)
+            if self._acl is not None:
+                await asyncio.to_thread(self._secure_open_tree)
             for folder in ("members", "election"):
                 await asyncio.to_thread(self._client.ensure_path, f"{self.base}/{folder}")
         except ZkError as exc:
             await asyncio.to_thread(self._client.stop)
-            raise errors.CoordinationUnavailable(f"ZooKeeper: {exc!r}") from exc
+            raise self._translated(exc) from exc
+
+    def _secure_open_tree(self) -> None:
+        """In a worker thread: an existing tree open to anyone gets this identity's ACL, deepest
+        znodes first (an interrupted pass leaves the root open, so the next start does it all)."""
+        if self._client.exists(self.base) is None:
+            return
+        acls, _ = self._client.get_acls(self.base)
+        if not any(acl.id.scheme == "world" for acl in acls):
+            return
+        logger.warning(
+            "ZooKeeper: %s is open to anyone; setting the ACL of DISPATCHER_ZK_AUTH on it",
+            self.base,
+            extra={"action": "zk_acl"},
+        )
+        tree = [self.base]
+        for path in tree:  # grows while walked: breadth first
+            with contextlib.suppress(NoNodeError):  # an ephemeral znode gone meanwhile
+                tree.extend(f"{path}/{child}" for child in self._client.get_children(path))
+        for path in reversed(tree):
+            with contextlib.suppress(NoNodeError):
+                self._client.set_acls(path, self._acl)
+
+    def _translated(self, exc: Exception) -> errors.DispatcherError:
+        if isinstance(exc, Denied):
+            return errors.ZkAccessDenied(
+                f"ZooKeeper refused access to {self.base} ({type(exc).__name__}): every node of"
+                " the cluster needs the same DISPATCHER_ZK_AUTH user:password"
+            )
+        return errors.CoordinationUnavailable(f"ZooKeeper: {exc!r}")
 
     async def stop(self) -> None:
         await asyncio.to_thread(self._client.stop)
@@ -259,4 +317,4 @@ class ZkSession:
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
         except ZkError as exc:
-            raise errors.CoordinationUnavailable(f"ZooKeeper: {exc!r}") from exc
+            raise self._translated(exc) from exc

@@ -90,6 +90,7 @@ class ZkOwnership:
             self._settings.zk_path,
             timeout_s=self._settings.zk_session_timeout_s,
             events=self._events,
+            auth=self._settings.zk_auth.get_secret_value(),
         )
         session = self._zk
         try:

@@ -107,10 +107,14 @@ class Database:
                         connection.terminate()
                         raise
 
-    async def dedicated(self) -> asyncpg.Connection:
-        """A connection outside the pool, for session state the pool must not see (LISTEN)."""
+    async def dedicated(self, name: str = "") -> asyncpg.Connection:
+        """A connection outside the pool, for session state the pool must not see (LISTEN);
+        ``name`` is its application_name (what pg_stat_activity shows)."""
+        settings = {"application_name": name} if name else None
         with translated():
-            return await asyncpg.connect(self._dsn, timeout=self.timeout_s)
+            return await asyncpg.connect(
+                self._dsn, timeout=self.timeout_s, server_settings=settings
+            )
 
     async def ping(self) -> bool:
         try:

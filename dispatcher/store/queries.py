@@ -382,11 +382,15 @@ SELECT_EPOCHS: Final = "SELECT shard, epoch, owner FROM shard_epochs ORDER BY sh
 
 # --- API keys -----------------------------------------------------------------------------------
 
-# $1 token SHA-256, $2 name, $3 scope, $4 namespace or NULL, $5 routing-key prefixes.
+# $1 token SHA-256, $2 name, $3 scope, $4 namespace or NULL, $5 routing-key prefixes. Tells every
+# node on the channel 'dispatcher_keys' (delivered on commit): the first key closes the API at once.
 INSERT_API_KEY: Final = """
-INSERT INTO api_keys (token_sha256, name, scope, namespace, routing_key_prefixes)
-VALUES ($1, $2, $3, $4, $5::text[])
-RETURNING id, name, scope, namespace, routing_key_prefixes, created_at, revoked_at
+WITH created AS (
+    INSERT INTO api_keys (token_sha256, name, scope, namespace, routing_key_prefixes)
+    VALUES ($1, $2, $3, $4, $5::text[])
+    RETURNING id, name, scope, namespace, routing_key_prefixes, created_at, revoked_at
+)
+SELECT *, pg_notify('dispatcher_keys', 'created,' || id) FROM created
 """
 
 # The live key with this token hash, if any. $1 token SHA-256.
@@ -401,9 +405,13 @@ SELECT id, name, scope, namespace, routing_key_prefixes, created_at, revoked_at
 FROM api_keys ORDER BY id
 """
 
-# $1 key id. Returns nothing when there is no such live key.
+# $1 key id. Returns nothing when there is no such live key. Tells every node (a key notice, as
+# for a creation) so that it is refused at once.
 REVOKE_API_KEY: Final = """
-UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING id
+WITH revoked AS (
+    UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL RETURNING id
+)
+SELECT id, pg_notify('dispatcher_keys', 'revoked,' || id) FROM revoked
 """
 
 # Whether a key was ever created (auth is on from then on). No arguments.

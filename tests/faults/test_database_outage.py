@@ -5,16 +5,13 @@ firing resumes by itself."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.services.base import service_root
 from tests.services.ports import free_port
 from tests.services.postgres import PostgresServer
 from tests.support.collector import Collector
@@ -27,18 +24,6 @@ pytestmark = pytest.mark.faults
 
 DB_TIMEOUT_S = 2.0
 OUTAGE_S = 4.0
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[PostgresServer]:
-    """A PostgreSQL of this test's own, so stopping it disturbs no other test."""
-    root = service_root("postgres-own")
-    server = PostgresServer(root, free_port())
-    server.start()
-    server.create_database("dispatcher")
-    yield server
-    server.stop()
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass

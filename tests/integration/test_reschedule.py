@@ -108,14 +108,18 @@ async def test_due_notices_resume_after_their_connection_is_cut(
     job = await submit(node, payload=1, delay_ms=3_600_000)
     connection = await asyncpg.connect(database_url)
     try:
+        listener = f"dispatcher-{node.settings.node_id}-notices"  # its application_name
         cut = await connection.fetchval(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-            " WHERE query LIKE 'LISTEN%'"
+            " WHERE application_name = $1",
+            listener,
         )
         assert cut == 1
         async with asyncio.timeout(15):
             while not await connection.fetchval(  # noqa: ASYNC110 - another session's state
-                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = $1 AND query LIKE 'LISTEN%'",
+                listener,
             ):
                 await asyncio.sleep(0.1)
     finally:

@@ -8,6 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import pytest
 from kazoo.client import KazooClient
+from pydantic import SecretStr
 
 from dispatcher import metrics
 from dispatcher.cluster.zk_ownership import ZkOwnership
@@ -22,7 +23,7 @@ SHARDS = 24
 
 @asynccontextmanager
 async def member(
-    node_id: str, zk_hosts: str, database_url: str, session_s: float = 2.0
+    node_id: str, zk_hosts: str, database_url: str, session_s: float = 2.0, zk_auth: str = ""
 ) -> AsyncIterator[ZkOwnership]:
     settings = Settings(
         zk_hosts=zk_hosts,
@@ -30,18 +31,21 @@ async def member(
         shard_count=SHARDS,
         zk_session_timeout_s=session_s,
         database_url=database_url,
+        zk_auth=SecretStr(zk_auth),
     )
     db = Database(database_url, min_size=1, max_size=2, timeout_s=5)
     await db.open()
-    ownership = ZkOwnership(settings, ShardStore(db), metrics.Metrics())
-    await ownership.start()
-    task = asyncio.create_task(ownership.run(), name=f"ownership-{node_id}")
-    try:
-        yield ownership
+    try:  # the pool is closed when the start fails too (refused credentials, say)
+        ownership = ZkOwnership(settings, ShardStore(db), metrics.Metrics())
+        await ownership.start()
+        task = asyncio.create_task(ownership.run(), name=f"ownership-{node_id}")
+        try:
+            yield ownership
+        finally:
+            await ownership.stop()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
     finally:
-        await ownership.stop()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
         await db.close()
 
 

@@ -55,6 +55,19 @@ def database_url(pg_server: PostgresServer, pg_template: str) -> Iterator[str]:
         pg_server.drop_database(name)
 
 
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test's own (database ``dispatcher``), so stopping it disturbs no other
+    test."""
+    root = service_root("postgres-own")
+    server = PostgresServer(root, free_port())
+    server.start()
+    server.create_database("dispatcher")
+    yield server
+    server.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def new_rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> RabbitServer:
     """The system's RabbitMQ, or 4.x from its chroot when DISPATCHER_TEST_RABBITMQ=4."""
     ports = {"amqp_port": free_port(), "mgmt_port": free_port(), "dist_port": free_port()}

@@ -51,3 +51,15 @@ def test_the_console_links_to_the_management_ui_without_its_credentials() -> Non
     settings = Settings(amqp_management_url="https://ops:secret@mq.internal:15671/rabbit/")
     assert settings.rabbitmq_ui() == "https://mq.internal:15671/rabbit"
     assert Settings(rabbitmq_ui_url="https://mq.example/").rabbitmq_ui() == "https://mq.example"
+
+
+def test_zk_auth_is_a_user_and_a_password_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISPATCHER_ZK_AUTH", "dispatcher:pa55word")
+    settings = Settings()
+    assert settings.zk_auth.get_secret_value() == "dispatcher:pa55word"
+    assert "pa55word" not in repr(settings) + str(settings)
+    for bad in ("pa55word-alone", "dispatcher:", ":pa55word"):
+        monkeypatch.setenv("DISPATCHER_ZK_AUTH", bad)
+        with pytest.raises(ValidationError, match="zk_auth") as refused:
+            Settings()
+        assert "pa55word" not in str(refused.value)

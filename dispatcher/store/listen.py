@@ -1,0 +1,93 @@
+"""ChannelListener: one dedicated PostgreSQL connection that LISTENs on several channels.
+
+Each channel has a callback for its notices and one for every (re)connect. NOTIFY is not durable:
+what was sent while the connection was down is lost, so the connect callback is where a
+subscriber catches up (the loader moves its window back, the keyring drops its caches). It runs
+after every LISTEN is in place, so nothing sent afterwards is missed.
+
+``run`` reconnects with backoff while PostgreSQL is away and runs supervised (``node.py``): a
+connect callback that raises restarts the loop (and with it every subscriber's catch-up); a
+notice callback that raises is logged with its traceback and the next notice is delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dispatcher import errors
+from dispatcher.store import db, queries
+from dispatcher.store.db import Database
+
+logger = logging.getLogger(__name__)
+
+RECONNECT_MAX_S = 5.0
+PING_EVERY_S = 5.0  # a connection that died without a word (no FIN) is noticed this fast
+
+
+@dataclass(frozen=True, slots=True)
+class _Subscription:
+    on_notice: Callable[[str], None]
+    on_connect: Callable[[], None]
+
+
+class ChannelListener:
+    def __init__(self, database: Database, *, name: str) -> None:
+        self._db = database
+        self._name = name  # the connection's application_name
+        self._channels: dict[str, _Subscription] = {}
+
+    def subscribe(
+        self, channel: str, *, on_notice: Callable[[str], None], on_connect: Callable[[], None]
+    ) -> None:
+        """Before ``run``: ``on_notice(payload)`` for each notice, ``on_connect()`` after every
+        (re)connect. Both run on the loop and must not block."""
+        self._channels[channel] = _Subscription(on_notice, on_connect)
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            try:
+                await self._listen()
+                failures = 0
+            except errors.StoreUnavailable as exc:
+                failures += 1
+                delay = min(0.25 * 2**failures, RECONNECT_MAX_S)
+                logger.warning("notices: %s; reconnecting in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _listen(self) -> None:
+        """Listen until the connection is lost."""
+        connection = await self._db.dedicated(self._name)
+        lost = asyncio.Event()
+        connection.add_termination_listener(lambda _connection: lost.set())
+        try:
+            with db.translated():
+                for channel, subscription in self._channels.items():
+                    await connection.add_listener(channel, _deliver(subscription.on_notice))
+                for subscription in self._channels.values():
+                    subscription.on_connect()
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), PING_EVERY_S)
+                        break
+                    await connection.fetchval(queries.PING, timeout=self._db.timeout_s)
+            logger.warning("notices: connection lost")
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(connection.close(), 2.0)
+
+
+def _deliver(on_notice: Callable[[str], None]) -> Callable[[object, int, str, object], None]:
+    """asyncpg's listener signature, reduced to the payload; one bad notice stays alone."""
+
+    def deliver(_connection: object, _pid: int, channel: str, payload: object) -> None:
+        try:
+            on_notice(str(payload))
+        except Exception:
+            logger.exception("notices: %s: %r not handled", channel, str(payload)[:200])
+
+    return deliver
