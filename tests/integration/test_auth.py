@@ -386,6 +386,20 @@ async def test_while_postgresql_is_unreachable_stored_keys_get_503_and_auth_stay
             await keyless_node.db.open()
 
 
+async def test_while_postgresql_is_unreachable_an_open_node_stays_open(
+    keyless_node: Node,
+) -> None:
+    async with client(keyless_node) as http:
+        assert (await http.get("/metrics")).status_code == 200  # no key: open
+        await keyless_node.db.close()  # the store is unreachable from here on
+        try:
+            await asyncio.sleep(CACHE_S * 2)  # past the cache
+            # No key can be created meanwhile: monitoring keeps answering through the outage.
+            assert (await http.get("/metrics")).status_code == 200
+        finally:
+            await keyless_node.db.open()
+
+
 async def test_keys_command_on_an_unmigrated_database_says_to_migrate(
     pg_server: PostgresServer,
 ) -> None:
