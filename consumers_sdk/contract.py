@@ -10,7 +10,8 @@ A fired job is published to the topic exchange ``EXCHANGE`` with the job's routi
 - ``priority`` and ``expiration`` (the remaining ttl, in ms) when the job has them;
 - headers ``x-job-id``, ``x-run-at`` (RFC 3339, UTC, millisecond precision), ``x-idempotency-key``
   when given, the job's own retry policy when given (``x-retry-max-attempts``,
-  ``x-retry-backoff-s``: see "per-job retry policy" below), and the producer's own headers.
+  ``x-retry-backoff-s``: see "per-job retry policy" below), and the producer's own headers
+  (``producer_headers``: reserved names are never published).
 
 Jobs whose routing key has no bound queue are routed by the alternate exchange
 ``UNROUTABLE_EXCHANGE`` to the durable queue ``UNROUTABLE_QUEUE`` instead of being dropped.
@@ -40,22 +41,31 @@ HEADER_JOB_ID: Final = "x-job-id"
 HEADER_RUN_AT: Final = "x-run-at"
 HEADER_IDEMPOTENCY_KEY: Final = "x-idempotency-key"
 
-# Producers may not set these: the dispatcher, RabbitMQ's dead-lettering and the consumer SDK
-# own them, and a producer value would be silently overwritten or misread.
+# Producers may not set these: the dispatcher, the consumer SDK and RabbitMQ give them meaning,
+# and a producer value would be silently overwritten or misread (an ``x-dead-routing-key`` would
+# send the job elsewhere when it is taken back from .dead). Compared case-insensitively.
 RESERVED_HEADER_PREFIXES: Final = (
     "x-job-",
     "x-run-at",
     "x-idempotency-",
-    "x-dispatcher-",
+    "x-dispatcher-",  # the dispatch round, see "job events" below
     "x-consumer-",
-    "x-death",
+    "x-death",  # RabbitMQ's dead-lettering: x-death, x-first-death-*, x-last-death-*
     "x-first-death",
     "x-last-death",
     "x-dead-",  # the SDK's dead-letter bookkeeping
     "x-delivery-",  # RabbitMQ's x-delivery-count on quorum queues
     "x-delay",
     "x-retry-",
+    "x-received-from",  # federation
+    "x-shovelled",  # shovels
+    "x-stream-",  # streams (offsets, filters)
+    "x-opt-",  # AMQP 1.0 message annotations
 )
+# Sender-selected distribution: RabbitMQ routes a copy to each key they list, and strips BCC.
+RESERVED_HEADER_NAMES: Final = frozenset({"cc", "bcc"})
+# AMQP field-table names: RabbitMQ cuts longer ones, so a producer's header would arrive renamed.
+MAX_HEADER_NAME_BYTES: Final = 128
 
 HeaderValue = str | int | float | bool
 
@@ -63,7 +73,28 @@ HeaderValue = str | int | float | bool
 def is_reserved_header(name: str) -> bool:
     """True for a header name that only the dispatcher, the SDK or RabbitMQ may set."""
     lowered = name.lower()
-    return any(lowered.startswith(prefix) for prefix in RESERVED_HEADER_PREFIXES)
+    return lowered in RESERVED_HEADER_NAMES or lowered.startswith(RESERVED_HEADER_PREFIXES)
+
+
+def header_name_problem(name: str) -> str | None:
+    """Why a producer may not give a header this name (None when it may): the one rule the API,
+    schedules and ``enqueue`` apply."""
+    if is_reserved_header(name):
+        return f"header {name!r} is reserved for the dispatcher and RabbitMQ"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_HEADER_NAME_BYTES:
+        return f"header names must be at most {MAX_HEADER_NAME_BYTES} bytes (AMQP cuts longer ones)"
+    return None
+
+
+def producer_headers(headers: Mapping[str, HeaderValue]) -> dict[str, HeaderValue]:
+    """A stored job's headers as they may be published: reserved names are dropped (a row written
+    before a name was reserved, or by hand, must not forge one), but for the job's own retry
+    policy, which the dispatcher and ``enqueue`` store there."""
+    return {
+        name: value
+        for name, value in headers.items()
+        if not is_reserved_header(name) or name in RETRY_POLICY_HEADERS
+    }
 
 
 def format_run_at(run_at: datetime) -> str:
@@ -95,7 +126,7 @@ def message_headers(
     user_headers: Mapping[str, HeaderValue],
 ) -> dict[str, HeaderValue]:
     """The AMQP headers of a fired job: the producer's headers plus the contract's own."""
-    headers: dict[str, HeaderValue] = dict(user_headers)
+    headers = producer_headers(user_headers)
     headers[HEADER_JOB_ID] = job_id
     headers[HEADER_RUN_AT] = format_run_at(run_at)
     if idempotency_key is not None:

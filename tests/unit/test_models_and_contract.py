@@ -55,6 +55,65 @@ def test_reserved_headers() -> None:
     assert not contract.is_reserved_header("tenant")
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x-dead-routing-key",
+        "X-Dead-Queue",
+        "x-delivery-count",
+        "x-death",
+        "x-first-death-queue",
+        "x-last-death-reason",
+        "x-received-from",
+        "x-shovelled",
+        "x-shovelled-timestamp",
+        "x-stream-offset",
+        "x-opt-partition-key",
+        "x-dispatcher-round",
+        "CC",
+        "bcc",
+    ],
+)
+def test_every_header_the_dispatcher_the_sdk_or_rabbitmq_reads_is_refused(name: str) -> None:
+    assert contract.header_name_problem(name) == (
+        f"header {name!r} is reserved for the dispatcher and RabbitMQ"
+    )
+
+
+@pytest.mark.parametrize("name", ["x-deadline", "x-deliveryman", "ccc", "recipients-cc", "h" * 128])
+def test_names_that_merely_look_alike_are_a_producers_own(name: str) -> None:
+    assert contract.header_name_problem(name) is None
+
+
+def test_a_header_name_over_128_bytes_is_refused_as_amqp_would_cut_it() -> None:
+    assert contract.header_name_problem("é" * 64) is None  # 128 bytes
+    assert contract.header_name_problem("é" * 64 + "a") == (
+        "header names must be at most 128 bytes (AMQP cuts longer ones)"
+    )
+
+
+def test_reserved_names_stored_in_a_row_are_never_published_but_the_retry_policy_is() -> None:
+    stored = {
+        "tenant": "a",
+        "x-dead-routing-key": "payments.charge",
+        "CC": "payments.charge",
+        "x-dispatcher-round": "forged",
+        "x-retry-max-attempts": 3,
+        "x-retry-attempt": 9,
+    }
+    headers = contract.message_headers(
+        job_id="j1",
+        run_at=datetime(2026, 1, 1, tzinfo=UTC),
+        idempotency_key=None,
+        user_headers=stored,
+    )
+    assert {name: headers[name] for name in headers if name != "x-run-at"} == {
+        "tenant": "a",
+        "x-retry-max-attempts": 3,
+        "x-job-id": "j1",
+    }
+
+
 def test_job_events_round_trip_and_decoding_makes_any_event_storable() -> None:
     event = contract.JobEvent(
         event_id=str(uuid.uuid4()),
