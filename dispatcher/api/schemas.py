@@ -218,6 +218,11 @@ class HistoryEntry(BaseModel):
     group: str | None = None
     consumer: str | None = None
     error: str | None = None
+    ignored: str | None = Field(
+        None,
+        description="why a consumer's event changed nothing: other_round (an earlier dispatch, "
+        "or a guessed round), no_round, routing_key (another than the job's)",
+    )
 
 
 class JobWithHistory(JobOut):
@@ -298,6 +303,7 @@ def history_document(job: models.Job, events: list[models.JobEvent]) -> dict[str
             "group": event.group,
             "consumer": event.consumer,
             "error": event.error,
+            "ignored": event.ignored,
         }
         if event.outcome == "dispatched":
             dispatches.append({"event": "dispatched", "at": event.at})
