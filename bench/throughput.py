@@ -111,7 +111,8 @@ async def ceiling_publish_framed(amqp_url: str, messages: int) -> float:
     now = datetime.now(UTC)
     body = b"x" * 200
     jobs = [
-        Claimed(ids.next(), 0, queue.name, body, now, None, {}, None, None) for _ in range(messages)
+        Claimed(ids.next(), 0, queue.name, body, now, None, {}, None, None, uuid.uuid4())
+        for _ in range(messages)
     ]
     batches = [jobs[at : at + 500] for at in range(0, messages, 500)]
 

@@ -8,9 +8,11 @@ A fired job is published to the topic exchange ``EXCHANGE`` with the job's routi
 - body: the job's payload as JSON (UTF-8); ``content_type`` is ``application/json``;
 - ``delivery_mode`` persistent, ``message_id`` = the job id, ``timestamp`` = dispatch time;
 - ``priority`` and ``expiration`` (the remaining ttl, in ms) when the job has them;
-- headers ``x-job-id``, ``x-run-at`` (RFC 3339, UTC, millisecond precision), ``x-idempotency-key``
-  when given, the job's own retry policy when given (``x-retry-max-attempts``,
-  ``x-retry-backoff-s``: see "per-job retry policy" below), and the producer's own headers.
+- headers ``x-job-id``, ``x-run-at`` (RFC 3339, UTC, millisecond precision), ``x-dispatcher-round``
+  (the dispatch round: see "job events" below), ``x-idempotency-key`` when given, the job's own
+  retry policy when given (``x-retry-max-attempts``, ``x-retry-backoff-s``: see "per-job retry
+  policy" below), and the producer's own headers (``producer_headers``: reserved names are never
+  published).
 
 Jobs whose routing key has no bound queue are routed by the alternate exchange
 ``UNROUTABLE_EXCHANGE`` to the durable queue ``UNROUTABLE_QUEUE`` instead of being dropped.
@@ -39,23 +41,33 @@ def exchange_arguments(unroutable_exchange: str = UNROUTABLE_EXCHANGE) -> dict[s
 HEADER_JOB_ID: Final = "x-job-id"
 HEADER_RUN_AT: Final = "x-run-at"
 HEADER_IDEMPOTENCY_KEY: Final = "x-idempotency-key"
+HEADER_ROUND: Final = "x-dispatcher-round"  # this dispatch of the job; events echo it
 
-# Producers may not set these: the dispatcher, RabbitMQ's dead-lettering and the consumer SDK
-# own them, and a producer value would be silently overwritten or misread.
+# Producers may not set these: the dispatcher, the consumer SDK and RabbitMQ give them meaning,
+# and a producer value would be silently overwritten or misread (an ``x-dead-routing-key`` would
+# send the job elsewhere when it is taken back from .dead). Compared case-insensitively.
 RESERVED_HEADER_PREFIXES: Final = (
     "x-job-",
     "x-run-at",
     "x-idempotency-",
-    "x-dispatcher-",
+    "x-dispatcher-",  # the dispatch round, see "job events" below
     "x-consumer-",
-    "x-death",
+    "x-death",  # RabbitMQ's dead-lettering: x-death, x-first-death-*, x-last-death-*
     "x-first-death",
     "x-last-death",
     "x-dead-",  # the SDK's dead-letter bookkeeping
     "x-delivery-",  # RabbitMQ's x-delivery-count on quorum queues
     "x-delay",
     "x-retry-",
+    "x-received-from",  # federation
+    "x-shovelled",  # shovels
+    "x-stream-",  # streams (offsets, filters)
+    "x-opt-",  # AMQP 1.0 message annotations
 )
+# Sender-selected distribution: RabbitMQ routes a copy to each key they list, and strips BCC.
+RESERVED_HEADER_NAMES: Final = frozenset({"cc", "bcc"})
+# AMQP field-table names: RabbitMQ cuts longer ones, so a producer's header would arrive renamed.
+MAX_HEADER_NAME_BYTES: Final = 128
 
 HeaderValue = str | int | float | bool
 
@@ -63,7 +75,28 @@ HeaderValue = str | int | float | bool
 def is_reserved_header(name: str) -> bool:
     """True for a header name that only the dispatcher, the SDK or RabbitMQ may set."""
     lowered = name.lower()
-    return any(lowered.startswith(prefix) for prefix in RESERVED_HEADER_PREFIXES)
+    return lowered in RESERVED_HEADER_NAMES or lowered.startswith(RESERVED_HEADER_PREFIXES)
+
+
+def header_name_problem(name: str) -> str | None:
+    """Why a producer may not give a header this name (None when it may): the one rule the API,
+    schedules and ``enqueue`` apply."""
+    if is_reserved_header(name):
+        return f"header {name!r} is reserved for the dispatcher and RabbitMQ"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_HEADER_NAME_BYTES:
+        return f"header names must be at most {MAX_HEADER_NAME_BYTES} bytes (AMQP cuts longer ones)"
+    return None
+
+
+def producer_headers(headers: Mapping[str, HeaderValue]) -> dict[str, HeaderValue]:
+    """A stored job's headers as they may be published: reserved names are dropped (a row written
+    before a name was reserved, or by hand, must not forge one), but for the job's own retry
+    policy, which the dispatcher and ``enqueue`` store there."""
+    return {
+        name: value
+        for name, value in headers.items()
+        if not is_reserved_header(name) or name in RETRY_POLICY_HEADERS
+    }
 
 
 def format_run_at(run_at: datetime) -> str:
@@ -85,6 +118,7 @@ class JobEnvelope:
     run_at: datetime | None
     idempotency_key: str | None
     headers: Mapping[str, object]
+    dispatch_round: str | None = None  # None: published by something else than a dispatcher
 
 
 def message_headers(
@@ -93,11 +127,14 @@ def message_headers(
     run_at: datetime,
     idempotency_key: str | None,
     user_headers: Mapping[str, HeaderValue],
+    dispatch_round: str | None = None,
 ) -> dict[str, HeaderValue]:
     """The AMQP headers of a fired job: the producer's headers plus the contract's own."""
-    headers: dict[str, HeaderValue] = dict(user_headers)
+    headers = producer_headers(user_headers)
     headers[HEADER_JOB_ID] = job_id
     headers[HEADER_RUN_AT] = format_run_at(run_at)
+    if dispatch_round is not None:
+        headers[HEADER_ROUND] = dispatch_round
     if idempotency_key is not None:
         headers[HEADER_IDEMPOTENCY_KEY] = idempotency_key
     return headers
@@ -117,7 +154,13 @@ def read_envelope(
         run_at=parse_run_at(run_at_text) if run_at_text else None,
         idempotency_key=_as_str(headers.get(HEADER_IDEMPOTENCY_KEY)),
         headers=headers,
+        dispatch_round=read_round(headers),
     )
+
+
+def read_round(headers: Mapping[str, object]) -> str | None:
+    """The dispatch round a delivery carries, as it is echoed in events (None when absent)."""
+    return _as_str(headers.get(HEADER_ROUND)) or None
 
 
 def _as_str(value: object) -> str | None:
@@ -136,8 +179,13 @@ def _as_str(value: object) -> str | None:
 #
 # Body (JSON): ``event_id``, ``job_id``, ``routing_key`` (the job's own), ``group``, ``consumer``,
 # ``attempt`` (1 for the first delivery), ``outcome`` (one of ``OUTCOMES``), ``error`` (exception
-# type and message, at most ``EVENT_ERROR_LIMIT`` characters, or null) and ``at`` (RFC 3339 UTC,
-# microseconds).
+# type and message, at most ``EVENT_ERROR_LIMIT`` characters, or null), ``at`` (RFC 3339 UTC,
+# microseconds) and ``round``: the delivery's ``HEADER_ROUND``, or null when it had none.
+#
+# Anyone allowed to write to the exchange can publish an event, and a job may be dispatched again
+# (an admin requeue): the dispatcher counts only an event that echoes the job's current round and
+# names its routing key. Others are kept in its history, marked ignored, and change nothing. The
+# round travels with the message, so only a consumer that received this dispatch knows it.
 
 EVENTS_EXCHANGE: Final = "dispatcher.events"
 EVENTS_QUEUE: Final = "dispatcher.events"
@@ -160,6 +208,7 @@ class JobEvent:
     outcome: str
     error: str | None
     at: datetime
+    dispatch_round: str | None = None  # "round" in JSON: the dispatch the event reports on
 
 
 def encode_event(event: JobEvent) -> bytes:
@@ -175,6 +224,7 @@ def encode_event(event: JobEvent) -> bytes:
             "outcome": event.outcome,
             "error": event.error[:EVENT_ERROR_LIMIT] if event.error is not None else None,
             "at": event.at.astimezone(UTC).isoformat(),  # microseconds: steps of one attempt
+            "round": event.dispatch_round,
         },
         separators=(",", ":"),
     ).encode()
@@ -200,6 +250,7 @@ def decode_event(body: bytes) -> JobEvent:
             outcome=str(data["outcome"]),
             error=None if data.get("error") is None else _text(data["error"], EVENT_ERROR_LIMIT),
             at=parse_run_at(str(data["at"])),
+            dispatch_round=None if data.get("round") is None else str(uuid.UUID(data["round"])),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"not a job event: {exc!r}") from exc

@@ -67,7 +67,13 @@ class Outcomes:
         self._events = events
 
     def _report(
-        self, job_id: str | None, routing_key: str, attempt: int, outcome: str, error: str | None
+        self,
+        job_id: str | None,
+        routing_key: str,
+        attempt: int,
+        outcome: str,
+        error: str | None,
+        dispatch_round: str | None,
     ) -> None:
         if self._events is not None and job_id:
             self._events.report(
@@ -76,18 +82,23 @@ class Outcomes:
                 attempt=attempt,
                 outcome=outcome,
                 error=error,
+                dispatch_round=dispatch_round,
             )
+
+    def _report_job(self, job: job_mod.Job, outcome: str, error: str | None = None) -> None:
+        """An event about this delivery, echoing the round the job was parsed with."""
+        self._report(job.id, job.routing_key, job.attempt, outcome, error, job.dispatch_round)
 
     async def process(self, spec: HandlerSpec, message: AbstractIncomingMessage) -> None:
         try:
             job = job_mod.from_message(message, work_queue=spec.queue)
         except job_mod.Undecodable as exc:
-            await self._dead(spec, message, attempts=1, error=exc)
+            await self._dead(spec, message, attempts=1, error=exc, job=None)
             return
         if self._dedup is not None and await self._dedup.seen(job.id):
             await settle(message.ack)
             return
-        self._report(job.id, job.routing_key, job.attempt, "started", None)
+        self._report_job(job, "started")
         timer = asyncio.timeout(spec.timeout_s)
         try:
             async with timer:
@@ -96,7 +107,7 @@ class Outcomes:
                 else:
                     await asyncio.to_thread(spec.function, job)  # never block the loop
         except Reject as exc:
-            await self._dead(spec, message, attempts=job.attempt, error=exc)
+            await self._dead(spec, message, attempts=job.attempt, error=exc, job=job)
         except Retry as exc:
             await self._fail(spec, job, exc, delay_s=exc.delay_s)
         except Exception as exc:  # any handler failure, a timeout included, is a failed attempt
@@ -106,7 +117,7 @@ class Outcomes:
             await self._fail(spec, job, error, delay_s=None)
         else:
             await settle(message.ack)
-            self._report(job.id, job.routing_key, job.attempt, "succeeded", None)
+            self._report_job(job, "succeeded")
             if self._dedup is not None:
                 await self._dedup.remember(job.id)
 
@@ -121,10 +132,10 @@ class Outcomes:
             requested_s=delay_s,
         )
         if delay is None:
-            await self._dead(spec, job.message, attempts=job.attempt, error=error)
+            await self._dead(spec, job.message, attempts=job.attempt, error=error, job=job)
             return
         tier_s = retry.tier_for(delay, self._tiers)
-        self._report(job.id, job.routing_key, job.attempt, "failed", error_text(error))
+        self._report_job(job, "failed", error_text(error))
         copy = job_mod.retry_copy(job, error=error_text(error), work_queue=spec.queue)
         await self._move(job.message, copy, topology.wait_queue(spec.queue, tier_s))
 
@@ -135,11 +146,23 @@ class Outcomes:
         *,
         attempts: int,
         error: BaseException,
+        job: job_mod.Job | None,
     ) -> None:
+        """Park the delivery in .dead; ``job`` is None when it could not be decoded, and only
+        then is its event's round read from the message itself."""
         text = error_text(error)
         logger.warning("job %s dead after %d attempts: %s", message.message_id, attempts, text)
-        routing_key = job_mod.routing_key_of(message)
-        self._report(message.message_id, routing_key, attempts, "dead", text)
+        if job is not None:
+            self._report_job(job, "dead", text)
+        else:
+            self._report(
+                message.message_id,
+                job_mod.routing_key_of(message),
+                attempts,
+                "dead",
+                text,
+                contract.read_round(message.headers or {}),
+            )
         copy = job_mod.dead_copy(
             message, attempts=attempts, error=text, work_queue=spec.queue, at=datetime.now(UTC)
         )

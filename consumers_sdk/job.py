@@ -53,6 +53,7 @@ class Job:
     run_at: datetime | None
     idempotency_key: str | None
     message: AbstractIncomingMessage = field(repr=False, compare=False)
+    dispatch_round: str | None = None  # the dispatch this delivery belongs to; events echo it
 
 
 def _text(value: object) -> str:
@@ -119,6 +120,7 @@ def from_message(message: AbstractIncomingMessage, *, work_queue: str) -> Job:
         run_at=envelope.run_at,
         idempotency_key=envelope.idempotency_key,
         message=message,
+        dispatch_round=envelope.dispatch_round,
     )
 
 

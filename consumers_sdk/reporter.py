@@ -76,8 +76,11 @@ class EventReporter:
         attempt: int,
         outcome: str,
         error: str | None = None,
+        dispatch_round: str | None = None,
     ) -> None:
-        """Queue one event; never blocks, never raises."""
+        """Queue one event about the delivery of ``dispatch_round`` (its ``x-dispatcher-round``:
+        the dispatcher ignores an event without the job's current round); never blocks, never
+        raises."""
         if len(self._buffer) >= self._capacity:
             self._buffer.popleft()
             self.dropped += 1
@@ -92,6 +95,7 @@ class EventReporter:
                 outcome=outcome,
                 error=error,
                 at=datetime.now(UTC),
+                dispatch_round=dispatch_round,
             )
         )
         self._drained.clear()

@@ -239,6 +239,8 @@ class _Declaring:
         return {spec.name: await self.queue(spec) for spec in specs}
 
     async def queue(self, spec: QueueSpec) -> Arguments:
+        # Exchanges first: a refused declaration of one closes the channel the queue is bound on.
+        bindings = [(await self._exchange(exchange), key) for exchange, key in spec.bindings]
         arguments = dict(spec.arguments)
         try:
             queue = await (await self._open()).declare_queue(
@@ -249,8 +251,8 @@ class _Declaring:
             queue = await (await self._open()).declare_queue(
                 spec.name, durable=True, arguments=arguments
             )
-        for exchange, routing_key in spec.bindings:
-            await queue.bind(await self._exchange(exchange), routing_key)
+        for exchange, routing_key in bindings:
+            await queue.bind(exchange, routing_key)
         return arguments
 
     async def _earlier(
@@ -276,14 +278,18 @@ class _Declaring:
         raise TopologyMismatch(spec.name, dict(spec.arguments), str(refused))
 
     async def _exchange(self, exchange: Exchange) -> aio_pika.abc.AbstractExchange:
-        channel = await self._open()
-        if exchange.name in self._exchanges:
-            return await channel.get_exchange(exchange.name, ensure=False)
-        declared = await channel.declare_exchange(
-            exchange.name,
-            aio_pika.ExchangeType.TOPIC,
-            durable=True,
-            arguments=dict(exchange.arguments),
-        )
-        self._exchanges.add(exchange.name)
-        return declared
+        if exchange.name not in self._exchanges:
+            try:
+                await (await self._open()).declare_exchange(
+                    exchange.name,
+                    aio_pika.ExchangeType.TOPIC,
+                    durable=True,
+                    arguments=dict(exchange.arguments),
+                )
+            except aiormq.exceptions.ChannelAccessRefused as exc:
+                # A consumer's user needs no configure right on the dispatcher's exchanges (the
+                # dispatcher declares them): binding to one takes read only. The refusal closed
+                # the channel; ``_open`` opens another.
+                logger.info("exchange %r not declared (%r); bound as it stands", exchange.name, exc)
+            self._exchanges.add(exchange.name)
+        return await (await self._open()).get_exchange(exchange.name, ensure=False)

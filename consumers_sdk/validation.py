@@ -21,12 +21,9 @@ INT64_MAX: Final = 2**63 - 1  # PostgreSQL bigint, AMQP long-long, orjson: no in
 # What the rest of the pipeline can carry, so that every job accepted can be published:
 MAX_TTL_MS: Final = 2**32 - 1  # RabbitMQ refuses a message expiration above this
 EARLIEST_DUE: Final = datetime(1970, 1, 1, tzinfo=UTC)
-MAX_HEADER_NAME_BYTES: Final = 128
 # Float header values travel as AMQP 32-bit floats (pamqp's encoding): about 7 significant
 # digits, and nothing larger than this.
-FLOAT32_MAX: Final = (
-    3.4028234663852886e38  # AMQP field-table names; longer ones are cut, not refused
-)
+FLOAT32_MAX: Final = 3.4028234663852886e38
 # RabbitMQ 4's default max_message_size is 16 MiB and a bigger message closes the channel: the
 # payload limit stays below it, leaving room for the headers.
 MAX_PAYLOAD_BYTES_CEILING: Final = 15 * 1024 * 1024
@@ -70,13 +67,9 @@ def unstorable(text: str) -> str | None:
 def header_name_problem(name: object) -> str | None:
     if not isinstance(name, str) or not name:
         return "header names must be non-empty strings"
-    if contract.is_reserved_header(name):
-        return f"header {name!r} is reserved for the dispatcher and RabbitMQ"
     if (problem := unstorable(name)) is not None:
         return f"header names {problem}"
-    if len(name.encode()) > MAX_HEADER_NAME_BYTES:
-        return f"header names must be at most {MAX_HEADER_NAME_BYTES} bytes (AMQP cuts longer ones)"
-    return None
+    return contract.header_name_problem(name)
 
 
 def header_value_problem(value: object) -> str | None:
@@ -99,12 +92,12 @@ def header_value_problem(value: object) -> str | None:
 
 def headers_problem(headers: Mapping[str, object], limits: Limits) -> tuple[str, str] | None:
     """(field, what is wrong) for the first header the dispatcher would refuse; field is
-    ``headers`` or ``headers.<name>``."""
+    ``headers`` (their number, a name that is not a string) or ``headers.<name>``."""
     if len(headers) > limits.max_headers:
         return "headers", f"at most {limits.max_headers} headers"
     for name, value in headers.items():
         if problem := header_name_problem(name):
-            return "headers", problem
+            return f"headers.{name}" if isinstance(name, str) and name else "headers", problem
         problem = header_value_problem(value)
         if problem:
             return f"headers.{name}", problem

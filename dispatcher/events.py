@@ -1,5 +1,7 @@
 """The events consumer: records what consumers report about each attempt (``contract.JobEvent``)
-so that a job's history and final state (``succeeded``/``dead``) live in PostgreSQL.
+so that a job's history and final state (``succeeded``/``dead``) live in PostgreSQL. Only an
+event of the job's current dispatch round and routing key counts; the others are recorded as
+ignored, with the reason, and counted in ``dispatcher_events_ignored_total{reason}``.
 
 Every node consumes the one shared quorum queue ``contract.EVENTS_QUEUE`` (competing consumers)
 on a connection of its own. Deliveries are batched (up to ``batch``, or whatever arrived within
@@ -20,7 +22,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from consumers_sdk import connections, contract, topology
 from dispatcher import errors, metrics
-from dispatcher.store.history import HistoryStore
+from dispatcher.store import history
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ class EventsConsumer:
         self,
         amqp_url: str,
         *,
-        store: HistoryStore,
+        store: history.HistoryStore,
         metrics: metrics.Metrics,
         connection_name: str,
         batch: int = 500,
@@ -145,9 +147,13 @@ class EventsConsumer:
         recorded, unrecordable = await self._store_retrying([event for _, event in decoded])
         refused_ids = {id(event) for event in unrecordable}
         refused.extend(message for message, event in decoded if id(event) in refused_ids)
-        for event in recorded:
+        for entry in recorded:
+            if entry.ignored is not None:  # forged or stale: not an outcome of the job
+                self._metrics.events_ignored.labels(reason=entry.ignored).inc()
+                continue
             self._metrics.consumer_outcomes.labels(
-                outcome=event.outcome, routing_key=self._metrics.key_label(event.routing_key)
+                outcome=entry.event.outcome,
+                routing_key=self._metrics.key_label(entry.event.routing_key),
             ).inc()
         self.recorded += len(recorded)
         await self._settle(batch, refused)
@@ -172,7 +178,7 @@ class EventsConsumer:
 
     async def _store_retrying(
         self, events: list[contract.JobEvent]
-    ) -> tuple[list[contract.JobEvent], list[contract.JobEvent]]:
+    ) -> tuple[list[history.Recorded], list[contract.JobEvent]]:
         """(recorded, refused): retried while PostgreSQL is away. An event PostgreSQL refuses
         would come back forever (and stop every node in turn): the batch is recorded one by one
         without it, and so is one that makes recording fail for any reason but the database
@@ -196,7 +202,7 @@ class EventsConsumer:
                         exc_info=not isinstance(exc, errors.InvalidEvent),
                     )
                     return [], events
-                recorded: list[contract.JobEvent] = []
+                recorded: list[history.Recorded] = []
                 refused: list[contract.JobEvent] = []
                 for event in events:
                     one_recorded, one_refused = await self._store_retrying([event])

@@ -165,6 +165,13 @@ class Metrics:
             "Events waiting in dispatcher.events.dead (refused, or redelivered past the limit)",
             registry=r,
         )
+        self.events_ignored = Counter(
+            "dispatcher_events_ignored",
+            "Consumer events recorded but ignored: another dispatch round (other_round), none "
+            "while the job has one (no_round), or another routing key than the job's",
+            ["reason"],
+            registry=r,
+        )
         self.jobs_parked = Counter(
             "dispatcher_jobs_parked",
             "Jobs taken out of firing as dead for a reason that is not transient (last_error)",

@@ -8,7 +8,7 @@ Job states and their transitions (the database enforces the set, ``store`` the t
     dispatching --ttl passed-->   expired       (never published)
     scheduled   --DELETE-->       cancelled     (never published)
     dispatched  --consumer event--> succeeded | dead   (reported by the SDK, see ``events``)
-    dead        --requeue-->      scheduled     (due now; its history is kept)
+    dead        --requeue-->      scheduled     (due now, a new dispatch round; history kept)
     waiting     --each prerequisite succeeded-->  scheduled   (run_at kept; see ``dependencies``)
     waiting     --a prerequisite dead, cancelled or expired; DELETE--> cancelled
 
@@ -16,8 +16,11 @@ A job submitted with ``after`` starts ``waiting`` unless every job it names has 
 already; the moves out of ``waiting`` are made by the database (``sql/0006_dependencies.sql``) in
 the transaction of the prerequisite's own change.
 
-Consumer events may arrive before the confirm is marked, so ``dispatching`` may also move to
-``succeeded`` or ``dead``; a later final event (a requeued job succeeding) wins.
+Each dispatch has a round (``dispatch_round``, renewed by a requeue): only events that echo the
+job's round and name its routing key count. Consumer events may arrive before the confirm is
+marked: they never move a job in ``dispatching``, whose confirm takes the latest final outcome
+already reported for its round instead. A later final event (a job taken back from .dead and
+succeeding) wins.
 """
 
 from __future__ import annotations
@@ -121,6 +124,7 @@ class Claimed:
     headers: Mapping[str, HeaderValue]
     priority: int | None
     ttl_ms: int | None
+    dispatch_round: uuid.UUID  # sent as ``x-dispatcher-round``; consumers' events echo it
 
     @property
     def expires_at(self) -> datetime | None:
@@ -161,6 +165,7 @@ class JobEvent:
     consumer: str
     error: str | None
     at: datetime
+    ignored: str | None = None  # why it changed nothing (another dispatch round...); None: counted
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

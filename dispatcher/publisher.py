@@ -47,6 +47,7 @@ def message_properties(job: models.Claimed, now: datetime) -> aiormq.spec.Basic.
         run_at=job.run_at,
         idempotency_key=job.idempotency_key,
         user_headers=job.headers,
+        dispatch_round=str(job.dispatch_round),
     )
     return aiormq.spec.Basic.Properties(
         content_type=contract.CONTENT_TYPE,

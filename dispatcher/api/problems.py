@@ -19,7 +19,10 @@ logger = logging.getLogger(__name__)
 
 
 def field_name(location: Sequence[int | str]) -> str:
-    """("body", "jobs", 3, "routing_key") -> "jobs[3].routing_key"."""
+    """("body", "jobs", 3, "routing_key") -> "jobs[3].routing_key"; a mapping's key is named by
+    itself: ("body", "headers", "x-death", "[key]") -> "headers.x-death"."""
+    if location and location[-1] == "[key]":
+        location = location[:-1]
     name = ""
     for part in location:
         if part in ("body", "query", "path") and not name:

@@ -45,11 +45,11 @@ def _routing_key_words(value: str) -> str:
     return value
 
 
-def _headers_not_reserved(value: dict[str, HeaderValue]) -> dict[str, HeaderValue]:
-    for name in value:
-        if problem := validation.header_name_problem(name):
-            raise ValueError(problem)
-    return value
+def _header_name(name: str) -> str:
+    # A key's error is located at (..., "headers", name, "[key]"): answered as headers.<name>.
+    if problem := validation.header_name_problem(name):
+        raise ValueError(problem)
+    return name
 
 
 # The fields a job and a schedule's job template share, with their rules.
@@ -59,7 +59,8 @@ RoutingKey = Annotated[
     AfterValidator(_routing_key_words),
 ]
 Payload = Annotated[JsonValue, Field(description="any JSON value; published as the message body")]
-Headers = Annotated[dict[str, HeaderValue], AfterValidator(_headers_not_reserved)]
+HeaderName = Annotated[StrictStr, AfterValidator(_header_name)]
+Headers = dict[HeaderName, HeaderValue]
 Priority = Annotated[StrictInt, Field(ge=0, le=9)]
 TtlMs = Annotated[StrictInt, Field(ge=1, le=validation.MAX_TTL_MS)]
 
@@ -217,6 +218,11 @@ class HistoryEntry(BaseModel):
     group: str | None = None
     consumer: str | None = None
     error: str | None = None
+    ignored: str | None = Field(
+        None,
+        description="why a consumer's event changed nothing: other_round (an earlier dispatch, "
+        "or a guessed round), no_round, routing_key (another than the job's)",
+    )
 
 
 class JobWithHistory(JobOut):
@@ -297,6 +303,7 @@ def history_document(job: models.Job, events: list[models.JobEvent]) -> dict[str
             "group": event.group,
             "consumer": event.consumer,
             "error": event.error,
+            "ignored": event.ignored,
         }
         if event.outcome == "dispatched":
             dispatches.append({"event": "dispatched", "at": event.at})

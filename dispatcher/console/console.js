@@ -108,8 +108,10 @@ function renderJob(job) {
   table.appendChild(el("thead")).appendChild(row(["when", "step", "attempt", "consumer", "error"]));
   const body = table.appendChild(el("tbody"));
   for (const step of job.history) {
-    const tr = row([new Date(step.at).toLocaleString(), step.event, step.attempt, step.consumer ? `${step.group}/${step.consumer}` : "", step.error]);
-    tr.className = `step-${step.event}`;
+    // An event that changed nothing (another dispatch round, a forgery) says so in its step.
+    const name = step.ignored ? `${step.event} (ignored: ${step.ignored})` : step.event;
+    const tr = row([new Date(step.at).toLocaleString(), name, step.attempt, step.consumer ? `${step.group}/${step.consumer}` : "", step.error]);
+    tr.className = step.ignored ? `step-${step.event} ignored` : `step-${step.event}`;
     tr.cells[0].title = step.at;
     tr.cells[4].className = "error";
     body.appendChild(tr);

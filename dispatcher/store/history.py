@@ -38,13 +38,22 @@ class Due:
     run_at: datetime
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recorded:
+    """An event newly recorded: counted, or kept in the history with why it was ignored."""
+
+    event: contract.JobEvent
+    ignored: str | None  # other_round, no_round, routing_key (see ``queries.RECORD_EVENTS``)
+
+
 class HistoryStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def record(self, events: Sequence[contract.JobEvent]) -> list[contract.JobEvent]:
+    async def record(self, events: Sequence[contract.JobEvent]) -> list[Recorded]:
         """Record events (each event id once; events of unknown jobs are dropped) and move their
-        jobs to the final state they report; returns the events newly recorded."""
+        jobs to the final state they report, unless ignored (another dispatch round, none, or
+        another routing key); returns the events newly recorded."""
         if not events:
             return []
         async with self._db.connection(BACKGROUND_TIMEOUT_S) as connection:
@@ -52,8 +61,12 @@ class HistoryStore:
                 rows = await self._record(connection, events)
             except asyncpg.DataError as exc:
                 raise errors.InvalidEvent(str(exc)) from exc
-        new = {str(row["event_id"]) for row in rows}
-        return [event for event in events if event.event_id in new]
+        new = {str(row["event_id"]): row["ignored"] for row in rows}
+        return [
+            Recorded(event=event, ignored=new[event.event_id])
+            for event in events
+            if event.event_id in new
+        ]
 
     async def _record(
         self, connection: asyncpg.pool.PoolConnectionProxy, events: Sequence[contract.JobEvent]
@@ -68,6 +81,8 @@ class HistoryStore:
             [e.consumer for e in events],
             [e.error for e in events],
             [e.at for e in events],
+            [e.routing_key for e in events],
+            [None if e.dispatch_round is None else uuid.UUID(e.dispatch_round) for e in events],
         )
 
     async def events(self, job_id: uuid.UUID) -> list[models.JobEvent]:
@@ -81,6 +96,7 @@ class HistoryStore:
                 consumer=row["consumer"],
                 error=row["error"],
                 at=row["at"],
+                ignored=row["ignored"],
             )
             for row in rows
         ]

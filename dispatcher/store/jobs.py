@@ -49,7 +49,8 @@ def _headers(text: str) -> Mapping[str, models.HeaderValue]:
 def claimed_from_row(row: asyncpg.Record) -> models.Claimed:
     """A row of ``CLAIM_JOBS``, whose columns are ``Claimed``'s fields in order: unpacked by
     position (the hot path: no lookups by name); only the headers need decoding."""
-    job_id, shard, routing_key, payload, run_at, idempotency_key, headers, priority, ttl_ms = row
+    job_id, shard, routing_key, payload, run_at, idempotency_key, headers, *rest = row
+    priority, ttl_ms, dispatch_round = rest
     return models.Claimed(
         job_id,
         shard,
@@ -60,6 +61,7 @@ def claimed_from_row(row: asyncpg.Record) -> models.Claimed:
         orjson.loads(headers),
         priority,
         ttl_ms,
+        dispatch_round,
     )
 
 
@@ -276,7 +278,17 @@ class JobStore:
         return [models.Parked(row["id"], row["routing_key"]) for row in rows]
 
     async def mark_dispatched(self, ids: Iterable[uuid.UUID]) -> None:
-        await self._update(queries.MARK_DISPATCHED, list(ids))
+        """Dispatched, or the final outcome their consumers reported already for this round
+        (two statements in one transaction: see ``queries.SETTLE_REPORTED``)."""
+        marked = list(ids)
+        if not marked:
+            return
+        async with (
+            self._db.connection(SCHEDULER_TIMEOUT_S) as connection,
+            connection.transaction(),
+        ):
+            await connection.execute(queries.MARK_DISPATCHED, marked)
+            await connection.execute(queries.SETTLE_REPORTED, marked)
 
     async def mark_expired(self, ids: Iterable[uuid.UUID]) -> None:
         await self._update(queries.MARK_EXPIRED, list(ids))

@@ -157,6 +157,8 @@ LIMIT $3
 # folded into one array (an InitPlan run once), because as a joined relation the planner looped
 # over it, repeating the lookups once per shard (128k index scans for 500 jobs). The state test
 # is a CASE, not an OR of states, which would match a partial index instead.
+# A job stored before migration 0011 gets its dispatch round here (a re-claim keeps the round:
+# the same dispatch, published again).
 # $1 ids, $2 shards held, $3 their epochs (same order), $4 node id, $5 lease seconds,
 # $6 the entries' run_at (POSIX seconds, same order as $1).
 CLAIM_JOBS: Final = """
@@ -173,7 +175,8 @@ fence AS (
 UPDATE jobs j
 SET state = 'dispatching', lease_until = now() + make_interval(secs => $5),
     claim_epoch = ($3::bigint[])[array_position($2::int[], j.shard)], claimed_by = $4,
-    publish_attempts = j.publish_attempts + 1, updated_at = now()
+    publish_attempts = j.publish_attempts + 1, updated_at = now(),
+    dispatch_round = coalesce(j.dispatch_round, gen_random_uuid())
 FROM unnest($1::uuid[], $6::float8[]) AS wanted(id, run_at_s)
 WHERE j.id = wanted.id
   AND j.run_at <= to_timestamp(wanted.run_at_s) + interval '1 millisecond'
@@ -184,13 +187,33 @@ WHERE j.id = wanted.id
         ELSE false
       END
 RETURNING j.id, j.shard, j.routing_key, j.payload, j.run_at, j.idempotency_key, j.headers,
-          j.priority, j.ttl_ms
+          j.priority, j.ttl_ms, j.dispatch_round
 """
 
-# RabbitMQ confirmed these. $1 ids.
+# RabbitMQ confirmed these. $1 ids. SETTLE_REPORTED follows in the same transaction.
 MARK_DISPATCHED: Final = """
 UPDATE jobs SET state = 'dispatched', dispatched_at = now(), lease_until = NULL, updated_at = now()
 WHERE id = ANY($1::uuid[]) AND state = 'dispatching'
+"""
+
+# Events never move a job in 'dispatching', and a fast consumer's may be recorded before the
+# confirm is marked: the jobs MARK_DISPATCHED just marked take the latest final outcome their
+# consumers reported for this round. A statement of its own, after MARK_DISPATCHED locked the
+# rows, so that its snapshot holds every event recorded meanwhile (RECORD_EVENTS locks the job of
+# a final event: it either commits before the mark's lock, or waits and finds it dispatched).
+# $1 ids.
+SETTLE_REPORTED: Final = """
+WITH reported AS (
+    SELECT DISTINCT ON (e.job_id) e.job_id, e.outcome, e.error
+    FROM jobs j
+    JOIN job_events e ON e.job_id = j.id AND e.round = j.dispatch_round
+    WHERE j.id = ANY($1::uuid[]) AND j.state = 'dispatched'
+      AND e.ignored IS NULL AND e.outcome IN ('succeeded', 'dead')
+    ORDER BY e.job_id, e.at DESC
+)
+UPDATE jobs j SET state = reported.outcome, last_error = reported.error, updated_at = now()
+FROM reported
+WHERE j.id = reported.job_id AND j.state = 'dispatched'
 """
 
 # Their ttl ran out before they could be published. $1 ids.
@@ -223,43 +246,77 @@ FROM released
 # --- job events and history ---------------------------------------------------------------------
 
 # Record consumers' events once per event id (they arrive at-least-once), only for jobs that exist
-# here, and move each job to the final state its latest new final event names. Returns the ids
-# of the events newly recorded, for the metrics.
-# $1 event ids, $2 job ids, $3 outcomes, $4 attempts, $5 groups, $6 consumers, $7 errors, $8 times.
+# here, and move each job to the final state its latest new final event names. An event is
+# ignored (kept, with the reason, changing nothing) when it names another dispatch round than the
+# job's (other_round), none while the job has one (no_round: jobs dispatched before migration 0011
+# have none and take events without), or another routing key (routing_key). A job is moved only
+# from 'dispatched' or a final state: one still 'dispatching' takes its consumers' outcome at the
+# confirm (SETTLE_REPORTED). The jobs of final events are locked first, in id order, and judged by
+# their latest version (a confirm or a requeue committed meanwhile is seen), so that no outcome
+# falls between this statement and the confirm's. Returns the events newly recorded and whether
+# each was ignored, for the metrics.
+# $1 event ids, $2 job ids, $3 outcomes, $4 attempts, $5 groups, $6 consumers, $7 errors, $8 times,
+# $9 routing keys, $10 rounds (NULL: none).
 RECORD_EVENTS: Final = """
-WITH incoming AS (
+WITH batch AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::text[],
-                         $7::text[], $8::timestamptz[])
-        AS e(event_id, job_id, outcome, attempt, consumer_group, consumer, error, at)
-    WHERE EXISTS (SELECT 1 FROM jobs j WHERE j.id = e.job_id)
+                         $7::text[], $8::timestamptz[], $9::text[], $10::uuid[])
+        AS e(event_id, job_id, outcome, attempt, consumer_group, consumer, error, at,
+             routing_key, round)
+), locked AS (
+    SELECT id, state, routing_key, dispatch_round FROM jobs
+    WHERE id IN (SELECT job_id FROM batch WHERE outcome IN ('succeeded', 'dead'))
+    ORDER BY id
+    FOR NO KEY UPDATE
+), current AS (
+    SELECT * FROM locked
+    UNION ALL
+    SELECT id, state, routing_key, dispatch_round FROM jobs
+    WHERE id IN (SELECT job_id FROM batch) AND id NOT IN (SELECT id FROM locked)
+), incoming AS (
+    SELECT b.event_id, b.job_id, b.outcome, b.attempt, b.consumer_group, b.consumer, b.error,
+           b.at, b.round,
+           CASE
+               WHEN b.round IS NULL AND j.dispatch_round IS NOT NULL THEN 'no_round'
+               WHEN b.round IS DISTINCT FROM j.dispatch_round THEN 'other_round'
+               WHEN b.routing_key IS DISTINCT FROM j.routing_key THEN 'routing_key'
+           END AS ignored,
+           j.state
+    FROM batch b JOIN current j ON j.id = b.job_id
 ), inserted AS (
-    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at)
-    SELECT * FROM incoming
+    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at,
+                            round, ignored)
+    SELECT event_id, job_id, outcome, attempt, consumer_group, consumer, error, at, round, ignored
+    FROM incoming
     ON CONFLICT (event_id) DO NOTHING
-    RETURNING event_id, job_id, outcome, error, at
+    RETURNING event_id, job_id, outcome, error, at, ignored
 ), final AS (
-    SELECT DISTINCT ON (job_id) job_id, outcome, error FROM inserted
-    WHERE outcome IN ('succeeded', 'dead')
-    ORDER BY job_id, at DESC
+    SELECT DISTINCT ON (i.job_id) i.job_id, i.outcome, i.error FROM inserted i
+    JOIN locked ON locked.id = i.job_id
+    WHERE i.ignored IS NULL AND i.outcome IN ('succeeded', 'dead')
+      AND locked.state IN ('dispatched', 'succeeded', 'dead')
+    ORDER BY i.job_id, i.at DESC
 ), moved AS (
+    -- No test of the state here: the scan's snapshot may predate the version locked above.
     UPDATE jobs j
     SET state = final.outcome, last_error = final.error, lease_until = NULL,
         dispatched_at = coalesce(j.dispatched_at, now()), updated_at = now()
     FROM final
-    WHERE j.id = final.job_id AND j.state IN ('dispatching', 'dispatched', 'succeeded', 'dead')
+    WHERE j.id = final.job_id
 )
-SELECT event_id FROM inserted
+SELECT event_id, ignored FROM inserted
 """
 
 # A job's events in the order they happened. $1 job id.
 SELECT_JOB_EVENTS: Final = """
-SELECT outcome, attempt, consumer_group, consumer, error, at FROM job_events
+SELECT outcome, attempt, consumer_group, consumer, error, at, ignored FROM job_events
 WHERE job_id = $1 ORDER BY at, attempt, outcome <> 'started'
 """
 
-# Put a dead job back on the schedule, due now, on a shard this node owns (so it fires from here).
-# Its history keeps the dispatch being replaced (the row holds only the latest) and notes the
-# requeue. $1 id, $2 namespace filter, $3 shard, $4 node id.
+# Put a dead job back on the schedule, due now, on a shard this node owns (so it fires from here),
+# as a new dispatch round (events of the earlier ones are ignored from now on). Its history keeps
+# the dispatch being replaced (the row holds only the latest) and notes the requeue.
+# $1 id, $2 namespace filter, $3 shard, $4 node id.
 REQUEUE_DEAD_JOB: Final = """
 WITH old AS (
     SELECT id, dispatched_at FROM jobs
@@ -268,7 +325,7 @@ WITH old AS (
 ), requeued AS (
     UPDATE jobs j SET state = 'scheduled', run_at = now(), shard = $3, last_error = NULL,
                       dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
-                      updated_at = now()
+                      dispatch_round = gen_random_uuid(), updated_at = now()
     FROM old WHERE j.id = old.id
     RETURNING j.*
 ), noted AS (

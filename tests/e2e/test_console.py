@@ -20,6 +20,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from consumers_sdk import reporter
 from tests.services.rabbitmq import RabbitServer
+from tests.support.dispatched import dispatch_round as round_of
 from tests.support.process import DispatcherProcess, served
 
 pytestmark = pytest.mark.e2e
@@ -66,7 +67,7 @@ def until(check: Callable[[], object], timeout_s: float = 20) -> None:
 
 
 def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
-    dispatcher: DispatcherProcess, amqp_url: str, browser: webdriver.Chrome
+    dispatcher: DispatcherProcess, amqp_url: str, database_url: str, browser: webdriver.Chrome
 ) -> None:
     http = httpx.Client(base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"})
     job = {"routing_key": "orders.expire", "payload": {"order": 7}, "idempotency_key": "order-7"}
@@ -74,7 +75,7 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     later = {"routing_key": "orders.remind", "payload": {"order": 8}, "delay_ms": 600_000}
     http.post("/v1/jobs", json=later).raise_for_status()
     until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dispatched")
-    asyncio.run(report_dead(amqp_url, job_id))  # as a consumer that gave up would
+    asyncio.run(report_dead(amqp_url, database_url, job_id))  # as a consumer that gave up would
     until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dead")
 
     # The console re-renders its panels on every poll: an element found a moment ago may be gone.
@@ -114,15 +115,16 @@ def click(browser: webdriver.Chrome, selector: str) -> bool:
     return True
 
 
-async def report_dead(amqp_url: str, job_id: str) -> None:
+async def report_dead(amqp_url: str, database_url: str, job_id: str) -> None:
+    # The round its delivery carried (x-dispatcher-round), which a consumer echoes.
+    own = {
+        "routing_key": "orders.expire",
+        "dispatch_round": str(await round_of(database_url, job_id)),
+    }
     events = reporter.EventReporter(amqp_url, group="billing", consumer="worker-1")
     events.open()
-    events.report(job_id=job_id, routing_key="orders.expire", attempt=1, outcome="started")
+    events.report(job_id=job_id, attempt=1, outcome="started", **own)
     events.report(
-        job_id=job_id,
-        routing_key="orders.expire",
-        attempt=1,
-        outcome="dead",
-        error="RuntimeError: order 7 is locked",
+        job_id=job_id, attempt=1, outcome="dead", error="RuntimeError: order 7 is locked", **own
     )
     await events.close(10)

@@ -73,7 +73,7 @@ async def test_the_client_sends_the_policy(node: Node) -> None:
         ({"retry_backoff_s": [3600.5]}, "retry_backoff_s[0]"),
         ({"retry_backoff_s": ["1"]}, "retry_backoff_s[0]"),
         ({"retry_backoff_s": 5}, "retry_backoff_s"),
-        ({"headers": {"x-retry-max-attempts": 2}}, "headers"),
+        ({"headers": {"x-retry-max-attempts": 2}}, "headers.x-retry-max-attempts"),
     ],
 )
 async def test_a_bad_policy_is_refused_naming_the_field_and_stores_nothing(

@@ -162,7 +162,12 @@ async def test_the_trigger_follows_at_most_its_budget_per_transaction(stores: St
     prerequisites = [await stores.submit() for _ in range(3)]
     fans = [await fan_out(stores, p.id, 600) for p in prerequisites]
     await stores.dispatched(*(p.id for p in prerequisites))
-    await stores.history.record([event(p.id, "succeeded") for p in prerequisites])
+    await stores.history.record(
+        [
+            event(p.id, "succeeded", dispatch_round=await stores.round_of(p.id))
+            for p in prerequisites
+        ]
+    )
     released = sorted([await count_in(stores, fan, "scheduled") for fan in fans])
     assert released == [0, 0, 600]
     assert await queued(stores) == 2

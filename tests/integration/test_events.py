@@ -119,9 +119,9 @@ async def test_the_store_records_each_event_once_and_moves_the_job_to_its_final_
     job_id = uuid.uuid4()
     connection = await asyncpg.connect(database_url)
     try:
-        await connection.execute(
+        dispatch_round = await connection.fetchval(
             "INSERT INTO jobs (id, shard, state, routing_key, payload, run_at) "
-            "VALUES ($1, 0, 'dispatched', 'orders.expire', '{}', now())",
+            "VALUES ($1, 0, 'dispatched', 'orders.expire', '{}', now()) RETURNING dispatch_round",
             job_id,
         )
         db = Database(database_url, min_size=1, max_size=2, timeout_s=5)
@@ -140,13 +140,15 @@ async def test_the_store_records_each_event_once_and_moves_the_job_to_its_final_
                 outcome=outcome,
                 error=error,
                 at=now.replace(microsecond=attempt),
+                dispatch_round=str(dispatch_round),
             )
 
         first = [event("started", 1), event("dead", 1, "ValueError: x")]
         stranger = dataclasses.replace(
             first[0], event_id=str(uuid.uuid4()), job_id=str(uuid.uuid4())
         )
-        assert len(await store.record([*first, stranger])) == 2  # no such job: not kept
+        recorded = await store.record([*first, stranger])
+        assert [entry.ignored for entry in recorded] == [None, None]  # no such job: not kept
         assert await store.record(first) == []  # redelivered: recorded once
         state, error = await connection.fetchrow(
             "SELECT state, last_error FROM jobs WHERE id = $1", job_id

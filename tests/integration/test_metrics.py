@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from consumers_sdk import reporter
+from tests.support.dispatched import dispatch_round
 from tests.support.nodes import client, running_node
 from tests.support.waiting import eventually
 
@@ -35,8 +36,13 @@ async def test_metrics_cover_jobs_per_routing_key_scheduler_outcomes_and_api_lat
 
         events = reporter.EventReporter(amqp_url, group="g", consumer="c")
         events.open()
-        events.report(job_id=ids[0], routing_key="a.one", attempt=1, outcome="failed", error="x")
-        events.report(job_id=ids[0], routing_key="a.one", attempt=2, outcome="succeeded")
+        # As a consumer of that delivery reports: with its dispatch round.
+        own = {
+            "routing_key": "a.one",
+            "dispatch_round": str(await dispatch_round(database_url, ids[0])),
+        }
+        events.report(job_id=ids[0], attempt=1, outcome="failed", error="x", **own)
+        events.report(job_id=ids[0], attempt=2, outcome="succeeded", **own)
         await eventually(lambda: node.events.recorded == 2, 10)
         await events.close(5)
         await eventually(lambda: sample("dispatcher_scheduled_jobs") == 0, 5)

@@ -121,7 +121,7 @@ async def test_create_and_get_shows_the_next_occurrences_in_the_zone(node: Node)
         ({"job": {"routing_key": "billing.x", "payload": 1, "delay_ms": 5}}, "job.delay_ms"),
         (
             {"job": {"routing_key": "billing.x", "payload": 1, "headers": {"x-job-id": 1}}},
-            "job.headers",
+            "job.headers.x-job-id",
         ),
         (
             {"job": {"routing_key": "billing.x", "payload": 1, "headers": {"a": "\x00"}}},

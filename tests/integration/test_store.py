@@ -156,7 +156,10 @@ async def test_a_claim_returns_each_column_as_its_field(db: Database, shards: Sh
         headers={"tenant": "a", "n": 1},
         priority=7,
         ttl_ms=86_400_000,
+        dispatch_round=claimed.dispatch_round,
     )
+    assert isinstance(claimed.dispatch_round, uuid.UUID)
+    assert claimed.dispatch_round not in (job.id, claimed.id)
 
 
 async def test_a_claim_is_not_taken_twice_until_its_lease_expires(

@@ -46,8 +46,18 @@ class Stores:
         )
 
     async def report(self, job_id: uuid.UUID, outcome: str, event_id: str | None = None) -> None:
-        """A consumer's final event, recorded as the events consumer does."""
-        await self.history.record([event(job_id, outcome, event_id)])
+        """A consumer's final event about the job's current dispatch, recorded as the events
+        consumer does."""
+        await self.history.record([event(job_id, outcome, event_id, await self.round_of(job_id))])
+
+    async def round_of(self, job_id: uuid.UUID) -> str:
+        """The job's dispatch round, as its consumers echo it (on a pooled connection: reports
+        may run at once)."""
+        async with self.db.connection() as connection:
+            found = await connection.fetchval(
+                "SELECT dispatch_round FROM jobs WHERE id = $1", job_id
+            )
+        return str(found)
 
     async def state(self, job_id: uuid.UUID) -> tuple[str, str | None]:
         row = await self.sql.fetchrow("SELECT state, last_error FROM jobs WHERE id = $1", job_id)
@@ -79,7 +89,9 @@ def new_job(
     )
 
 
-def event(job_id: uuid.UUID, outcome: str, event_id: str | None = None) -> contract.JobEvent:
+def event(
+    job_id: uuid.UUID, outcome: str, event_id: str | None = None, dispatch_round: str | None = None
+) -> contract.JobEvent:
     return contract.JobEvent(
         event_id=event_id or str(uuid.uuid4()),
         job_id=str(job_id),
@@ -90,6 +102,7 @@ def event(job_id: uuid.UUID, outcome: str, event_id: str | None = None) -> contr
         outcome=outcome,
         error="ValueError: no" if outcome == "dead" else None,
         at=datetime.now(UTC),
+        dispatch_round=dispatch_round,
     )
 
 

@@ -29,6 +29,7 @@ def job(routing_key: str, payload: Any) -> models.Claimed:
         headers={"tenant": "t1"},
         priority=None,
         ttl_ms=None,
+        dispatch_round=uuid.uuid4(),
     )
 
 

@@ -36,7 +36,7 @@ def test_headers_name_the_header_at_fault() -> None:
         "at most 2 headers",
     )
     assert validation.headers_problem({"x-job-id": "e"}, limits) == (
-        "headers",
+        "headers.x-job-id",
         "header 'x-job-id' is reserved for the dispatcher and RabbitMQ",
     )
     assert validation.headers_problem({"": "e"}, limits) == (

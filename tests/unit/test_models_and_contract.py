@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import uuid
 from datetime import UTC, datetime
@@ -55,7 +56,66 @@ def test_reserved_headers() -> None:
     assert not contract.is_reserved_header("tenant")
 
 
-def test_job_events_round_trip_and_decoding_makes_any_event_storable() -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "x-dead-routing-key",
+        "X-Dead-Queue",
+        "x-delivery-count",
+        "x-death",
+        "x-first-death-queue",
+        "x-last-death-reason",
+        "x-received-from",
+        "x-shovelled",
+        "x-shovelled-timestamp",
+        "x-stream-offset",
+        "x-opt-partition-key",
+        "x-dispatcher-round",
+        "CC",
+        "bcc",
+    ],
+)
+def test_every_header_the_dispatcher_the_sdk_or_rabbitmq_reads_is_refused(name: str) -> None:
+    assert contract.header_name_problem(name) == (
+        f"header {name!r} is reserved for the dispatcher and RabbitMQ"
+    )
+
+
+@pytest.mark.parametrize("name", ["x-deadline", "x-deliveryman", "ccc", "recipients-cc", "h" * 128])
+def test_names_that_merely_look_alike_are_a_producers_own(name: str) -> None:
+    assert contract.header_name_problem(name) is None
+
+
+def test_a_header_name_over_128_bytes_is_refused_as_amqp_would_cut_it() -> None:
+    assert contract.header_name_problem("é" * 64) is None  # 128 bytes
+    assert contract.header_name_problem("é" * 64 + "a") == (
+        "header names must be at most 128 bytes (AMQP cuts longer ones)"
+    )
+
+
+def test_reserved_names_stored_in_a_row_are_never_published_but_the_retry_policy_is() -> None:
+    stored: dict[str, contract.HeaderValue] = {
+        "tenant": "a",
+        "x-dead-routing-key": "payments.charge",
+        "CC": "payments.charge",
+        "x-dispatcher-round": "forged",
+        "x-retry-max-attempts": 3,
+        "x-retry-attempt": 9,
+    }
+    headers = contract.message_headers(
+        job_id="j1",
+        run_at=datetime(2026, 1, 1, tzinfo=UTC),
+        idempotency_key=None,
+        user_headers=stored,
+    )
+    assert {name: headers[name] for name in headers if name != "x-run-at"} == {
+        "tenant": "a",
+        "x-retry-max-attempts": 3,
+        "x-job-id": "j1",
+    }
+
+
+def an_event(**fields: object) -> contract.JobEvent:
     event = contract.JobEvent(
         event_id=str(uuid.uuid4()),
         job_id=str(uuid.uuid4()),
@@ -67,6 +127,11 @@ def test_job_events_round_trip_and_decoding_makes_any_event_storable() -> None:
         error="ValueError: a\x00b" + "x" * 2000,
         at=datetime(2026, 11, 22, 8, 0, 0, 123456, tzinfo=UTC),
     )
+    return dataclasses.replace(event, **fields)  # type: ignore[arg-type]
+
+
+def test_job_events_round_trip_and_decoding_makes_any_event_storable() -> None:
+    event = an_event()
     decoded = contract.decode_event(contract.encode_event(event))
     assert decoded.at == event.at  # microseconds kept: the steps of one attempt stay in order
     assert decoded.error == ("ValueError: a\ufffdb" + "x" * 2000)[: contract.EVENT_ERROR_LIMIT]
@@ -83,3 +148,24 @@ def test_job_events_round_trip_and_decoding_makes_any_event_storable() -> None:
             contract.decode_event(json.dumps(broken).encode())
     with pytest.raises(ValueError, match="not a job event"):
         contract.decode_event(b"[1, 2]")
+
+
+def test_an_event_carries_the_round_of_its_delivery_and_an_older_sdks_event_has_none() -> None:
+    dispatch_round = str(uuid.uuid4())
+    headers = contract.message_headers(
+        job_id="j1",
+        run_at=datetime(2026, 1, 1, tzinfo=UTC),
+        idempotency_key=None,
+        user_headers={},
+        dispatch_round=dispatch_round,
+    )
+    envelope = contract.read_envelope(message_id="j1", routing_key="rk", headers=headers)
+    assert envelope.dispatch_round == headers[contract.HEADER_ROUND] == dispatch_round
+    event = an_event(outcome="succeeded", error=None, dispatch_round=envelope.dispatch_round)
+    body = json.loads(contract.encode_event(event))
+    assert body["round"] == dispatch_round
+    assert contract.decode_event(contract.encode_event(event)).dispatch_round == dispatch_round
+    del body["round"]  # as an SDK older than rounds sends it
+    assert contract.decode_event(json.dumps(body).encode()).dispatch_round is None
+    with pytest.raises(ValueError, match="not a job event"):
+        contract.decode_event(json.dumps({**body, "round": "guess"}).encode())
