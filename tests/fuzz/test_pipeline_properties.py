@@ -330,12 +330,14 @@ async def test_every_job_of_a_dependency_graph_reaches_the_end_its_prerequisites
             for planned, job in zip(graph, states, strict=True):
                 delivered = job["id"] in pipeline.collector.deliveries
                 if delivered and job["id"] not in reported:  # the consumer's verdict
+                    [delivery] = pipeline.collector.deliveries[job["id"]]
                     reporter.report(
                         job_id=job["id"],
                         routing_key=job["routing_key"],
                         attempt=1,
                         outcome=planned.outcome,
                         error="planned" if planned.outcome == "dead" else None,
+                        dispatch_round=str(delivery.headers[contract.HEADER_ROUND]),
                     )
                     reported.add(job["id"])
             if all(job["state"] in FINAL for job in states):
