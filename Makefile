@@ -46,7 +46,8 @@ RABBITMQ4_TESTS := tests/integration/test_publisher.py tests/integration/test_co
 	tests/e2e/test_sdk.py \
 	tests/e2e/test_cli.py::test_dlq_requeue_of_one_job_sends_it_to_its_routing_key_with_its_history \
 	tests/faults/test_broker_outage.py tests/faults/test_consumer_faults.py \
-	tests/integration/test_broker_limits.py \
+	tests/integration/test_broker_limits.py tests/integration/test_consumer_permissions.py \
+	tests/integration/test_event_rounds.py \
 	tests/e2e/test_cli.py::test_broker_apply_policies_and_dlq_list_as_a_user_runs_them
 
 rabbitmq4-chroot: $(STAMP) ## build (once) the Debian trixie chroot RabbitMQ 4.x runs from
