@@ -139,12 +139,16 @@ class Keyring:
         # A key known valid is refreshed whatever the rate: only strangers wait.
         if (cached is None or cached[0] is None) and not self._lookups.take():
             raise errors.TooManyLookups()
-            return cached[0]
         generation, until = self._generation, self._clock() + self._cache_s
         key = await self._store.find(token_digest)  # StoreUnavailable: 503, never a stale answer
         principal = None if key is None else key.principal()
-        if generation == self._generation:
-            if len(self._found) >= CACHE_ENTRIES:
-                self._found = {digest: found for digest, found in self._found.items() if found[0]}
-            self._found[token_digest] = (principal, until)
+        if generation != self._generation:
+            # Forgotten while asked: the answer is not kept, but a key found valid stays known
+            # (expired), so its next lookup is not held back with the unknown tokens'.
+            until = 0.0
+            if principal is None:
+                return principal
+        if len(self._found) >= CACHE_ENTRIES:
+            self._found = {digest: found for digest, found in self._found.items() if found[0]}
+        self._found[token_digest] = (principal, until)
         return principal

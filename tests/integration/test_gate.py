@@ -5,6 +5,8 @@ looked up at a bounded rate while a known key keeps working."""
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -122,7 +124,9 @@ async def test_unknown_tokens_past_the_lookup_rate_get_429_while_a_known_key_kee
         strangers = [
             http.get("/v1/jobs", headers=bearer(f"dk_{uuid.uuid4().hex}")) for _ in range(40)
         ]
+        started = time.monotonic()
         answers = await asyncio.gather(*strangers)
+        took_s = time.monotonic() - started
         statuses = [answer.status_code for answer in answers]
         # The bucket is empty now: a known key's refresh is not held back.
         refreshed = [
@@ -130,7 +134,8 @@ async def test_unknown_tokens_past_the_lookup_rate_get_429_while_a_known_key_kee
         ]
     looked_up = statuses.count(401)
     assert set(statuses) == {401, 429}, statuses
-    assert looked_up <= LOOKUP_RATE + 2  # one second's burst, plus what refilled meanwhile
+    # One second's burst, plus what refilled while they were answered (a slow machine's share).
+    assert looked_up <= LOOKUP_RATE + math.ceil(took_s * LOOKUP_RATE) + 1
     throttled = next(answer for answer in answers if answer.status_code == 429)
     assert throttled.headers["retry-after"] == "1"
     assert throttled.json()["error"] == "too_many_requests"
@@ -160,3 +165,29 @@ async def test_a_full_key_cache_drops_only_unknown_tokens(
     assert (await ring.authenticate(known)).scope is keys.Scope.PRODUCER
     with pytest.raises(errors.StoreUnavailable):
         await ring.authenticate(strangers[0])  # dropped when the cache filled: asked again
+
+
+async def test_a_key_found_valid_while_the_caches_are_dropped_stays_out_of_the_lookup_rate(
+    database_url: str,
+) -> None:
+    """A key notice can arrive while a key is being looked up (the key just created, say): the
+    answer is not cached, but the key stays known, so strangers cannot hold its refresh back."""
+    db = Database(database_url, min_size=1, max_size=2, timeout_s=5)
+    await db.open()
+    try:
+        store = KeyStore(db)
+        _, known = await store.create(scope=keys.Scope.PRODUCER, name="known")
+        ring = keyring_module.Keyring(
+            static=(), store=store, cache_s=600, required=True, lookup_rate=2
+        )
+        looking = asyncio.create_task(ring.authenticate(known))
+        await asyncio.sleep(0)  # the lookup's query is on its way
+        ring.forget()  # as a key notice does
+        assert (await looking).scope is keys.Scope.PRODUCER
+        with pytest.raises(errors.Unauthenticated):
+            await ring.authenticate(f"dk_{uuid.uuid4().hex}")  # the second lookup of this second
+        with pytest.raises(errors.TooManyLookups):
+            await ring.authenticate(f"dk_{uuid.uuid4().hex}")
+        assert (await ring.authenticate(known)).scope is keys.Scope.PRODUCER  # asked again
+    finally:
+        await db.close()
