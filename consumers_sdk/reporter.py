@@ -25,6 +25,7 @@ import aiormq
 from aio_pika.abc import AbstractConnection
 
 from consumers_sdk import contract, topology
+from consumers_sdk.errors import TopologyMismatch
 
 logger = logging.getLogger(__name__)
 
@@ -135,8 +136,10 @@ class EventReporter:
                         topology.events_queues,
                         connection_name=f"consumer-{self.group}-events-declare",
                     )
-                except aiormq.exceptions.ChannelAccessRefused as exc:
-                    # A consumer's user may lack configure rights: the dispatcher declares them.
+                except (aiormq.exceptions.ChannelAccessRefused, TopologyMismatch) as exc:
+                    # A consumer's user may lack configure rights: the dispatcher declares them;
+                    # and a queue declared otherwise is the dispatcher's to report, loudly: the
+                    # events still reach the exchange.
                     logger.info("job events topology not declared (%r); publishing anyway", exc)
                 channel = await connection.channel(publisher_confirms=True)
                 # aiormq's channel, as the dispatcher's publisher does: aio-pika's Message and

@@ -166,26 +166,20 @@ def handler_queues(
     """A handler's dead, wait and work queues, in the order they are declared (each queue's
     dead-letter target exists before the queue that routes to it)."""
     dead = dead_arguments(queue_type, major)
-    specs = [
-        QueueSpec(
-            dead_queue(work),
-            dead,
-            earlier=dead_arguments(queue_type, 3)
-            if dead != dead_arguments(queue_type, 3)
-            else None,
-        )
-    ]
+    specs = [QueueSpec(dead_queue(work), dead, earlier=_without_limit(dead))]
     for tier in tiers:
-        arguments = wait_arguments(work, tier, queue_type)
-        earlier = {k: v for k, v in arguments.items() if k != "x-delivery-limit"}
-        specs.append(
-            QueueSpec(
-                wait_queue(work, tier), arguments, earlier=earlier if earlier != arguments else None
-            )
-        )
+        waiting = wait_arguments(work, tier, queue_type)
+        specs.append(QueueSpec(wait_queue(work, tier), waiting, earlier=_without_limit(waiting)))
     bindings = ((jobs_exchange(exchange), routing_key),)
     specs.append(QueueSpec(work, work_arguments(work, queue_type), bindings))
     return specs
+
+
+def _without_limit(arguments: Arguments) -> Arguments | None:
+    """What an earlier release declared: the same, without a delivery limit (None: no limit)."""
+    if "x-delivery-limit" not in arguments:
+        return None
+    return {name: value for name, value in arguments.items() if name != "x-delivery-limit"}
 
 
 def events_queues(major: int) -> list[QueueSpec]:

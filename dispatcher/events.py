@@ -100,7 +100,10 @@ class EventsConsumer:
 
     async def _count_dead_letters_every(self) -> None:
         while True:
-            await self.count_dead_letters()
+            try:
+                await self.count_dead_letters()
+            except Exception:  # a gauge must not end the counting, nor go unseen
+                logger.exception("events: dead letters not counted")
             await asyncio.sleep(self._stats_interval_s)
 
     async def count_dead_letters(self) -> int | None:
@@ -145,8 +148,8 @@ class EventsConsumer:
                 logger.warning("events: refused a message that is not a job event: %s", exc)
                 refused.append(message)
         recorded, unrecordable = await self._store_retrying([event for _, event in decoded])
-        refused_ids = {id(event) for event in unrecordable}
-        refused.extend(message for message, event in decoded if id(event) in refused_ids)
+        message_of = {id(event): message for message, event in decoded}
+        refused.extend(message_of[id(event)] for event in unrecordable)
         for entry in recorded:
             if entry.ignored is not None:  # forged or stale: not an outcome of the job
                 self._metrics.events_ignored.labels(reason=entry.ignored).inc()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import aio_pika
 
@@ -41,10 +42,16 @@ async def queue_depth(amqp_url: str, name: str) -> int:
     return (await _declared(amqp_url, name))[0]
 
 
-async def depth_reaches(amqp_url: str, name: str, depth: int, deadline_s: float) -> None:
+async def _reaches(
+    read: Callable[[], Awaitable[int]], expected: int, deadline_s: float, poll_s: float
+) -> None:
     async with asyncio.timeout(deadline_s):
-        while await queue_depth(amqp_url, name) != depth:  # noqa: ASYNC110 - broker state
-            await asyncio.sleep(0.1)
+        while await read() != expected:  # noqa: ASYNC110 - broker state
+            await asyncio.sleep(poll_s)
+
+
+async def depth_reaches(amqp_url: str, name: str, depth: int, deadline_s: float) -> None:
+    await _reaches(lambda: queue_depth(amqp_url, name), depth, deadline_s, 0.1)
 
 
 async def consumer_count(amqp_url: str, name: str) -> int:
@@ -52,6 +59,4 @@ async def consumer_count(amqp_url: str, name: str) -> int:
 
 
 async def consumers_reach(amqp_url: str, name: str, count: int, deadline_s: float) -> None:
-    async with asyncio.timeout(deadline_s):
-        while await consumer_count(amqp_url, name) != count:  # noqa: ASYNC110 - broker state
-            await asyncio.sleep(0.2)
+    await _reaches(lambda: consumer_count(amqp_url, name), count, deadline_s, 0.2)
