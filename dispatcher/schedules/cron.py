@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import calendar
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import MAXYEAR, datetime, timedelta
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
@@ -79,7 +79,10 @@ class Cron:
         limit = after.year + SEARCH_YEARS
         while moment.year <= limit:
             if moment.month not in self.months:
-                moment = _first_of_next_month(moment)
+                following = _first_of_next_month(moment)
+                if following is None:
+                    return None  # past the year 9999 that datetime ends with
+                moment = following
             elif not self.day_matches(moment.year, moment.month, moment.day):
                 moment = moment.replace(hour=0, minute=0) + timedelta(days=1)
             elif moment.hour not in self.hours:
@@ -91,9 +94,9 @@ class Cron:
         return None
 
 
-def _first_of_next_month(moment: datetime) -> datetime:
+def _first_of_next_month(moment: datetime) -> datetime | None:
     if moment.month == 12:
-        return datetime(moment.year + 1, 1, 1)
+        return datetime(moment.year + 1, 1, 1) if moment.year < MAXYEAR else None
     return datetime(moment.year, moment.month + 1, 1)
 
 

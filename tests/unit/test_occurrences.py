@@ -249,6 +249,10 @@ def test_no_occurrence_past_the_last_representable_time() -> None:
     assert Timing(cron="* * * * *", start_at=late).first() is None
     assert Timing(interval_s=60, start_at=late).after(late) is None
     assert Timing(interval_s=60, start_at=datetime.min.replace(tzinfo=UTC)).first() is not None
+    # A cron whose next month lies past 9999 (January only, from late December 9999).
+    december = datetime(9999, 12, 30, tzinfo=UTC)
+    assert Timing(cron="0 0 * 1 *", start_at=december).first() is None
+    assert cron.parse("0 0 * 1 *").next_after(datetime(9999, 12, 30)) is None
 
 
 ZONES = ["America/New_York", "Europe/Berlin", "Australia/Lord_Howe", "Asia/Shanghai"]
