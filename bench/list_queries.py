@@ -55,10 +55,12 @@ async def upgrade(dsn: str, rows: int) -> float:
     connection = await asyncpg.connect(dsn)
     try:
         await connection.execute(queries.CREATE_MIGRATIONS_TABLE)
-        for version, sql in migrate.migration_files():
-            if version < "0009":
-                await connection.execute(sql)
-                await connection.execute(queries.RECORD_MIGRATION, version)
+        for migration in migrate.migration_files():
+            if migration.version < "0009":
+                await connection.execute(migration.sql)
+                await connection.execute(
+                    queries.RECORD_MIGRATION, migration.version, migration.checksum
+                )
         await million.load(connection, rows)
     finally:
         await connection.close()

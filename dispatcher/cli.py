@@ -23,6 +23,22 @@ def _run(coroutine: Coroutine[Any, Any, object]) -> object:
     return uvloop.run(coroutine)
 
 
+def _migrate(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatcher.store import migrate
+
+    if not args.status:
+        applied = _run(migrate.apply_migrations(settings.database_url))
+        print(f"applied: {', '.join(applied) or 'nothing, up to date'}")  # type: ignore[arg-type]
+        return 0
+    lines = _run(migrate.read_status(settings.database_url))
+    assert isinstance(lines, list)
+    for line in lines:
+        applied_at = line.applied_at.isoformat(timespec="seconds") if line.applied_at else "-"
+        print(f"{line.version:<40} {line.state:<12} {applied_at}")
+    # Anything but applied or pending keeps a node of this release from starting.
+    return 1 if any(line.state not in ("applied", "pending") for line in lines) else 0
+
+
 def _dlq(args: argparse.Namespace, settings: Settings) -> int:
     from consumers_sdk import dlq, errors
 
@@ -151,7 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dispatcher", description="Delay dispatcher")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("serve", help="run a dispatcher node (applies migrations first)")
-    commands.add_parser("migrate", help="apply the database migrations and exit")
+    migrate = commands.add_parser("migrate", help="apply the database migrations and exit")
+    migrate.add_argument(
+        "--status",
+        action="store_true",
+        help="list the shipped and applied migrations and change nothing",
+    )
     _keys_parser(commands)
     dlq = commands.add_parser("dlq", help="dead-letter queues of the consumers").add_subparsers(
         dest="dlq_command", required=True
@@ -190,10 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             _run(node.serve(settings))
         elif args.command == "migrate":
-            from dispatcher.store import migrate
-
-            applied = _run(migrate.apply_migrations(settings.database_url))
-            print(f"applied: {', '.join(applied) or 'nothing, up to date'}")  # type: ignore[arg-type]
+            return _migrate(args, settings)
         elif args.command == "keys":
             code = _run(_keys(args, settings))
             assert isinstance(code, int)

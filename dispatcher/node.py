@@ -260,6 +260,8 @@ class Node:
                 await self.db.open()
                 if self.settings.migrate_on_start:
                     await migrate.apply_migrations(self.settings.database_url)
+                else:
+                    await migrate.check(self.settings.database_url)
                 await self._log_auth_mode()
                 await self.ownership.start()
                 return True

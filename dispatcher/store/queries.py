@@ -482,10 +482,23 @@ CREATE_MIGRATIONS_TABLE: Final = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
     version    text        PRIMARY KEY,
     applied_at timestamptz NOT NULL DEFAULT now()
-)
+);
+ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS checksum text
 """
-APPLIED_MIGRATIONS: Final = "SELECT version FROM schema_migrations"
-RECORD_MIGRATION: Final = "INSERT INTO schema_migrations (version) VALUES ($1)"
+# Versions with the sha256 of the file applied (NULL: applied by a release that recorded none).
+# Read through to_jsonb so that it also reads the table of such a release, which has no checksum
+# column yet (a status check changes nothing).
+APPLIED_MIGRATIONS: Final = """
+SELECT m.version, to_jsonb(m) ->> 'checksum' AS checksum, m.applied_at FROM schema_migrations m
+"""
+# Whether anything was ever migrated here (the status check reads, never creates, the table).
+MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('schema_migrations') IS NOT NULL"
+# $1 version, $2 checksum.
+RECORD_MIGRATION: Final = "INSERT INTO schema_migrations (version, checksum) VALUES ($1, $2)"
+# Adopt the shipped file's checksum for a version recorded without one. $1 version, $2 checksum.
+ADOPT_MIGRATION_CHECKSUM: Final = """
+UPDATE schema_migrations SET checksum = $2 WHERE version = $1 AND checksum IS NULL
+"""
 
 PING: Final = "SELECT 1"
 

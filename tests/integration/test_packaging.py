@@ -22,6 +22,7 @@ def test_wheel_ships_the_migrations_and_migrates_from_another_folder(
     )
     [wheel] = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
+    assert not (ROOT / "dispatcher" / "sql").exists()  # mapped in by the build, no symlink
     shipped = sorted(n for n in names if n.startswith("dispatcher/sql/"))
     assert shipped == [f"dispatcher/sql/{p.name}" for p in sorted((ROOT / "sql").glob("*.sql"))]
     console = {"dispatcher/console/index.html", "dispatcher/console/console.js"}
@@ -47,6 +48,15 @@ def test_wheel_ships_the_migrations_and_migrates_from_another_folder(
         check=True,
     )
     assert "0001_jobs" in result.stdout
+    status = subprocess.run(
+        [sys.executable, "-m", "dispatcher", "migrate", "--status"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [line.split()[1] for line in status.stdout.splitlines()] == ["applied"] * len(shipped)
     where = subprocess.run(
         [sys.executable, "-c", "import dispatcher; print(dispatcher.__file__)"],
         cwd=elsewhere,

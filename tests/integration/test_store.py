@@ -75,7 +75,7 @@ async def test_migrations_are_recorded_and_a_second_run_is_a_no_op(database_url:
         versions = [r["version"] for r in await connection.fetch(queries.APPLIED_MIGRATIONS)]
     finally:
         await connection.close()
-    assert sorted(versions) == [version for version, _ in migrate.migration_files()]
+    assert sorted(versions) == [migration.version for migration in migrate.migration_files()]
 
 
 async def test_insert_roundtrips_a_job(db: Database) -> None:
