@@ -157,6 +157,7 @@ class Publisher:
     async def close(self) -> None:
         connection, self._connection = self._connection, None
         self._channel = None
+        self._chosen_for = self._frames = None  # the path stays shown until the next connect
         self._opened.clear()
         if connection is not None:
             await connection.close()
@@ -205,9 +206,12 @@ class Publisher:
             return Outcome(failed=list(jobs))
         outcome = Outcome(unpublishable=unpublishable)
         if confirmations:
-            _, pending = await asyncio.wait(confirmations, timeout=self._timeout_s)
-            for future in pending:
-                future.cancel()  # a late confirm of a cancelled one is ignored (aiormq logs it)
+            try:
+                await asyncio.wait(confirmations, timeout=self._timeout_s)
+            finally:  # timed out, or cancelled: leave no publish task running unowned
+                pending = [future for future in confirmations if not future.done()]
+                for future in pending:
+                    future.cancel()  # a late confirm of a cancelled one is ignored (aiormq logs it)
             if pending:
                 await asyncio.wait(pending)  # a cancelled publish task ends (gives its tag back)
         for job, future in zip(sent, confirmations, strict=True):
