@@ -39,7 +39,7 @@ from bench.harness import median, services, write
 from consumers_sdk import contract
 from dispatcher.metrics import Metrics
 from dispatcher.models import Claimed, JobIds
-from dispatcher.publisher import Publisher
+from dispatcher.publisher import Publisher, PublishPath
 from dispatcher.store.migrate import apply_migrations
 from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
@@ -91,16 +91,19 @@ async def ceiling_publish(amqp_url: str, messages: int, *, underlay: bool = Fals
     return messages / elapsed
 
 
-async def ceiling_publish_framed(amqp_url: str, messages: int) -> float:
+async def ceiling_publish_framed(
+    amqp_url: str, messages: int, path: PublishPath = "framed"
+) -> float:
     """The dispatcher's own publisher (batches framed as one write, as firing does: 4 batches of
     500 in flight) with no database: the broker's confirm path for the way firing publishes."""
     publisher = Publisher(
         amqp_url,
         exchange=contract.EXCHANGE,
         unroutable_exchange="dispatcher.unroutable",
-        connection_name="bench-framed",
+        connection_name=f"bench-{path}",
         timeout_s=30.0,
         metrics=Metrics(),
+        path=path,
     )
     await publisher.run()
     connection = await aio_pika.connect(amqp_url)

@@ -88,6 +88,10 @@ class MigrationError(Fatal):
     """A migration could not be applied."""
 
 
+class FramedPublishUnsupported(Fatal):
+    """Framed publishing was required, but the installed aiormq does not support it."""
+
+
 class PublishFailed(DispatcherError):
     """RabbitMQ did not confirm the publish."""
 

@@ -130,6 +130,12 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.publish_framed = Gauge(
+            "dispatcher_publish_framed",
+            "1 while firing frames its batches as one write, 0 while it publishes one message at "
+            "a time (aiormq outside the tested range, or DISPATCHER_PUBLISH_PATH=per_message)",
+            registry=r,
+        )
         self.heap_size = Gauge("dispatcher_heap_size", "Jobs held in memory", registry=r)
         self.shards_owned = Gauge("dispatcher_shards_owned", "Shards this node owns", registry=r)
         self.rebalances = Counter(

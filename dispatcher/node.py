@@ -172,6 +172,7 @@ class Node:
             connection_name=f"dispatcher-{self.settings.node_id}-{role}",
             timeout_s=self.settings.publish_timeout_s,
             metrics=self.metrics,
+            path=self.settings.publish_path,
         )
 
     def _build_ownership(self) -> ownership_mod.Ownership:

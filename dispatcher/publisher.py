@@ -6,30 +6,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Literal, cast
 
 import aio_pika
 import aiormq
-import pamqp.constants
 import pamqp.frame
 import pamqp.header
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection, FieldValue
-from aiormq.abc import ChannelFrame
 
 from consumers_sdk import connections, contract, validation
-from dispatcher import metrics, models
+from dispatcher import errors, frames, metrics, models
 
 logger = logging.getLogger(__name__)
 
 MIN_EXPIRATION = timedelta(milliseconds=1)
 PERSISTENT = 2  # delivery_mode
 RECONNECT_MAX_S = 5.0
-MAX_CACHED_ROUTES = 10_000  # Basic.Publish frames kept, one per routing key
-_BODY_FRAME_HEADER = struct.Struct(">BHI")  # frame type, channel, size
+# auto: framed batches when ``frames.supported`` says so, else one publish per message.
+PublishPath = Literal["auto", "framed", "per_message"]
+_Unpublishable = list[tuple[models.Claimed, str]]  # each with the reason
 
 
 def message_properties(job: models.Claimed, now: datetime) -> aiormq.spec.Basic.Properties:
@@ -72,6 +70,7 @@ class Publisher:
         connection_name: str,
         timeout_s: float,
         metrics: metrics.Metrics,
+        path: PublishPath = "auto",
     ) -> None:
         self._url = amqp_url
         self._exchange_name = exchange
@@ -82,7 +81,11 @@ class Publisher:
         self._connection: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
         self._opened = asyncio.Event()
-        self._frames: _Frames | None = None
+        self._requested_path = path
+        self._chosen_for: aiormq.Channel | None = None  # the underlying channel path was chosen on
+        self._frames: frames.Frames | None = None  # None: one publish per message
+        self.path: Literal["framed", "per_message"] | None = None  # None: not connected yet
+        self.fallback_reason: str | None = None
 
     async def run(self) -> None:
         """Connect, retrying until the broker answers; afterwards aio-pika reconnects by itself."""
@@ -118,6 +121,7 @@ class Publisher:
                 durable=True,
                 arguments=dict[str, FieldValue](contract.exchange_arguments(self._unroutable_name)),
             )
+            self._choose_path(cast(aiormq.Channel, await channel.get_underlay_channel()))
         except BaseException:
             await connection.close()
             raise
@@ -125,9 +129,35 @@ class Publisher:
         self._connection = connection
         logger.info("connected to RabbitMQ", extra={"action": "amqp_connected"})
 
+    def _choose_path(self, amqp: aiormq.Channel) -> None:
+        """Framed batches or one publish per message, for this underlying channel; a change of
+        path is logged (once per change, not per reconnect) and shown by a gauge and /readyz."""
+        if self._requested_path == "per_message":
+            reason: str | None = "DISPATCHER_PUBLISH_PATH=per_message"
+        else:
+            reason = frames.supported(amqp)
+            if reason is not None and self._requested_path == "framed":
+                raise errors.FramedPublishUnsupported(
+                    f"DISPATCHER_PUBLISH_PATH=framed, but {reason}"
+                )
+        self._chosen_for = amqp
+        self._frames = frames.Frames(amqp, self._exchange_name) if reason is None else None
+        path: Literal["framed", "per_message"] = "framed" if reason is None else "per_message"
+        self._metrics.publish_framed.set(1 if reason is None else 0)
+        if (path, reason) != (self.path, self.fallback_reason) and reason is not None:
+            forced = self._requested_path == "per_message"
+            logger.log(
+                logging.INFO if forced else logging.WARNING,
+                "publishing one message at a time (slower than framed batches): %s",
+                reason,
+                extra={"action": "publish_path"},
+            )
+        self.path, self.fallback_reason = path, reason
+
     async def close(self) -> None:
         connection, self._connection = self._connection, None
         self._channel = None
+        self._chosen_for = self._frames = None  # the path stays shown until the next connect
         self._opened.clear()
         if connection is not None:
             await connection.close()
@@ -145,10 +175,10 @@ class Publisher:
         """Publish all at once and wait for the confirms.
 
         The whole batch is framed in one piece and handed to the connection's writer in one
-        write under the channel's lock, taking consecutive delivery tags (``_Frames``): a
-        publish at a time costs a lock, a timeout scope, a task and a socket write per message,
-        which took more CPU than the rest of firing together (py-spy). Only the broker's
-        confirm makes a publish count; the batch is bounded by the caller.
+        write under the channel's lock, taking consecutive delivery tags (``frames.Frames``);
+        where aiormq cannot be trusted with that, every message is published on its own and
+        their confirms are awaited together. Only the broker's confirm makes a publish count;
+        the batch is bounded by the caller.
         """
         channel = self._channel
         if channel is None or not self.is_ready():
@@ -157,10 +187,15 @@ class Publisher:
             # The robust channel swaps its underlying channel on reconnect: ask every batch.
             underlay = await asyncio.wait_for(channel.get_underlay_channel(), self._timeout_s)
             amqp = cast(aiormq.Channel, underlay)
-            if self._frames is None or self._frames.channel is not amqp:
-                self._frames = _Frames(amqp, self._exchange_name)
-            framed = self._frames.frame(jobs, datetime.now(UTC))
-            confirmations = await asyncio.wait_for(self._frames.send(framed), self._timeout_s)
+            if amqp is not self._chosen_for:
+                self._choose_path(amqp)
+            now = datetime.now(UTC)
+            if self._frames is None:
+                sent, confirmations, unpublishable = self._publish_each(amqp, jobs, now)
+            else:
+                framed = self._frames.frame(jobs, lambda job: message_properties(job, now))
+                confirmations = await asyncio.wait_for(self._frames.send(framed), self._timeout_s)
+                sent, unpublishable = framed.jobs, framed.unpublishable
         except (
             TimeoutError,
             aiormq.exceptions.AMQPError,
@@ -169,12 +204,17 @@ class Publisher:
             logger.warning("no channel to publish on: %r", exc, extra={"action": "publish_failed"})
             self._metrics.publish_failures.inc(len(jobs))
             return Outcome(failed=list(jobs))
-        outcome = Outcome(unpublishable=framed.unpublishable)
+        outcome = Outcome(unpublishable=unpublishable)
         if confirmations:
-            _, pending = await asyncio.wait(confirmations, timeout=self._timeout_s)
-            for future in pending:
-                future.cancel()  # a late confirm of a cancelled one is ignored (aiormq logs it)
-        for job, future in zip(framed.jobs, confirmations, strict=True):
+            try:
+                await asyncio.wait(confirmations, timeout=self._timeout_s)
+            finally:  # timed out, or cancelled: leave no publish task running unowned
+                pending = [future for future in confirmations if not future.done()]
+                for future in pending:
+                    future.cancel()  # a late confirm of a cancelled one is ignored (aiormq logs it)
+            if pending:
+                await asyncio.wait(pending)  # a cancelled publish task ends (gives its tag back)
+        for job, future in zip(sent, confirmations, strict=True):
             if not future.done() or future.cancelled():
                 outcome.failed.append(job)
             elif isinstance(future.exception(), aiormq.exceptions.DeliveryError):
@@ -198,6 +238,42 @@ class Publisher:
             )
         return outcome
 
+    def _publish_each(
+        self, amqp: aiormq.Channel, jobs: Sequence[models.Claimed], now: datetime
+    ) -> tuple[list[models.Claimed], list[asyncio.Future[object]], _Unpublishable]:
+        """aiormq's public publish, one task per message, all started before any confirm is
+        awaited (tasks take the channel's lock in order: each routing key keeps the batch's
+        order). Not mandatory, as framed: the alternate exchange takes what no queue does."""
+        sent: list[models.Claimed] = []
+        confirmations: list[asyncio.Future[object]] = []
+        unpublishable: _Unpublishable = []
+        for job in jobs:
+            try:
+                properties = message_properties(job, now)
+                # Encoded here, not inside the task: one bad job is parked, as framed, and is
+                # never confused with a failure of the channel.
+                method = aiormq.spec.Basic.Publish(
+                    exchange=self._exchange_name, routing_key=job.routing_key
+                )
+                pamqp.frame.marshal(method, amqp.number)
+                pamqp.frame.marshal(
+                    pamqp.header.ContentHeader(body_size=len(job.payload), properties=properties),
+                    amqp.number,
+                )
+            except Exception as exc:
+                unpublishable.append((job, frames.unencodable(exc)))
+                continue
+            publish = amqp.basic_publish(
+                job.payload,
+                exchange=self._exchange_name,
+                routing_key=job.routing_key,
+                properties=properties,
+                wait=False,  # the confirm is what counts, not the socket write
+            )
+            confirmations.append(asyncio.ensure_future(publish))
+            sent.append(job)
+        return sent, confirmations, unpublishable
+
 
 @dataclass(slots=True)
 class Outcome:
@@ -208,100 +284,3 @@ class Outcome:
     nacked: list[models.Claimed] = field(default_factory=list)  # the broker refused the message
     # Jobs no AMQP message can be made of, with the reason (never sent).
     unpublishable: list[tuple[models.Claimed, str]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Framed:
-    """A batch framed for one write: the jobs it holds, in delivery-tag order."""
-
-    payload: bytes
-    jobs: list[models.Claimed]
-    unpublishable: list[tuple[models.Claimed, str]]
-
-
-class _Frames:
-    """Frames a batch of publishes on one aiormq channel as one write.
-
-    It keeps aiormq's own bookkeeping: under the channel's lock each message takes the next
-    delivery tag and a confirmation future registered where the channel's reader resolves it
-    (ack, nack, or the channel's close rejecting it). A write that never reached the writer's
-    queue gives its tags back, as ``Channel.basic_publish`` does, so the broker's count of
-    publishes and ours stay the same.
-    """
-
-    def __init__(self, channel: aiormq.Channel, exchange: str) -> None:
-        self.channel = channel
-        self._exchange = exchange
-        self._publish_frames: dict[str, bytes] = {}  # routing key -> its Basic.Publish frame
-        self._max_body = channel.max_content_size
-
-    def _publish_frame(self, routing_key: str) -> bytes:
-        frame = self._publish_frames.get(routing_key)
-        if frame is None:
-            if len(self._publish_frames) > MAX_CACHED_ROUTES:
-                self._publish_frames.clear()
-            method = aiormq.spec.Basic.Publish(exchange=self._exchange, routing_key=routing_key)
-            frame = self._publish_frames[routing_key] = pamqp.frame.marshal(
-                method, self.channel.number
-            )
-        return frame
-
-    def _body_frames(self, body: bytes) -> list[bytes]:
-        number = self.channel.number
-        return [
-            _BODY_FRAME_HEADER.pack(pamqp.constants.FRAME_BODY, number, len(chunk))
-            + chunk
-            + pamqp.constants.FRAME_END_CHAR
-            for chunk in (
-                body[at : at + self._max_body] for at in range(0, len(body), self._max_body)
-            )
-        ]
-
-    def frame(self, jobs: Sequence[models.Claimed], now: datetime) -> _Framed:
-        """Each job's frames, joined; a job whose message cannot be encoded is left out (one
-        such job must not stop its batch, or every batch it is retried in)."""
-        number = self.channel.number
-        parts: list[bytes] = []
-        framed: list[models.Claimed] = []
-        unpublishable: list[tuple[models.Claimed, str]] = []
-        for job in jobs:
-            try:
-                header = pamqp.header.ContentHeader(
-                    body_size=len(job.payload), properties=message_properties(job, now)
-                )
-                frames = [
-                    self._publish_frame(job.routing_key),
-                    pamqp.frame.marshal(header, number),
-                    *self._body_frames(job.payload),
-                ]
-            except Exception as exc:
-                unpublishable.append((job, f"cannot be encoded as an AMQP message: {exc!r}"))
-                continue
-            parts.extend(frames)
-            framed.append(job)
-        return _Framed(b"".join(parts), framed, unpublishable)
-
-    async def send(self, framed: _Framed) -> list[asyncio.Future[object]]:
-        if not framed.jobs:
-            return []
-        channel = self.channel
-        frame = ChannelFrame(payload=framed.payload, should_close=False)
-        count = len(framed.jobs)
-        async with channel.lock:
-            first_tag = channel.delivery_tag + 1
-            confirmations: list[asyncio.Future[object]] = []
-            for tag in range(first_tag, first_tag + count):
-                future = channel.create_future()
-                channel.confirmations[tag] = future
-                confirmations.append(future)
-            channel.delivery_tag += count
-            try:
-                await channel.write_queue.put(frame)
-            except BaseException:
-                # Not handed to the writer: the broker never sees these tags.
-                channel.delivery_tag -= count
-                for tag, future in enumerate(confirmations, start=first_tag):
-                    channel.confirmations.pop(tag, None)
-                    future.cancel()
-                raise
-        return confirmations

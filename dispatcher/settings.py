@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+from typing import Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator
@@ -76,6 +77,11 @@ class Settings(BaseSettings):
     fire_workers: int = Field(4, ge=1, description="batches in flight at once")
     lease_s: float = Field(30.0, gt=0, description="a claimed, unconfirmed job is re-fired after")
     publish_timeout_s: float = Field(10.0, gt=0)
+    publish_path: Literal["auto", "framed", "per_message"] = Field(
+        "auto",
+        description="framed: batches as one write (tested aiormq only); per_message: public API; "
+        "auto: framed when the installed aiormq supports it",
+    )
     sweep_grace_s: float = Field(
         15.0, gt=0, description="a scheduled job overdue this long is fired by the safety sweep"
     )

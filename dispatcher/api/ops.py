@@ -47,6 +47,11 @@ async def readyz(node: NodeDep, caller: auth.AnyKey) -> JSONResponse:
         "checks": checks,
         "auth": auth_mode,
     }
+    # Either path is ready; per_message is only slower (the reason says why it was chosen).
+    answer["publish_path"] = {
+        "path": node.publisher.path,
+        "fallback_reason": node.publisher.fallback_reason,
+    }
     if degraded := node.supervisor.degraded():
         answer["degraded"] = degraded  # loop -> its last error, while it restarts
     return JSONResponse(answer, status_code=200 if ready else 503)

@@ -479,6 +479,7 @@ async def test_operations_endpoints(node: Node) -> None:
             "shards": True,
             "loops": True,
         }
+        assert ready.json()["publish_path"] == {"path": "framed", "fallback_reason": None}
         metrics = (await http.get("/metrics")).text
         assert "dispatcher_jobs_submitted_total" in metrics
         assert "dispatcher_fire_lateness_seconds_bucket" in metrics

@@ -1,5 +1,6 @@
 """/metrics: per routing key counters with bounded labels, scheduler gauges, consumers' outcomes
-from their events, and API latency per route template; /v1/stats for the console and the CLI."""
+from their events, and API latency per route template; /v1/stats for the console and the CLI;
+the publish path in /metrics and /readyz."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ async def test_metrics_cover_jobs_per_routing_key_scheduler_outcomes_and_api_lat
 
     for line in (
         'dispatcher_jobs_submitted_total{routing_key="a.one"} 2.0',
+        "dispatcher_publish_framed 1.0",  # the installed aiormq is the tested one
         'dispatcher_jobs_submitted_total{routing_key="a.two"} 1.0',
         'dispatcher_jobs_submitted_total{routing_key="other"} 2.0',  # bounded: 2 keys, then other
         'dispatcher_jobs_dispatched_total{routing_key="other"} 2.0',
@@ -77,3 +79,29 @@ async def test_metrics_cover_jobs_per_routing_key_scheduler_outcomes_and_api_lat
     assert stats["by_state"]["succeeded"] == 1
     assert {"state": "cancelled", "routing_key": "a.one", "jobs": 1} in stats["counts"]
     assert stats["next_due"] == []
+
+
+async def test_a_node_publishing_per_message_stays_ready_and_shows_the_path_and_why(
+    database_url: str, amqp_url: str
+) -> None:
+    async with (
+        running_node(
+            database_url=database_url,
+            amqp_url=amqp_url,
+            shard_count=8,
+            publish_path="per_message",
+        ) as node,
+        client(node) as http,
+    ):
+        job = {"routing_key": "path.each", "payload": 1}
+        assert (await http.post("/v1/jobs", json=job)).status_code == 201
+        sample = node.metrics.registry.get_sample_value
+        await eventually(lambda: sample("dispatcher_publish_confirms_total") == 1, 10)
+        ready = await http.get("/readyz")
+        text = (await http.get("/metrics")).text
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["publish_path"] == {
+        "path": "per_message",
+        "fallback_reason": "DISPATCHER_PUBLISH_PATH=per_message",
+    }
+    assert "dispatcher_publish_framed 0.0" in text

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import aio_pika
 import asyncpg
 import httpx
+import pytest
 
 from consumers_sdk import contract
 from dispatcher import models
@@ -74,8 +75,9 @@ async def wait_dead(
     return jobs
 
 
+@pytest.mark.parametrize("publish_path", ["framed", "per_message"])
 async def test_poison_jobs_are_parked_with_their_reason_and_the_rest_fire_on_time(
-    database_url: str, amqp_url: str
+    database_url: str, amqp_url: str, publish_path: str
 ) -> None:
     collector = Collector(amqp_url, binding="ordinary.#")
     await collector.start()
@@ -87,7 +89,9 @@ async def test_poison_jobs_are_parked_with_their_reason_and_the_rest_fire_on_tim
             shard_count=SHARDS,
             fire_batch=100,
             fire_workers=2,
+            publish_path=publish_path,
         ) as node:
+            assert node.publisher.path == publish_path
             due_s = time.time() + 2.0
             run_at = datetime.fromtimestamp(due_s, UTC).isoformat()
             jobs = [

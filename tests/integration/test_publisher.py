@@ -1,35 +1,50 @@
-"""The publisher against a real RabbitMQ: a batch framed as one write arrives whole, message by
-message, with the contract's properties, and the channel's delivery tags stay in step."""
+"""The publisher against a real RabbitMQ, on both paths (a batch framed as one write, and one
+publish per message): a batch arrives whole, message by message, with the contract's properties;
+the channel's delivery tags stay in step; refusals and unencodable jobs are told apart. ``auto``
+frames on the tested aiormq and falls back, saying so once, on any other."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import cast
 
 import aio_pika
 import aiormq
 import pytest
 
 from consumers_sdk import contract
-from dispatcher import metrics, models
-from dispatcher.publisher import Outcome, Publisher
+from dispatcher import errors, frames, metrics, models
+from dispatcher.publisher import Outcome, Publisher, PublishPath
 from tests.support.jobs_out import job
 
 EXCHANGE = contract.EXCHANGE
 
 
-@asynccontextmanager
-async def running(amqp_url: str) -> AsyncIterator[Publisher]:
-    publisher = Publisher(
+@pytest.fixture(params=["framed", "per_message"])
+def path(request: pytest.FixtureRequest) -> PublishPath:
+    """Each test runs on both paths: framed is refused at connect where it is unsupported."""
+    return cast(PublishPath, request.param)
+
+
+def new_publisher(amqp_url: str, path: PublishPath) -> Publisher:
+    return Publisher(
         amqp_url,
         exchange=EXCHANGE,
         unroutable_exchange="dispatcher.unroutable",
         connection_name="test-publisher",
         timeout_s=10.0,
         metrics=metrics.Metrics(),
+        path=path,
     )
+
+
+@asynccontextmanager
+async def running(amqp_url: str, path: PublishPath) -> AsyncIterator[Publisher]:
+    publisher = new_publisher(amqp_url, path)
     await publisher.run()
     try:
         yield publisher
@@ -58,8 +73,8 @@ async def drain(queue: aio_pika.abc.AbstractQueue, count: int) -> list[aio_pika.
     return received
 
 
-async def test_a_batch_framed_in_one_write_arrives_whole_with_the_contracts_properties(
-    amqp_url: str,
+async def test_a_batch_arrives_whole_in_order_with_the_contracts_properties(
+    amqp_url: str, path: PublishPath
 ) -> None:
     """Three routing keys interleaved, one payload larger than the broker's frame size (split
     over several body frames), an empty one, priorities, a ttl and producer headers."""
@@ -76,7 +91,7 @@ async def test_a_batch_framed_in_one_write_arrives_whole_with_the_contracts_prop
                 idempotency_key=f"key-{n}" if n % 5 == 0 else None,
             )
         )
-    async with running(amqp_url) as publisher:
+    async with running(amqp_url, path) as publisher:
         connection = await aio_pika.connect(amqp_url)
         channel = await connection.channel()
         queues = [await bound_queue(channel, f"pub.k{k}") for k in range(3)]
@@ -106,11 +121,11 @@ async def test_a_batch_framed_in_one_write_arrives_whole_with_the_contracts_prop
 
 
 async def test_delivery_tags_stay_in_step_across_batches_and_single_publishes(
-    amqp_url: str,
+    amqp_url: str, path: PublishPath
 ) -> None:
     """A batch takes consecutive tags; a plain publish on the same channel afterwards is confirmed
     as itself (were the tags out of step, its confirm would resolve another's future or none)."""
-    async with running(amqp_url) as publisher:
+    async with running(amqp_url, path) as publisher:
         connection = await aio_pika.connect(amqp_url)
         channel = await connection.channel()
         queue = await bound_queue(channel, "pub.tags")
@@ -140,11 +155,11 @@ async def test_delivery_tags_stay_in_step_across_batches_and_single_publishes(
 
 @pytest.mark.parametrize("closed", ["publisher", "channel"])
 async def test_a_batch_without_a_usable_channel_is_reported_unconfirmed(
-    amqp_url: str, closed: str
+    amqp_url: str, closed: str, path: PublishPath
 ) -> None:
     """No exception reaches the firing loop: every job comes back as not confirmed. A channel
     closed under the publisher (aiormq's ChannelInvalidStateError, no AMQPError) included."""
-    async with running(amqp_url) as publisher:
+    async with running(amqp_url, path) as publisher:
         batch = [job("pub.closed", n) for n in range(5)]
         if closed == "publisher":
             await publisher.close()
@@ -152,3 +167,70 @@ async def test_a_batch_without_a_usable_channel_is_reported_unconfirmed(
             assert publisher._channel is not None
             await (await publisher._channel.get_underlay_channel()).close()
         assert await publisher.publish_many(batch) == Outcome(failed=batch)
+
+
+async def test_refused_and_unencodable_jobs_are_told_apart_from_the_confirmed(
+    amqp_url: str, path: PublishPath
+) -> None:
+    """A full queue that rejects publishes gets its message nacked; a routing key AMQP cannot
+    carry is unpublishable (never sent); the rest of the batch is confirmed."""
+    async with running(amqp_url, path) as publisher:
+        connection = await aio_pika.connect(amqp_url)
+        channel = await connection.channel()
+        full = await channel.declare_queue(
+            f"test.full.{path}",
+            durable=True,
+            arguments={"x-max-length": 0, "x-overflow": "reject-publish"},
+        )
+        await full.bind(await channel.get_exchange(EXCHANGE), "pub.full")
+        ordinary = [job("pub.fine", n) for n in range(10)]
+        refused = job("pub.full", 1)
+        unencodable = job("x" * 300, 2)
+        outcome = await publisher.publish_many([*ordinary[:5], refused, unencodable, *ordinary[5:]])
+        await full.delete(if_unused=False, if_empty=False)
+        await connection.close()
+    assert outcome.confirmed == ordinary
+    assert outcome.nacked == [refused]
+    assert outcome.failed == []
+    assert [(item, "cannot be encoded" in reason) for item, reason in outcome.unpublishable] == [
+        (unencodable, True)
+    ]
+
+
+async def test_auto_frames_batches_on_the_tested_aiormq(amqp_url: str) -> None:
+    async with running(amqp_url, "auto") as publisher:
+        outcome = await publisher.publish_many([job("pub.auto", n) for n in range(3)])
+        registry = publisher._metrics.registry
+    assert (publisher.path, publisher.fallback_reason) == ("framed", None)
+    assert registry.get_sample_value("dispatcher_publish_framed") == 1
+    assert len(outcome.confirmed) == 3
+
+
+async def test_auto_falls_back_to_per_message_on_an_untested_aiormq_and_says_so_once(
+    amqp_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(frames, "TESTED_AIORMQ", ((6, 0, 0), (6, 0, 0)))
+    caplog.set_level(logging.WARNING, logger="dispatcher.publisher")
+    async with running(amqp_url, "auto") as publisher:
+        for size in (1, 20, 5):
+            outcome = await publisher.publish_many([job("pub.fallback", n) for n in range(size)])
+            assert (len(outcome.confirmed), outcome.failed) == (size, [])
+        registry = publisher._metrics.registry
+    assert publisher.path == "per_message"
+    assert publisher.fallback_reason is not None
+    assert "outside the range tested" in publisher.fallback_reason
+    assert registry.get_sample_value("dispatcher_publish_framed") == 0
+    warnings = [r for r in caplog.records if "one message at a time" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].levelno == logging.WARNING
+
+
+async def test_framed_required_on_an_untested_aiormq_stops_at_connect(
+    amqp_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(frames, "TESTED_AIORMQ", ((6, 0, 0), (6, 0, 0)))
+    publisher = new_publisher(amqp_url, "framed")
+    with pytest.raises(errors.FramedPublishUnsupported, match="outside the range tested"):
+        await publisher.run()
+    assert not publisher.is_ready()
+    await publisher.close()

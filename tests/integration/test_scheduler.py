@@ -9,13 +9,16 @@ import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
+import pytest
+
 from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
 from tests.support.overdue import insert_overdue
 
 
+@pytest.mark.parametrize("publish_path", ["framed", "per_message"])
 async def test_heap_stays_within_its_cap_and_every_job_fires(
-    database_url: str, amqp_url: str, collector: Collector
+    database_url: str, amqp_url: str, collector: Collector, publish_path: str
 ) -> None:
     cap = 200
     async with running_node(
@@ -25,7 +28,9 @@ async def test_heap_stays_within_its_cap_and_every_job_fires(
         heap_cap=cap,
         load_batch=50,
         fire_batch=50,
+        publish_path=publish_path,
     ) as node:
+        assert node.publisher.path == publish_path
         largest = 0
 
         async def watch() -> None:
