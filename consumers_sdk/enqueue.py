@@ -3,9 +3,11 @@
 For applications whose data lives in the dispatcher's database: the job row is written on the
 caller's connection, so it exists if and only if the caller's transaction commits. Nothing here
 opens a transaction or commits; on a connection outside any transaction the statement commits by
-itself (as ``POST /v1/jobs`` would). The same statement calls ``pg_notify('dispatcher_due', ...)``,
-which PostgreSQL delivers only on commit: the dispatcher nodes listen and put a job due soon on
-the owning node's heap at once; the loader (or its safety sweep) picks it up otherwise.
+itself (as ``POST /v1/jobs`` would). The row is written by the database's contract function
+``dispatcher_enqueue_v1`` (created by the dispatcher's migration 0012; the dispatcher's own intake
+calls it too), which also sends the due notice that PostgreSQL delivers only on commit: the
+dispatcher nodes listen and put a job due soon on the owning node's heap at once; the loader (or
+its safety sweep) picks it up otherwise.
 
 Inputs are checked as the HTTP API checks them (``validation``), before any SQL runs: a refused
 job raises ValueError or TypeError naming the argument, and the caller's transaction is untouched.
@@ -26,21 +28,18 @@ from asyncpg.pool import PoolConnectionProxy
 
 from consumers_sdk import contract, ids, validation
 
-# Insert one job on a shard chosen by the id's hash among the shards the dispatcher created, and
-# wake the dispatcher up once the transaction commits. An idempotency key seen before in the
-# namespace inserts (and notifies) nothing.
+# Insert one job, through the contract function with one-element arrays (one function serves
+# the dispatcher's batches and this): a shard chosen by the id's hash among the shards the
+# dispatcher created, and a due notice once the transaction commits. An idempotency key seen
+# before in the namespace inserts (and notifies) nothing.
 # $1 id, $2 id hash, $3 routing key, $4 payload, $5 headers (JSON text), $6 priority, $7 ttl_ms,
 # $8 idempotency key, $9 run_at, $10 namespace (NULL: the default one).
 INSERT_JOB: Final = """
-INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms, idempotency_key,
-                  run_at, namespace)
-VALUES ($1, ($2::bigint % (SELECT count(*) FROM shard_epochs))::int, $3, $4, $5::jsonb, $6, $7,
-        $8, $9, $10)
-ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
-DO NOTHING
-RETURNING id, run_at,
-    pg_notify('dispatcher_due',
-              id::text || ',' || shard || ',' || extract(epoch FROM run_at) || ',' || routing_key)
+SELECT id, run_at
+FROM dispatcher_enqueue_v1(ARRAY[$1::uuid], NULL, ARRAY[$2::bigint], ARRAY[$3::text],
+                           ARRAY[$4::bytea], ARRAY[$5::jsonb], ARRAY[$6::smallint],
+                           ARRAY[$7::bigint], ARRAY[$8::text], ARRAY[$9::timestamptz],
+                           ARRAY[$10::text], true)
 """
 
 # The job stored earlier under an idempotency key. $1 namespace ('' for the default), $2 key.
@@ -58,6 +57,10 @@ _PAYLOAD_OPTIONS: Final = (  # refuse what the API could not receive as JSON (da
 
 class NoShards(RuntimeError):
     """The database has no shards yet: start a dispatcher on it once before enqueuing."""
+
+
+class SchemaTooOld(RuntimeError):
+    """The database lacks dispatcher_enqueue_v1: migrate it with a newer dispatcher first."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +113,8 @@ async def enqueue(
         inserted = await conn.fetchrow(INSERT_JOB, *arguments)
     except asyncpg.DivisionByZeroError:  # count(*) of shard_epochs was 0
         raise NoShards(NoShards.__doc__) from None
+    except asyncpg.UndefinedFunctionError:  # a dispatcher before migration 0012
+        raise SchemaTooOld(SchemaTooOld.__doc__) from None
     if inserted is not None:
         return EnqueuedJob(id=inserted["id"], run_at=inserted["run_at"], created=True)
     existing = await conn.fetchrow(SELECT_BY_KEY, namespace or "", idempotency_key)

@@ -3,10 +3,10 @@
 A reschedule (on any node), a dependency released by a consumer's event or a job enqueued in an
 application's own transaction may fall inside a window some node has already loaded; the loader
 would find it only at its safety sweep. The statements that do this call
-``pg_notify(DUE_CHANNEL, 'id,shard,epoch_seconds')`` in their transaction (delivered on commit
-only), and every node listens (``store.listen``, the node's one LISTEN connection) and offers
-the job to its loader, which keeps it only if the shard is owned here and the time inside the
-loaded window.
+``dispatcher_notify_due_v1`` in their transaction (delivered on commit only; the channel and the
+text belong to ``store.due_notices``), and every node listens (``store.listen``, the node's one
+LISTEN connection) and offers the job to its loader, which keeps it only if the shard is owned
+here and the time inside the loaded window.
 
 Notices are not durable: while the connection is down some may be missed, so every (re)connect
 moves the loader's window back by the sweep grace (the jobs are loaded again; a duplicate entry
@@ -15,32 +15,11 @@ costs one claim that finds nothing).
 
 from __future__ import annotations
 
-import logging
-import uuid
 from collections.abc import Callable
-from typing import Final
 
-from dispatcher.models import DueEntry, routing_key_of
+from dispatcher.models import DueEntry
+from dispatcher.store import due_notices
 from dispatcher.store.listen import ChannelListener
-
-logger = logging.getLogger(__name__)
-
-DUE_CHANNEL: Final = "dispatcher_due"
-
-
-def parse_notice(payload: str) -> DueEntry | None:
-    """``'<job id>,<shard>,<run_at epoch seconds>[,<routing key>]'`` (a routing key has no comma);
-    None for anything else (logged)."""
-    try:
-        job_id, shard, run_at_s, *key = payload.split(",")
-        if len(key) > 1:
-            raise ValueError("too many fields")
-        return DueEntry(
-            float(run_at_s), uuid.UUID(job_id), int(shard), routing_key_of(key[0] if key else "")
-        )
-    except ValueError:
-        logger.warning("ignoring a malformed due notice %r", payload[:200])
-        return None
 
 
 def subscribe(
@@ -52,8 +31,8 @@ def subscribe(
     """Offer every due notice to ``offer``; ``on_connect`` after every (re)connect."""
 
     def notice(payload: str) -> None:
-        entry = parse_notice(payload)
+        entry = due_notices.parse(payload)
         if entry is not None:
             offer([entry])
 
-    listener.subscribe(DUE_CHANNEL, on_notice=notice, on_connect=on_connect)
+    listener.subscribe(due_notices.CHANNEL, on_notice=notice, on_connect=on_connect)

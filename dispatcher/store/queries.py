@@ -4,19 +4,17 @@ from typing import Final
 
 # --- jobs: intake -------------------------------------------------------------------------------
 
-# Insert a batch in one round trip; an idempotency key seen before in the namespace inserts nothing.
-# Only what the caller does not know already comes back (decoding whole rows cost more than the
-# insert).
+# Insert a batch in one round trip, through the contract function (sql/0012) the SDK's enqueue
+# calls too; an idempotency key seen before in the namespace inserts nothing. The dispatcher
+# chooses every shard itself and sends no due notice (it puts the jobs on its heap). Only what the
+# caller does not know already comes back (decoding whole rows cost more than the insert).
 # $1 ids, $2 shards, $3 routing keys, $4 payloads, $5 headers (JSON text), $6 priorities,
 # $7 ttl_ms, $8 idempotency keys, $9 run_at, $10 namespaces (NULL: default): parallel arrays.
 INSERT_JOBS: Final = """
-INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms, idempotency_key,
-                  run_at, namespace)
-SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::bytea[], $5::jsonb[],
-                     $6::smallint[], $7::bigint[], $8::text[], $9::timestamptz[], $10::text[])
-ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
-DO NOTHING
-RETURNING id, created_at
+SELECT id, created_at
+FROM dispatcher_enqueue_v1($1::uuid[], $2::int[], NULL, $3::text[], $4::bytea[], $5::jsonb[],
+                           $6::smallint[], $7::bigint[], $8::text[], $9::timestamptz[],
+                           $10::text[], false)
 """
 
 # The jobs already stored under these idempotency keys, each in its namespace.
@@ -81,7 +79,7 @@ RETURNING *
 """
 
 # Move a job still waiting to fire (or for its prerequisites) to a new time (and/or give it a new
-# payload or priority), and tell every node (a due notice, see ``scheduler/wakeups.py``): the
+# payload or priority), and tell every node (a due notice, see ``store/due_notices.py``): the
 # owner of its shard may hold it in memory at the old time, where the claim's run_at test makes
 # that entry fire nothing, and must learn the new one.
 # $1 id, $2 namespace filter, $3 run_at or NULL (keep), $4 payload or NULL (keep),
@@ -92,9 +90,7 @@ SET run_at = coalesce($3, run_at), payload = coalesce($4, payload),
     priority = CASE WHEN $5 THEN $6::smallint ELSE priority END, updated_at = now()
 WHERE id = $1 AND state IN ('scheduled', 'waiting')
   AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
-RETURNING *, pg_notify('dispatcher_due',
-                       id::text || ',' || shard || ',' || extract(epoch FROM run_at) || ','
-                       || routing_key)
+RETURNING *, dispatcher_notify_due_v1(id, shard, run_at, routing_key)
 """
 
 # --- jobs: scheduler ----------------------------------------------------------------------------
@@ -229,7 +225,7 @@ WHERE id = ANY($1::uuid[]) AND state = 'dispatching' AND claimed_by = $2
 """
 
 # The same for claims of shards this node lost meanwhile: the new owner may have loaded past them
-# already, so each is announced to it by a due notice (see ``scheduler/wakeups.py``).
+# already, so each is announced to it by a due notice (see ``store/due_notices.py``).
 # $1 ids, $2 node id.
 RELEASE_CLAIMS_ANNOUNCED: Final = """
 WITH released AS (
@@ -237,10 +233,7 @@ WITH released AS (
     WHERE id = ANY($1::uuid[]) AND state = 'dispatching' AND claimed_by = $2
     RETURNING id, shard, run_at, routing_key
 )
-SELECT count(pg_notify('dispatcher_due',
-                       id::text || ',' || shard || ',' || extract(epoch FROM run_at) || ','
-                       || routing_key))
-FROM released
+SELECT count(dispatcher_notify_due_v1(id, shard, run_at, routing_key)) FROM released
 """
 
 # --- job events and history ---------------------------------------------------------------------

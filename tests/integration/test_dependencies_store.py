@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from dispatcher import errors, models
-from dispatcher.scheduler.wakeups import parse_notice
+from dispatcher.store import due_notices
 from tests.support.dependencies import IDS, Stores, new_job, open_stores
 
 
@@ -51,7 +51,7 @@ async def test_a_job_waits_until_its_prerequisite_succeeded_then_is_scheduled_wi
         payload = await asyncio.wait_for(notified.get(), 5)
     finally:
         await listener.close()
-    entry = parse_notice(payload)
+    entry = due_notices.parse(payload)
     assert entry is not None
     assert (entry.id, entry.shard, entry.key) == (b.id, b.shard, b.routing_key)
     assert entry.run_at_s == pytest.approx(later.timestamp(), abs=1e-3)
