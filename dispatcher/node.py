@@ -1,7 +1,7 @@
 """The composition root: builds every component from Settings, starts them in order, stops them in
-reverse. Background loops run as named, supervised tasks in one TaskGroup: a failing loop is
-restarted after a backoff and shown in /readyz; only what cannot heal (``errors.Fatal``) or the
-HTTP server stopping ends the node."""
+reverse. Background loops run as named, supervised tasks in one TaskGroup, created and stopped
+from one table (``lifecycle``): a failing loop is restarted after a backoff and shown in /readyz;
+only what cannot heal (``errors.Fatal``) or the HTTP server stopping ends the node."""
 
 from __future__ import annotations
 
@@ -12,18 +12,20 @@ import ipaddress
 import logging
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import uvicorn
 
-from dispatcher import api, errors, metrics, supervision
+from dispatcher import api, errors, lifecycle, metrics, supervision
 from dispatcher.api import connections
+from dispatcher.api.deps import ApiDeps
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.dependents import DependentsFollower
 from dispatcher.events import EventsConsumer
 from dispatcher.housekeeping import Housekeeper
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
+from dispatcher.lifecycle import Phase, Task
 from dispatcher.publisher import Publisher
 from dispatcher.scheduler import wakeups
 from dispatcher.scheduler.firing import Firer
@@ -41,8 +43,6 @@ from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
 
 logger = logging.getLogger(__name__)
-
-DRAIN_TIMEOUT_S = 10.0
 
 
 class _HttpServer(uvicorn.Server):
@@ -159,10 +159,31 @@ class Node:
         )
         self.metrics.heap_size.set_function(lambda: len(self.heap))
         self.metrics.window_horizon.set_function(self._horizon_s)
-        self.app = api.create_api(self)
+        self.app = api.create_api(self._api_deps())
         self._http: _HttpServer | None = None
         self._stop = asyncio.Event()
         self.started = asyncio.Event()
+
+    def _api_deps(self) -> ApiDeps:
+        """What the routes use: the API sees these, never the node."""
+        return ApiDeps(
+            settings=self.settings,
+            intake=self.intake,
+            jobs=self.store,
+            history=self.history,
+            schedules=self.schedules,
+            keyring=self.keyring,
+            metrics=self.metrics,
+            readiness=self.readiness,
+            degraded=self.supervisor.degraded,
+            publish_path=lambda: {
+                "path": self.publisher.path,
+                "fallback_reason": self.publisher.fallback_reason,
+            },
+            counts=lambda: self.housekeeper.snapshot,
+            heap_size=lambda: len(self.heap),
+            cluster=self.ownership.describe,
+        )
 
     def _build_publisher(self, role: str) -> Publisher:
         return Publisher(
@@ -198,53 +219,44 @@ class Node:
     def request_stop(self) -> None:
         self._stop.set()
 
-    def _loops(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
-        """Every background loop, in start order; each runs supervised (``supervision``)."""
+    def _tasks(self, *, serve_http: bool) -> list[Task]:
+        """Every background task, in start order, with how it is stopped (``lifecycle``): the HTTP
+        server first, then firing and what makes jobs drain, then the cluster is left; the AMQP
+        connections, the loader and the rest are cancelled last, in reverse."""
+        # A server that stops on its own ends the node: it is not restarted.
+        http = Task("http", self._serve_http, Phase.SERVE, self._stop_http, supervised=False)
         return [
-            ("amqp-connect", self.publisher.run),
-            ("amqp-connect-live", self.live_publisher.run),
-            ("ownership", self.ownership.run),
-            ("intake", self.intake.run),
-            ("ownership-watch", self._watch_ownership),
-            ("loader", self.loader.run),
-            ("sweeper", self.loader.run_sweeps),
-            ("notices", self.notices.run),
-            ("firing", self.firer.run),
-            ("events", self.events.run),
-            ("housekeeping", self.housekeeper.run),
-            ("schedules", self.materialiser.run),
-            ("dependents", self.dependents.run),
+            Task("amqp-connect", self.publisher.run),
+            Task("amqp-connect-live", self.live_publisher.run),
+            Task("ownership", self.ownership.run, Phase.LEAVE, self.ownership.stop),
+            Task("intake", self.intake.run),
+            Task("ownership-watch", self._watch_ownership),
+            Task("loader", self.loader.run),
+            Task("sweeper", self.loader.run_sweeps),
+            Task("notices", self.notices.run),
+            Task("firing", self.firer.run, Phase.DRAIN, self.firer.stop),
+            Task("events", self.events.run),
+            Task("housekeeping", self.housekeeper.run),
+            Task("schedules", self.materialiser.run, Phase.DRAIN, self.materialiser.stop),
+            Task("dependents", self.dependents.run, Phase.DRAIN, self.dependents.stop),
+            *([http] if serve_http else []),
         ]
 
     async def run(self, *, serve_http: bool = True) -> None:
-        """Start everything, run until ``request_stop``, then stop in reverse order."""
+        """Start everything, run until ``request_stop``, then stop phase by phase."""
         try:
             if not await self._start():
                 return  # asked to stop before the services answered
+            tasks = lifecycle.Tasks(
+                self._tasks(serve_http=serve_http), supervise=self.supervisor.supervise
+            )
             async with asyncio.TaskGroup() as group:
-                tasks = {
-                    name: group.create_task(self.supervisor.supervise(name, body), name=name)
-                    for name, body in self._loops()
-                }
-                http = None
-                if serve_http:
-                    http = group.create_task(self._serve_http(), name="http")
+                tasks.start(group)
                 self.started.set()
                 await self._stop.wait()
                 logger.info("stopping", extra={"action": "stop"})
                 self.supervisor.close()
-                if http is not None and self._http is not None:
-                    self._http.should_exit = True
-                    await http
-                # Drain first: batches in flight are confirmed and marked (not left to a lease),
-                # then leave the cluster so others take the shards at once, then the rest.
-                self.firer.stop()
-                self.materialiser.stop()
-                self.dependents.stop()
-                await asyncio.wait([tasks["firing"]], timeout=DRAIN_TIMEOUT_S)
-                await self.ownership.stop()
-                for task in reversed(tasks.values()):
-                    task.cancel()
+                await tasks.stop()
         finally:
             await self.ownership.stop()
             await self.publisher.close()
@@ -278,6 +290,8 @@ class Node:
         return False
 
     async def _serve_http(self) -> None:
+        if self._stop.is_set():
+            return  # asked to stop before it ran: nothing to serve, no server to tell
         settings = self.settings
         limits = connections.Limits(
             max_connections=settings.http_max_connections,
@@ -299,6 +313,10 @@ class Node:
         await self._http.serve()
         if not self._stop.is_set():
             raise RuntimeError("the HTTP server stopped on its own")
+
+    def _stop_http(self) -> None:
+        if self._http is not None:
+            self._http.should_exit = True
 
     async def _watch_ownership(self) -> None:
         while True:

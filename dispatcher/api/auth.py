@@ -4,15 +4,13 @@ declare, on each route, the scope it needs (the gate reads it from there). /heal
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dispatcher import errors, keys
-
-if TYPE_CHECKING:
-    from dispatcher.node import Node
+from dispatcher.api.deps import ApiDeps
 
 PRINCIPAL = "principal"  # the key of the admitted caller in the request's state
 
@@ -28,8 +26,8 @@ async def principal(request: Request, credentials: Credentials) -> keys.Principa
     admitted = request.scope.get("state", {}).get(PRINCIPAL)
     if isinstance(admitted, keys.Principal):
         return admitted
-    node: Node = request.app.state.node
-    return await node.keyring.authenticate(credentials.credentials if credentials else None)
+    deps: ApiDeps = request.app.state.deps
+    return await deps.keyring.authenticate(credentials.credentials if credentials else None)
 
 
 class ScopeCheck:

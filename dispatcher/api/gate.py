@@ -24,7 +24,8 @@ from dispatcher import errors, keys
 from dispatcher.api import auth, problems
 
 if TYPE_CHECKING:
-    from dispatcher.node import Node
+    from dispatcher.keyring import Keyring
+    from dispatcher.metrics import Metrics
     from dispatcher.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -139,9 +140,10 @@ class Rules:
 
 
 class Gate:
-    def __init__(self, app: ASGIApp, *, node: Node, rules: Rules) -> None:
+    def __init__(self, app: ASGIApp, *, keyring: Keyring, metrics: Metrics, rules: Rules) -> None:
         self._app = app
-        self._node = node
+        self._keyring = keyring
+        self._metrics = metrics
         self._rules = rules
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -176,12 +178,12 @@ class Gate:
 
     async def _admit(self, scope: Scope, receive: Receive, send: Send, rule: Rule) -> bool:
         try:
-            caller = await self._node.keyring.authenticate(bearer(scope))
+            caller = await self._keyring.authenticate(bearer(scope))
         except errors.Unauthenticated as exc:
             await self._refuse_auth(scope, receive, send, 401, "unauthenticated", str(exc))
             return False
         except errors.TooManyLookups as exc:
-            self._node.metrics.refusal("lookup_rate")
+            self._metrics.refusal("lookup_rate")
             await problems.refuse(
                 scope, receive, send, 429, "too_many_requests", str(exc),
                 headers={"retry-after": "1"},
@@ -202,8 +204,8 @@ class Gate:
         self, scope: Scope, receive: Receive, send: Send, status: int, error: str, message: str
     ) -> None:
         # The reason and the path only: the Authorization header is never logged.
-        self._node.metrics.auth_refused.labels(status=str(status)).inc()
-        self._node.metrics.refusal(error)
+        self._metrics.auth_refused.labels(status=str(status)).inc()
+        self._metrics.refusal(error)
         logger.info(
             "refused %s %s (%d): %s",
             scope["method"],
@@ -216,7 +218,7 @@ class Gate:
         await problems.refuse(scope, receive, send, status, error, message, headers=challenge)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        self._node.metrics.refusal("body_too_large")
+        self._metrics.refusal("body_too_large")
         message = f"the request body exceeds {limit} bytes, this route's limit"
         await problems.refuse(scope, receive, send, 413, "body_too_large", message, field="body")
 

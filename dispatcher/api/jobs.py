@@ -6,15 +6,13 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
 from dispatcher import errors, intake, models
 from dispatcher.api import auth, gate, schemas
-
-if TYPE_CHECKING:
-    from dispatcher.node import Node
+from dispatcher.api.deps import Deps
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -23,15 +21,6 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 ERRORS: dict[int | str, dict[str, object]] = {
     code: {"model": schemas.Problem} for code in (400, 401, 403, 404, 409, 413, 415, 422, 429, 503)
 }
-
-
-async def get_node(request: Request) -> Node:
-    # async on purpose: FastAPI runs a sync dependency in its thread pool on every request.
-    node: Node = request.app.state.node
-    return node
-
-
-NodeDep = Annotated["Node", Depends(get_node)]
 
 
 @contextmanager
@@ -51,12 +40,12 @@ def prerequisites_named(prefix: str) -> Iterator[None]:
     status_code=201,
     responses={200: {"description": "the job stored earlier under this idempotency key"}, **ERRORS},
 )
-async def create_job(body: schemas.JobCreate, node: NodeDep, caller: auth.Producer) -> Response:
+async def create_job(body: schemas.JobCreate, deps: Deps, caller: auth.Producer) -> Response:
     """Schedule one job. 201 once it is committed; 200 with the existing job for a known key."""
     auth.check_routing_key(caller, body.routing_key, "routing_key")
-    spec = schemas.to_spec(body, node.settings, now=datetime.now(UTC))
+    spec = schemas.to_spec(body, deps.settings, now=datetime.now(UTC))
     with prerequisites_named(""):
-        [result] = await node.intake.submit([spec], namespace=caller.namespace)
+        [result] = await deps.intake.submit([spec], namespace=caller.namespace)
     return schemas.json_response(
         schemas.job_document(result.job, created=result.created),
         201 if result.created else 200,
@@ -71,10 +60,10 @@ async def create_job(body: schemas.JobCreate, node: NodeDep, caller: auth.Produc
     openapi_extra=schemas.BATCH_REQUEST_BODY,
     dependencies=[Depends(gate.BatchBody())],
 )
-async def create_jobs(request: Request, node: NodeDep, caller: auth.Producer) -> Response:
+async def create_jobs(request: Request, deps: Deps, caller: auth.Producer) -> Response:
     """Schedule up to ``max_batch`` jobs, all or nothing."""
     body = schemas.batch_from_json(await request.body())
-    limit = node.settings.max_batch
+    limit = deps.settings.max_batch
     if len(body.jobs) > limit:
         raise errors.InvalidField("jobs", f"at most {limit} jobs per batch")
     keys: dict[str, int] = {}
@@ -92,9 +81,9 @@ async def create_jobs(request: Request, node: NodeDep, caller: auth.Producer) ->
     specs: list[models.JobSpec] = []
     for index, job in enumerate(body.jobs):
         await intake.take_turn(index)
-        specs.append(schemas.to_spec(job, node.settings, now=now, field_prefix=f"jobs[{index}]."))
+        specs.append(schemas.to_spec(job, deps.settings, now=now, field_prefix=f"jobs[{index}]."))
     with prerequisites_named("jobs[{}]."):
-        results = await node.intake.submit(specs, namespace=caller.namespace)
+        results = await deps.intake.submit(specs, namespace=caller.namespace)
     documents = []
     for index, result in enumerate(results):
         await intake.take_turn(index)
@@ -105,12 +94,12 @@ async def create_jobs(request: Request, node: NodeDep, caller: auth.Producer) ->
 
 
 @router.get("/{job_id}", response_model=schemas.JobWithHistory, responses=ERRORS)
-async def get_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Response:
+async def get_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Response:
     """The job with its whole history: scheduled, dispatched, each attempt, the final state."""
-    job = await node.store.get(job_id, namespace=caller.namespace_filter)
-    events = await node.history.events(job_id)
+    job = await deps.jobs.get(job_id, namespace=caller.namespace_filter)
+    events = await deps.history.events(job_id)
     document = schemas.history_document(job, events)
-    prerequisites = await node.store.prerequisites(job_id)
+    prerequisites = await deps.jobs.prerequisites(job_id)
     document["after"] = [str(prerequisite) for prerequisite, _ in prerequisites]
     document["pending"] = [str(prerequisite) for prerequisite, done in prerequisites if not done]
     return schemas.json_response(document)
@@ -118,36 +107,36 @@ async def get_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Re
 
 @router.patch("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
 async def reschedule_job(
-    job_id: uuid.UUID, body: schemas.JobPatch, node: NodeDep, caller: auth.Producer
+    job_id: uuid.UUID, body: schemas.JobPatch, deps: Deps, caller: auth.Producer
 ) -> Response:
     """Move a job that has not fired yet to a new time (and/or change its payload or priority).
     It fires at the new time only, on whichever node owns it. 409 once it is being dispatched
     (state ``dispatching``: it will be delivered) or done."""
-    change = schemas.to_change(body, node.settings, now=datetime.now(UTC))
-    job = await node.store.reschedule(job_id, change, namespace=caller.namespace_filter)
+    change = schemas.to_change(body, deps.settings, now=datetime.now(UTC))
+    job = await deps.jobs.reschedule(job_id, change, namespace=caller.namespace_filter)
     return schemas.json_response(schemas.job_document(job))
 
 
 @router.post("/{job_id}/requeue", response_model=schemas.JobOut, responses=ERRORS)
-async def requeue_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Admin) -> Response:
+async def requeue_job(job_id: uuid.UUID, deps: Deps, caller: auth.Admin) -> Response:
     """A dead job back to ``scheduled``, due now: published again to its routing key as a fresh
     delivery (attempts start over; the history keeps the earlier ones). 409 unless dead."""
-    job = await node.intake.requeue(job_id, namespace=caller.namespace_filter)
+    job = await deps.intake.requeue(job_id, namespace=caller.namespace_filter)
     return schemas.json_response(schemas.job_document(job))
 
 
 @router.delete("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
-async def cancel_job(job_id: uuid.UUID, node: NodeDep, caller: auth.Producer) -> Response:
+async def cancel_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Response:
     """Cancel a scheduled or waiting job: it is never published, and the jobs waiting for it are
     cancelled too. 409 once it is being or was dispatched."""
-    job = await node.store.cancel(job_id, namespace=caller.namespace_filter)
-    node.metrics.count_by_key(node.metrics.jobs_cancelled, [job])
+    job = await deps.jobs.cancel(job_id, namespace=caller.namespace_filter)
+    deps.metrics.count_by_key(deps.metrics.jobs_cancelled, [job])
     return schemas.json_response(schemas.job_document(job))
 
 
 @router.get("", response_model=schemas.JobPage, responses=ERRORS)
 async def list_jobs(
-    node: NodeDep,
+    deps: Deps,
     caller: auth.Producer,
     state: models.JobState | None = None,
     routing_key: Annotated[
@@ -160,13 +149,13 @@ async def list_jobs(
     """A page of jobs in creation order; follow ``next_after`` for the next one. With
     ``idempotency_key``, the jobs stored under that key (one per namespace) instead."""
     if idempotency_key is not None:
-        found = await node.store.by_idempotency_key(
+        found = await deps.jobs.by_idempotency_key(
             idempotency_key, namespace=caller.namespace_filter
         )
         return schemas.json_response(
             {"jobs": [schemas.job_document(job) for job in found], "next_after": None}
         )
-    jobs = await node.store.page(
+    jobs = await deps.jobs.page(
         state=state,
         routing_key=routing_key,
         after=after,

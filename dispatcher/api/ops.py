@@ -13,7 +13,7 @@ from consumers_sdk import dlq
 from consumers_sdk import errors as sdk_errors
 from dispatcher import keys
 from dispatcher.api import auth, schemas
-from dispatcher.api.jobs import NodeDep
+from dispatcher.api.deps import Deps
 
 router = APIRouter(tags=["operations"])
 NEXT_DUE = 20
@@ -36,10 +36,10 @@ async def healthz() -> dict[str, str]:
     "/readyz",
     responses={503: {"description": "not ready; `checks` names what failed"}, **REFUSALS},
 )
-async def readyz(node: NodeDep, caller: auth.AnyKey) -> JSONResponse:
+async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
     """200 when PostgreSQL and RabbitMQ answer, this node owns shards and no background loop is
     failing; 503 otherwise, with ``degraded`` naming the failing loops and their last error."""
-    checks = await node.readiness()
+    checks = await deps.readiness()
     ready = all(checks.values())
     auth_mode = "off" if caller is keys.OPEN_ACCESS else "on"
     answer: dict[str, object] = {
@@ -48,29 +48,26 @@ async def readyz(node: NodeDep, caller: auth.AnyKey) -> JSONResponse:
         "auth": auth_mode,
     }
     # Either path is ready; per_message is only slower (the reason says why it was chosen).
-    answer["publish_path"] = {
-        "path": node.publisher.path,
-        "fallback_reason": node.publisher.fallback_reason,
-    }
-    if degraded := node.supervisor.degraded():
+    answer["publish_path"] = deps.publish_path()
+    if degraded := deps.degraded():
         answer["degraded"] = degraded  # loop -> its last error, while it restarts
     return JSONResponse(answer, status_code=200 if ready else 503)
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses=REFUSALS)
-async def metrics(node: NodeDep, caller: auth.Monitor) -> Response:
+async def metrics(deps: Deps, caller: auth.Monitor) -> Response:
     """Prometheus text format."""
-    return Response(node.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(deps.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/stats", responses=REFUSALS)
-async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
+async def stats(deps: Deps, caller: auth.Monitor) -> Response:
     """Jobs per state; per state and routing key for the ``stats_routing_keys`` keys with the
     most jobs, the rest of each state in ``other``; ``counted_at``: the oldest state's count
     (each state's in ``counted_at_by_state``). Also the next jobs due and this node's scheduler
     figures."""
-    snapshot = node.housekeeper.snapshot
-    due = await node.history.next_due(NEXT_DUE)
+    snapshot = deps.counts()
+    due = await deps.history.next_due(NEXT_DUE)
     return schemas.json_response(
         {
             "counted_at": min(snapshot.counted_at.values(), default=None),
@@ -81,11 +78,11 @@ async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
             "next_due": [
                 {"id": str(d.id), "routing_key": d.routing_key, "run_at": d.run_at} for d in due
             ],
-            "node": node.settings.node_id,
-            "heap_size": len(node.heap),
-            "rabbitmq_ui": node.settings.rabbitmq_ui(),
-            "rabbitmq_vhost": unquote(urlsplit(node.settings.amqp_url).path[1:]) or "/",
-            "exchange": node.settings.exchange,
+            "node": deps.settings.node_id,
+            "heap_size": deps.heap_size(),
+            "rabbitmq_ui": deps.settings.rabbitmq_ui(),
+            "rabbitmq_vhost": unquote(urlsplit(deps.settings.amqp_url).path[1:]) or "/",
+            "exchange": deps.settings.exchange,
         }
     )
 
@@ -94,17 +91,17 @@ async def stats(node: NodeDep, caller: auth.Monitor) -> Response:
     "/v1/queues",
     responses={503: {"description": "RabbitMQ's management API did not answer"}, **REFUSALS},
 )
-async def queues(node: NodeDep, caller: auth.Monitor) -> Response:
+async def queues(deps: Deps, caller: auth.Monitor) -> Response:
     """The queues of the dispatcher's vhost with their message counts, from RabbitMQ's
     management API (for the console's links); 503 when it does not answer."""
     try:
-        listed = await dlq.list_queues(node.settings.amqp_url, node.settings.amqp_management_url)
+        listed = await dlq.list_queues(deps.settings.amqp_url, deps.settings.amqp_management_url)
     except sdk_errors.DlqError as exc:
         return JSONResponse({"error": "unavailable", "message": str(exc)}, status_code=503)
     return schemas.json_response([{"name": n, "messages": m} for n, m in listed])
 
 
 @router.get("/v1/cluster", responses=REFUSALS)
-async def cluster(node: NodeDep, caller: auth.Admin) -> dict[str, object]:
+async def cluster(deps: Deps, caller: auth.Admin) -> dict[str, object]:
     """This node, the leader, the members, and the shards each owns with their epochs."""
-    return await node.ownership.describe()
+    return await deps.cluster()

@@ -12,7 +12,8 @@ from fastapi import APIRouter, Query, Response
 from dispatcher import errors
 from dispatcher.api import auth, schemas
 from dispatcher.api import schedule_schemas as io
-from dispatcher.api.jobs import ERRORS, NodeDep
+from dispatcher.api.deps import Deps
+from dispatcher.api.jobs import ERRORS
 from dispatcher.schedules import model
 from dispatcher.schedules.occurrences import Timing
 
@@ -22,9 +23,7 @@ NameParam = Annotated[str, io.Name]
 
 
 @router.post("", response_model=io.ScheduleOut, status_code=201, responses=ERRORS)
-async def create_schedule(
-    body: io.ScheduleCreate, node: NodeDep, caller: auth.Producer
-) -> Response:
+async def create_schedule(body: io.ScheduleCreate, deps: Deps, caller: auth.Producer) -> Response:
     """Create a schedule in the caller's namespace; 409 when the name is taken there."""
     auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")
     now = datetime.now(UTC)
@@ -41,29 +40,29 @@ async def create_schedule(
     spec = model.ScheduleSpec(
         name=body.name,
         timing=timing,
-        template=io.to_template(body.job, node.settings, now=now),
+        template=io.to_template(body.job, deps.settings, now=now),
         missed=body.missed,
         grace_s=body.grace_s,
         paused=body.paused,
     )
-    schedule = await node.schedules.create(
+    schedule = await deps.schedules.create(
         spec,
         namespace=caller.namespace,
         next_at=timing.first(),
-        limit=node.settings.max_schedules_per_namespace,
+        limit=deps.settings.max_schedules_per_namespace,
     )
     return schemas.json_response(io.schedule_document(schedule), 201)
 
 
 @router.get("", response_model=io.SchedulePage, responses=ERRORS)
 async def list_schedules(
-    node: NodeDep,
+    deps: Deps,
     caller: auth.Producer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
 ) -> Response:
     """The caller's schedules (an admin's: every namespace's) in creation order."""
-    found = await node.schedules.page(namespace=caller.namespace_filter, after=after, limit=limit)
+    found = await deps.schedules.page(namespace=caller.namespace_filter, after=after, limit=limit)
     return schemas.json_response(
         {
             "schedules": [io.schedule_document(schedule) for schedule in found],
@@ -73,9 +72,9 @@ async def list_schedules(
 
 
 @router.get("/{name}", response_model=io.ScheduleOut, responses=ERRORS)
-async def get_schedule(name: NameParam, node: NodeDep, caller: auth.Producer) -> Response:
+async def get_schedule(name: NameParam, deps: Deps, caller: auth.Producer) -> Response:
     """The schedule with its next occurrences (none while paused or once ended)."""
-    schedule = await node.schedules.get(name, namespace=caller.namespace)
+    schedule = await deps.schedules.get(name, namespace=caller.namespace)
     upcoming: list[datetime] = []
     if not schedule.spec.paused and schedule.next_at is not None:
         try:
@@ -87,7 +86,7 @@ async def get_schedule(name: NameParam, node: NodeDep, caller: auth.Producer) ->
 
 @router.patch("/{name}", response_model=io.ScheduleOut, responses=ERRORS)
 async def update_schedule(
-    name: NameParam, body: io.ScheduleUpdate, node: NodeDep, caller: auth.Producer
+    name: NameParam, body: io.ScheduleUpdate, deps: Deps, caller: auth.Producer
 ) -> Response:
     """Pause, resume, or change the timing, the job, the end or the missed policy."""
     given = body.model_fields_set
@@ -95,13 +94,13 @@ async def update_schedule(
     template = None
     if body.job is not None:
         auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")
-        template = io.to_template(body.job, node.settings, now=now)
+        template = io.to_template(body.job, deps.settings, now=now)
     end_at = io.in_utc(body.end_at, "end_at")
 
     def change(current: model.Schedule) -> tuple[model.ScheduleSpec, datetime | None]:
         return _changed(current, body, given, template=template, end_at=end_at, now=now)
 
-    schedule = await node.schedules.update(name, namespace=caller.namespace, change=change)
+    schedule = await deps.schedules.update(name, namespace=caller.namespace, change=change)
     return schemas.json_response(io.schedule_document(schedule))
 
 
@@ -153,8 +152,8 @@ def _changed(
 
 
 @router.delete("/{name}", response_model=io.ScheduleOut, responses=ERRORS)
-async def delete_schedule(name: NameParam, node: NodeDep, caller: auth.Producer) -> Response:
+async def delete_schedule(name: NameParam, deps: Deps, caller: auth.Producer) -> Response:
     """Delete the schedule; jobs it already made (due within the materialiser's look-ahead)
     stay ordinary jobs (find them by idempotency key, cancel them if need be)."""
-    schedule = await node.schedules.delete(name, namespace=caller.namespace)
+    schedule = await deps.schedules.delete(name, namespace=caller.namespace)
     return schemas.json_response(io.schedule_document(schedule))

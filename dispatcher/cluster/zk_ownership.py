@@ -115,16 +115,20 @@ class ZkOwnership:
             group.create_task(self._heartbeat(), name="zk-heartbeat")
 
     async def stop(self) -> None:
-        """Leave the cluster at once so others take the shards without waiting for a timeout."""
+        """Leave the cluster at once so others take the shards without waiting for a timeout.
+        With ZooKeeper out of reach there is no one to tell (kazoo would hold the request until
+        it is back, and the node would never stop): the session expires there on its own."""
         if self._stopping or self._zk is None:
             return
         self._stopping = True
         self._fire_ok.clear()
-        try:
-            await self._zk.leave(self._node_id)
-        except errors.CoordinationUnavailable as exc:
-            logger.warning("could not leave the cluster cleanly: %s", exc)
-        await self._zk.stop()
+        if self._connected:
+            try:
+                async with asyncio.timeout(self._settings.zk_session_timeout_s):
+                    await self._zk.leave(self._node_id)
+            except (errors.CoordinationUnavailable, TimeoutError) as exc:
+                logger.warning("could not leave the cluster cleanly: %r", exc)
+        await self._zk.stop()  # also ends the calls still waiting for ZooKeeper
 
     # --- the Ownership interface ----------------------------------------------------------------
 

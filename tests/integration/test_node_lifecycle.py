@@ -1,23 +1,61 @@
 """A node's lifecycle against real services: it stops when asked in whatever state it is in
-(RabbitMQ never reached, a loop failing), and a loop that fails is restarted and shown in
-/readyz meanwhile instead of stopping the node."""
+(RabbitMQ never reached, PostgreSQL or ZooKeeper gone or never there, a catch-up under way, a
+loop failing), and a loop that fails is restarted and shown in /readyz meanwhile instead of
+stopping the node."""
 
 from __future__ import annotations
 
 import asyncio
 import shutil
 
-from dispatcher import node as node_mod
+import asyncpg
+
+from dispatcher import lifecycle
 from dispatcher.node import Node
 from dispatcher.settings import Settings
 from tests.services.base import service_root
 from tests.services.ports import free_port
 from tests.services.postgres import PostgresServer
+from tests.services.zookeeper import ZooKeeperServer
 from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
+from tests.support.overdue import insert_overdue
+from tests.support.waiting import eventually, until
 
 # A hang guard, not a speed figure: the drain timeout plus the slack of a loaded machine.
-STOP_GUARD_S = node_mod.DRAIN_TIMEOUT_S + 10
+STOP_GUARD_S = lifecycle.DRAIN_TIMEOUT_S + 10
+SHARDS = 8
+
+
+def started(settings: Settings) -> tuple[Node, asyncio.Task[None]]:
+    node = Node(settings)
+    return node, asyncio.create_task(node.run(serve_http=False), name="lifecycle-node")
+
+
+def in_cluster(database_url: str, amqp_url: str, zk_hosts: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        amqp_url=amqp_url,
+        shard_count=SHARDS,
+        zk_hosts=zk_hosts,
+        zk_session_timeout_s=4,
+    )
+
+
+async def stops_when_asked(node: Node, task: asyncio.Task[None]) -> None:
+    """Ask the node to stop; it returns (no task left running) within the guard."""
+    node.request_stop()
+    await asyncio.wait_for(task, STOP_GUARD_S)
+    assert task.done()
+
+
+async def job_states(database_url: str) -> dict[str, str]:
+    connection = await asyncpg.connect(database_url)
+    try:
+        rows = await connection.fetch("SELECT id::text, state FROM jobs")
+    finally:
+        await connection.close()
+    return {row["id"]: row["state"] for row in rows}
 
 
 async def test_a_node_whose_broker_never_answered_stops_when_asked(database_url: str) -> None:
@@ -105,3 +143,81 @@ async def test_a_node_whose_database_never_answered_stops_when_asked(amqp_url: s
     node.request_stop()
     await asyncio.wait_for(task, STOP_GUARD_S)
     assert not node.started.is_set()
+
+
+async def test_a_node_whose_database_went_away_stops_when_asked(
+    own_postgres: PostgresServer, amqp_url: str
+) -> None:
+    settings = Settings(
+        database_url=own_postgres.dsn("dispatcher"), amqp_url=amqp_url, shard_count=SHARDS
+    )
+    node, task = started(settings)
+    try:
+        await asyncio.wait_for(node.started.wait(), 60)
+        await asyncio.wait_for(node.publisher.wait_ready(), 30)
+        await asyncio.to_thread(own_postgres.kill)
+
+        async def database_gone() -> bool:
+            return not (await node.readiness())["postgres"]
+
+        await until(database_gone, 30)
+        await stops_when_asked(node, task)
+    finally:
+        task.cancel()
+
+
+async def test_a_node_whose_zookeeper_went_away_stops_when_asked(
+    own_zookeeper: ZooKeeperServer, database_url: str, amqp_url: str
+) -> None:
+    node, task = started(in_cluster(database_url, amqp_url, f"{own_zookeeper.hosts}/lifecycle"))
+    try:
+        await asyncio.wait_for(node.started.wait(), 60)
+        await eventually(node.ownership.can_fire, 30)  # joined, owns shards, may fire
+        await asyncio.to_thread(own_zookeeper.kill)
+        await eventually(lambda: not node.ownership.can_fire(), 30)  # fenced: ZooKeeper is gone
+        await stops_when_asked(node, task)
+    finally:
+        task.cancel()
+
+
+async def test_a_node_whose_zookeeper_never_answered_stops_when_asked(
+    database_url: str, amqp_url: str
+) -> None:
+    node, task = started(in_cluster(database_url, amqp_url, f"127.0.0.1:{free_port()}"))
+    try:
+        await asyncio.sleep(1.0)  # retrying to join: nothing listens on the port
+        assert not task.done()
+        await stops_when_asked(node, task)
+        assert not node.started.is_set()
+    finally:
+        task.cancel()
+
+
+async def test_a_node_stopped_mid_catch_up_leaves_each_job_dispatched_or_scheduled(
+    database_url: str, amqp_url: str, collector: Collector
+) -> None:
+    overdue = await insert_overdue(database_url, 3000, SHARDS, routing_key="catchup.work")
+    # Paced so the catch-up lasts well past the moment the stop arrives.
+    settings = Settings(
+        database_url=database_url,
+        amqp_url=amqp_url,
+        shard_count=SHARDS,
+        catchup_max_rate=300,
+        fire_batch=50,
+    )
+    node, task = started(settings)
+    try:
+        assert await collector.wait_for_count(300, 60) == 0  # the catch-up is under way
+        await stops_when_asked(node, task)
+    finally:
+        task.cancel()
+    states = await job_states(database_url)
+    assert states.keys() == overdue.keys()
+    # Drained, not cut off: no batch was left claimed for a lease to bring back.
+    assert set(states.values()) <= {"dispatched", "scheduled"}
+    dispatched = {job_id for job_id, state in states.items() if state == "dispatched"}
+    assert 0 < len(dispatched) < len(overdue)  # stopped mid-way
+    assert await collector.wait_for(dispatched, 30) == set()  # each one marked was delivered
+    # The rest wait, scheduled, for the next node: none was lost.
+    async with running_node(database_url=database_url, amqp_url=amqp_url, shard_count=SHARDS):
+        assert await collector.wait_for(overdue, 90) == set()

@@ -8,6 +8,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +112,15 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
     _running.append(server)
     yield server
     _running.remove(server)
+    server.stop()
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A ZooKeeper of this test's own, so stopping it disturbs no other test."""
+    server = ZooKeeperServer(tmp_path / "zookeeper-own", free_port())
+    server.start()
+    yield server
     server.stop()
 
 

@@ -1,0 +1,48 @@
+"""What the routes use, and nothing more: the node builds an ``ApiDeps`` from its parts and hands
+it to ``create_api``; a test builds one from its own. No module of ``dispatcher.api`` imports
+the node (the routes would otherwise reach into whatever it holds)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from dispatcher.housekeeping import Snapshot
+from dispatcher.intake import Intake
+from dispatcher.keyring import Keyring
+from dispatcher.metrics import Metrics
+from dispatcher.settings import Settings
+from dispatcher.store.history import HistoryStore
+from dispatcher.store.jobs import JobStore
+from dispatcher.store.schedules import ScheduleStore
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApiDeps:
+    settings: Settings  # the limits applied to requests, and the names /v1/stats shows
+    intake: Intake  # new jobs and requeues
+    jobs: JobStore  # job queries: get, page, reschedule, cancel
+    history: HistoryStore  # a job's events, the next jobs due
+    schedules: ScheduleStore
+    keyring: Keyring
+    metrics: Metrics
+    # /readyz: each check by name, then the failing background loops with their last error.
+    readiness: Callable[[], Awaitable[dict[str, bool]]]
+    degraded: Callable[[], dict[str, str]]
+    publish_path: Callable[[], dict[str, str | None]]  # the firing publisher's path and why
+    # /v1/stats: the last job counts and how many jobs this node holds in memory.
+    counts: Callable[[], Snapshot]
+    heap_size: Callable[[], int]
+    cluster: Callable[[], Awaitable[dict[str, object]]]  # /v1/cluster: members and shards
+
+
+async def get_deps(request: Request) -> ApiDeps:
+    # async on purpose: FastAPI runs a sync dependency in its thread pool on every request.
+    deps: ApiDeps = request.app.state.deps
+    return deps
+
+
+Deps = Annotated[ApiDeps, Depends(get_deps)]
