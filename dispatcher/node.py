@@ -22,7 +22,6 @@ from dispatcher.amqp.publisher import Publisher
 from dispatcher.api import connections
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.dependents import DependentsFollower
-from dispatcher.firing import wakeups
 from dispatcher.firing.firer import Firer
 from dispatcher.firing.heap import Backlog, DueHeap
 from dispatcher.firing.loader import Loader
@@ -31,7 +30,7 @@ from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.materialiser import Materialiser
 from dispatcher.settings import Settings
-from dispatcher.store import migrate
+from dispatcher.store import due_notices, migrate
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
@@ -110,7 +109,7 @@ class Node:
         )
         # One LISTEN connection for every notice: due jobs for the loader, key changes for auth.
         self.notices = ChannelListener(self.db, name=f"dispatcher-{settings.node_id}-notices")
-        wakeups.subscribe(
+        due_notices.subscribe(
             self.notices,
             offer=self.loader.offer,
             on_connect=lambda: self.loader.rewind(settings.sweep_grace_s),
