@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run down test test-rabbitmq4 rabbitmq4-chroot test-unit lint fmt typecheck check bench soak clean
+.PHONY: help venv run down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck check bench soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -72,7 +72,10 @@ fmt: $(STAMP) ## format and fix what ruff can
 typecheck: $(STAMP) ## mypy --strict on dispatcher and consumers_sdk
 	$(BIN)/mypy
 
-check: lint typecheck ## lint and typecheck
+imports: $(STAMP) ## the layering rules: import-linter contracts (pyproject.toml)
+	$(BIN)/lint-imports --no-logo
+
+check: lint imports typecheck ## lint, layering rules and typecheck
 
 bench: $(STAMP) ## run the benchmarks against throwaway services; prints tables, writes bench/results/
 	$(BIN)/pip install -q -e '.[dev,bench]'

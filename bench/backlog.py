@@ -29,7 +29,7 @@ import httpx
 from bench import harness
 from bench.harness import Services, median, services, summary, write
 from bench.lateness import received
-from dispatcher.models import JobIds
+from consumers_sdk.ids import JobIds
 from dispatcher.store.migrate import apply_migrations
 from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess

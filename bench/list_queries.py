@@ -27,6 +27,7 @@ import asyncpg
 
 from bench import harness
 from bench.harness import median, percentile, services, write
+from consumers_sdk import ids as job_ids
 from dispatcher import metrics, models
 from dispatcher.housekeeping import Housekeeper
 from dispatcher.store import migrate, queries
@@ -157,7 +158,7 @@ async def write_rate(connection: asyncpg.Connection, batches: int = 40) -> tuple
     """Rows per second inserted (INSERT_JOBS, batches of 1000) and moved (three updates each)."""
     size = 1000
     run_at = datetime.now(UTC) + timedelta(hours=1)
-    new_ids = models.JobIds()
+    new_ids = job_ids.JobIds()
     stored: list[list[uuid.UUID]] = []
     started = time.perf_counter()
     for _ in range(batches):

@@ -16,7 +16,7 @@ from typing import get_args
 
 from bench import harness, throughput
 from bench.harness import services, write
-from dispatcher.publisher import PublishPath
+from dispatcher.amqp.publisher import PublishPath
 from dispatcher.store.migrate import apply_migrations
 from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -92,14 +91,6 @@ async def list_dead(amqp_url: str, management_url: str) -> list[DeadQueue]:
     ]
 
 
-def progress_bar(done: int, total: int) -> None:
-    """A progress bar on stderr, redrawn in place (stdout stays for results)."""
-    width = 30
-    filled = width * done // max(total, 1)
-    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
-    sys.stderr.flush()
-
-
 async def _passive(channel: AbstractChannel, name: str) -> AbstractQueue:
     try:
         return await channel.declare_queue(name, passive=True)
@@ -108,10 +99,15 @@ async def _passive(channel: AbstractChannel, name: str) -> AbstractQueue:
 
 
 async def requeue(
-    amqp_url: str, queue: str, *, limit: int | None = None, progress: bool = True
+    amqp_url: str,
+    queue: str,
+    *,
+    limit: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> int:
     """Move up to ``limit`` dead jobs (those present when it starts) back to their work queue,
-    attempts reset, routing key kept; returns how many moved.
+    attempts reset, routing key kept; returns how many moved. ``progress(moved, total)`` after
+    each batch.
 
     Each job is published with confirms and mandatory routing before its dead copy is acked: a
     crash in between leaves it in both queues (at-least-once), never in neither.
@@ -138,13 +134,11 @@ async def requeue(
                 break
             done, failure = await _move(channel, batch, work)
             moved += done
-            if progress:
-                progress_bar(moved, total)
+            if progress is not None:
+                progress(moved, total)
             if failure is not None:
                 raise DlqError(f"moved {moved}, then could not republish to {work!r}: {failure!r}")
     finally:
-        if progress:
-            sys.stderr.write("\n")
         await connection.close()
     return moved
 

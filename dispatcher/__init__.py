@@ -2,7 +2,6 @@
 
 from dispatcher.node import Node
 from dispatcher.settings import Settings
-
-__version__ = "0.1.0"
+from dispatcher.version import __version__
 
 __all__ = ["Node", "Settings", "__version__"]

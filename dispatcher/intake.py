@@ -8,10 +8,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
+from consumers_sdk import ids
 from dispatcher import metrics, models
 from dispatcher.cluster import ownership
+from dispatcher.firing.loader import Loader
 from dispatcher.group_commit import GroupCommit
-from dispatcher.scheduler.loader import Loader
 from dispatcher.store.jobs import JobStore
 
 # A batch's per-job work runs in chunks of this many, handing the loop back in between: a batch
@@ -45,7 +46,7 @@ class Intake:
         self._all_shards = list(range(shard_count))
         self._lookahead_s = lookahead_s
         self._clock = clock
-        self._ids = models.JobIds()
+        self._ids = ids.JobIds()
         self.group_commit = GroupCommit(store.insert, max_batch=500, flushers=4)
         self._grouped = group_commit
 
@@ -67,7 +68,7 @@ class Intake:
             job_id = self._ids.next()
             # Due soon: a shard this node owns, so it fires from here without a load.
             due_soon = owned and spec.run_at.timestamp() <= window_end_s
-            shard = ownership.shard_for(job_id.bytes, owned if due_soon else self._all_shards)
+            shard = ids.shard_for(job_id.bytes, owned if due_soon else self._all_shards)
             new_jobs.append(
                 models.NewJob(
                     id=job_id,
@@ -104,7 +105,7 @@ class Intake:
         fires from here without waiting for a load (JobStateConflict unless it is dead)."""
         owned = list(self._ownership.epochs()) or self._all_shards
         job = await self._store.requeue(
-            job_id, shard=ownership.shard_for(job_id.bytes, owned), namespace=namespace
+            job_id, shard=ids.shard_for(job_id.bytes, owned), namespace=namespace
         )
         self._loader.offer([models.DueEntry.of(job)])
         return job

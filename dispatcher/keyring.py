@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from dispatcher import errors, keys
-from dispatcher.store.keys import KeyStore
+from dispatcher import api_keys, errors
+from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.listen import ChannelListener
 
 # Unknown tokens are cached too (a client retrying a bad key costs no query); past this many
@@ -55,7 +55,7 @@ class Keyring:
     def __init__(
         self,
         *,
-        static: Sequence[keys.StaticKey],
+        static: Sequence[api_keys.StaticKey],
         store: KeyStore,
         cache_s: float,
         required: bool = False,
@@ -69,7 +69,7 @@ class Keyring:
         self._clock = clock
         self._keys_exist = False  # once seen true, true for good
         self._none_until: float | None = None  # no stored key, as of a query valid until then
-        self._found: dict[bytes, tuple[keys.Principal | None, float]] = {}
+        self._found: dict[bytes, tuple[api_keys.Principal | None, float]] = {}
         # Only tokens without a valid cached answer pay for a query and are rate limited.
         self._lookups = TokenBucket(lookup_rate, clock)
         # Bumped by ``forget``: an answer whose query started before is not cached.
@@ -113,14 +113,14 @@ class Keyring:
             self._none_until = until
         return exist
 
-    async def authenticate(self, token: str | None) -> keys.Principal:
+    async def authenticate(self, token: str | None) -> api_keys.Principal:
         """The caller's Principal; Unauthenticated for a missing or unknown key (auth on),
         TooManyLookups when unknown tokens come faster than ``lookup_rate``."""
         if not await self.enabled():
-            return keys.OPEN_ACCESS
+            return api_keys.OPEN_ACCESS
         if not token:
             raise errors.Unauthenticated()
-        token_digest = keys.digest(token)
+        token_digest = api_keys.digest(token)
         principal = None
         # Every static key is compared, in constant time, whichever matches.
         for static in self._static:
@@ -132,7 +132,7 @@ class Keyring:
             raise errors.Unauthenticated("the API key is not valid (unknown or revoked)")
         return principal
 
-    async def _stored(self, token_digest: bytes) -> keys.Principal | None:
+    async def _stored(self, token_digest: bytes) -> api_keys.Principal | None:
         cached = self._found.get(token_digest)
         if cached is not None and cached[1] > self._clock():
             return cached[0]

@@ -34,7 +34,6 @@ from enum import StrEnum
 from typing import NamedTuple
 
 # UUIDv7 job ids, defined in the SDK so that its ``enqueue`` makes the same kind.
-from consumers_sdk.ids import JobIds as JobIds
 
 ShardId = int
 Epoch = int

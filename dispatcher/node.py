@@ -17,27 +17,26 @@ from collections.abc import Callable
 import uvicorn
 
 from dispatcher import api, errors, lifecycle, metrics, supervision
+from dispatcher.amqp.events import EventsConsumer
+from dispatcher.amqp.publisher import Publisher
 from dispatcher.api import connections
 from dispatcher.api.deps import ApiDeps
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.dependents import DependentsFollower
-from dispatcher.events import EventsConsumer
+from dispatcher.firing.firer import Firer
+from dispatcher.firing.heap import Backlog, DueHeap
+from dispatcher.firing.loader import Loader
 from dispatcher.housekeeping import Housekeeper
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.lifecycle import Phase, Task
-from dispatcher.publisher import Publisher
-from dispatcher.scheduler import wakeups
-from dispatcher.scheduler.firing import Firer
-from dispatcher.scheduler.heap import Backlog, DueHeap
-from dispatcher.scheduler.loader import Loader
-from dispatcher.schedules.runner import Materialiser
+from dispatcher.materialiser import Materialiser
 from dispatcher.settings import Settings
-from dispatcher.store import migrate
+from dispatcher.store import due_notices, migrate
+from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
-from dispatcher.store.keys import KeyStore
 from dispatcher.store.listen import ChannelListener
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
@@ -110,7 +109,7 @@ class Node:
         )
         # One LISTEN connection for every notice: due jobs for the loader, key changes for auth.
         self.notices = ChannelListener(self.db, name=f"dispatcher-{settings.node_id}-notices")
-        wakeups.subscribe(
+        due_notices.subscribe(
             self.notices,
             offer=self.loader.offer,
             on_connect=lambda: self.loader.rewind(settings.sweep_grace_s),

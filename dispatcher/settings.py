@@ -12,7 +12,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers_sdk import validation
-from dispatcher import hosts, keys
+from dispatcher import hosts
+from dispatcher.api_keys import StaticKey, parse_static
 
 _LIMITS = validation.DEFAULT_LIMITS  # the SDK's enqueue() checks jobs against the same defaults
 
@@ -198,14 +199,14 @@ class Settings(BaseSettings):
     @field_validator("api_keys")
     @classmethod
     def _api_keys_parse(cls, value: SecretStr) -> SecretStr:
-        keys.parse_static(value.get_secret_value())
+        parse_static(value.get_secret_value())
         return value
 
     def allowed_host_list(self) -> list[hosts.Allowed]:
         return hosts.parse_allowed(self.allowed_hosts)
 
-    def static_keys(self) -> list[keys.StaticKey]:
-        return keys.parse_static(self.api_keys.get_secret_value())
+    def static_keys(self) -> list[StaticKey]:
+        return parse_static(self.api_keys.get_secret_value())
 
     def limits(self) -> validation.Limits:
         """The input limits, in the shape the SDK's ``enqueue(limits=...)`` takes."""

@@ -14,11 +14,10 @@ from dispatcher.api.connections import RequestCap
 from dispatcher.api.deps import ApiDeps
 from dispatcher.api.gate import Gate, Rules
 from dispatcher.api.timing import Timing
+from dispatcher.version import __version__
 
 
 def create_api(deps: ApiDeps) -> FastAPI:
-    from dispatcher import __version__
-
     app = FastAPI(
         title="Delay dispatcher",
         version=__version__,

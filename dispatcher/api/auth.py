@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from dispatcher import errors, keys
+from dispatcher import api_keys, errors
 from dispatcher.api.deps import ApiDeps
 
 PRINCIPAL = "principal"  # the key of the admitted caller in the request's state
@@ -20,11 +20,11 @@ _bearer = HTTPBearer(auto_error=False, description="an API key (dispatcher keys 
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
-async def principal(request: Request, credentials: Credentials) -> keys.Principal:
+async def principal(request: Request, credentials: Credentials) -> api_keys.Principal:
     """The caller, whatever its scope: the one the gate admitted (looked up again only for an app
     served without the gate)."""
     admitted = request.scope.get("state", {}).get(PRINCIPAL)
-    if isinstance(admitted, keys.Principal):
+    if isinstance(admitted, api_keys.Principal):
         return admitted
     deps: ApiDeps = request.app.state.deps
     return await deps.keyring.authenticate(credentials.credentials if credentials else None)
@@ -34,22 +34,22 @@ class ScopeCheck:
     """The dependency a route declares for the scope it needs; the gate finds it in the route's
     dependencies, so the route itself is the one place that says who may call it."""
 
-    def __init__(self, scope: keys.Scope) -> None:
+    def __init__(self, scope: api_keys.Scope) -> None:
         self.scope = scope
 
     async def __call__(
-        self, caller: Annotated[keys.Principal, Depends(principal)]
-    ) -> keys.Principal:
+        self, caller: Annotated[api_keys.Principal, Depends(principal)]
+    ) -> api_keys.Principal:
         if not caller.has(self.scope):
             raise errors.Forbidden(denied(caller, self.scope))
         return caller
 
 
-def denied(caller: keys.Principal, scope: keys.Scope) -> str:
+def denied(caller: api_keys.Principal, scope: api_keys.Scope) -> str:
     return f"this key's scope is {caller.scope}; this needs {scope}"
 
 
-def check_routing_key(caller: keys.Principal, routing_key: str, field: str) -> None:
+def check_routing_key(caller: api_keys.Principal, routing_key: str, field: str) -> None:
     """403 naming the field when the key may not publish to this routing key."""
     if not caller.may_route(routing_key):
         raise errors.Forbidden(
@@ -59,7 +59,7 @@ def check_routing_key(caller: keys.Principal, routing_key: str, field: str) -> N
         )
 
 
-AnyKey = Annotated[keys.Principal, Depends(principal)]
-Producer = Annotated[keys.Principal, Depends(ScopeCheck(keys.Scope.PRODUCER))]
-Monitor = Annotated[keys.Principal, Depends(ScopeCheck(keys.Scope.MONITOR))]
-Admin = Annotated[keys.Principal, Depends(ScopeCheck(keys.Scope.ADMIN))]
+AnyKey = Annotated[api_keys.Principal, Depends(principal)]
+Producer = Annotated[api_keys.Principal, Depends(ScopeCheck(api_keys.Scope.PRODUCER))]
+Monitor = Annotated[api_keys.Principal, Depends(ScopeCheck(api_keys.Scope.MONITOR))]
+Admin = Annotated[api_keys.Principal, Depends(ScopeCheck(api_keys.Scope.ADMIN))]

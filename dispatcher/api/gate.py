@@ -20,7 +20,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dispatcher import errors, keys
+from dispatcher import api_keys, errors
 from dispatcher.api import auth, problems
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class Rule:
     """What a route asks of a request before its body is read."""
 
     needs_key: bool
-    scope: keys.Scope | None  # None: any valid key will do
+    scope: api_keys.Scope | None  # None: any valid key will do
     max_body_bytes: int
 
 
@@ -60,7 +60,7 @@ def document_bytes(settings: Settings) -> int:
     return ESCAPES * (settings.max_payload_bytes + headers) + DOCUMENT_SLACK_BYTES
 
 
-def _requirement(dependant: Dependant) -> tuple[bool, keys.Scope | None]:
+def _requirement(dependant: Dependant) -> tuple[bool, api_keys.Scope | None]:
     for dependency in dependant.dependencies:
         if isinstance(dependency.call, auth.ScopeCheck):
             return True, dependency.call.scope

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from consumers_sdk import dlq
 from consumers_sdk import errors as sdk_errors
-from dispatcher import keys
+from dispatcher import api_keys
 from dispatcher.api import auth, schemas
 from dispatcher.api.deps import Deps
 
@@ -41,7 +41,7 @@ async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
     failing; 503 otherwise, with ``degraded`` naming the failing loops and their last error."""
     checks = await deps.readiness()
     ready = all(checks.values())
-    auth_mode = "off" if caller is keys.OPEN_ACCESS else "on"
+    auth_mode = "off" if caller is api_keys.OPEN_ACCESS else "on"
     answer: dict[str, object] = {
         "status": "ready" if ready else "not ready",
         "checks": checks,

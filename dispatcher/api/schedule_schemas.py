@@ -13,8 +13,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, fie
 
 from dispatcher import errors
 from dispatcher.api import schemas
-from dispatcher.schedules import cron, model
-from dispatcher.schedules.occurrences import MAX_TIME, MIN_TIME, Missed, rfc3339
+from dispatcher.recurring import cron, model
+from dispatcher.recurring.occurrences import MAX_TIME, MIN_TIME, Missed, rfc3339
 from dispatcher.settings import Settings
 
 NAME_PATTERN = r"^[A-Za-z0-9_.:\-]+$"

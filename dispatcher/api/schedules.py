@@ -1,5 +1,5 @@
 """/v1/schedules: recurring schedules whose occurrences become ordinary jobs. Validate -> store;
-the materialiser (``schedules.runner``) makes the jobs. No SQL, no AMQP here."""
+the materialiser (``materialiser``) makes the jobs. No SQL, no AMQP here."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from dispatcher.api import auth, schemas
 from dispatcher.api import schedule_schemas as io
 from dispatcher.api.deps import Deps
 from dispatcher.api.jobs import ERRORS
-from dispatcher.schedules import model
-from dispatcher.schedules.occurrences import Timing
+from dispatcher.recurring import model
+from dispatcher.recurring.occurrences import Timing
 
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])

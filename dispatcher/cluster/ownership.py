@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from consumers_sdk.ids import shard_for as shard_for  # one hash for the dispatcher and enqueue
 from dispatcher.store.shards import ShardStore
 
 

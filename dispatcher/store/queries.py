@@ -95,7 +95,7 @@ RETURNING *, dispatcher_notify_due_v1(id, shard, run_at, routing_key)
 
 # --- jobs: scheduler ----------------------------------------------------------------------------
 
-# Park jobs that nothing can publish (firing gave up on them, see ``scheduler/quarantine.py``):
+# Park jobs that nothing can publish (firing gave up on them, see ``firing/quarantine.py``):
 # dead with the reason, which their history shows as the dispatcher's verdict; the jobs waiting
 # for them are cancelled by the 0006 trigger, as for any dead job. $1 ids, $2 reasons (same
 # order), $3 node id. Returns the jobs parked.
@@ -566,7 +566,7 @@ DELETE_FOLLOWUP: Final = "DELETE FROM dependency_followups WHERE id = $1"
 # the count below and the insert after it cannot race another creation past the limit.
 # $1 namespace ('' for the default one).
 LOCK_NAMESPACE_SCHEDULES: Final = """
-SELECT pg_advisory_xact_lock(hashtext('dispatcher.schedules'), hashtext($1))
+SELECT pg_advisory_xact_lock(hashtext('dispatcher.recurring'), hashtext($1))
 """
 
 # $1 namespace ('' for the default one).

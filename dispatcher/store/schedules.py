@@ -1,4 +1,4 @@
-"""ScheduleStore: the only code that runs SQL on schedules; returns ``schedules.model`` records."""
+"""ScheduleStore: the only code that runs SQL on schedules; returns ``recurring.model`` records."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import asyncpg
 import orjson
 
 from dispatcher import errors
-from dispatcher.schedules.model import Schedule, ScheduleSpec, Template
-from dispatcher.schedules.occurrences import Missed, Timing
+from dispatcher.recurring.model import Schedule, ScheduleSpec, Template
+from dispatcher.recurring.occurrences import Missed, Timing
 from dispatcher.store import queries
 from dispatcher.store.db import Database
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from dispatcher.api.schedule_schemas import MAX_GRACE_S, MAX_INTERVAL_S
 from dispatcher.node import Node
-from dispatcher.schedules.occurrences import MAX_TIME, MIN_TIME
+from dispatcher.recurring.occurrences import MAX_TIME, MIN_TIME
 from tests.support.nodes import running_node
 from tests.support.probe import Probe, assert_answer
 from tests.support.waiting import until

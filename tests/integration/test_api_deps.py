@@ -13,16 +13,16 @@ import pytest
 from dispatcher import api, housekeeping
 from dispatcher.api.deps import ApiDeps
 from dispatcher.cluster.ownership import SingleNode
+from dispatcher.firing.heap import Backlog, DueHeap
+from dispatcher.firing.loader import Loader
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.metrics import Metrics
-from dispatcher.scheduler.heap import Backlog, DueHeap
-from dispatcher.scheduler.loader import Loader
 from dispatcher.settings import Settings
+from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
-from dispatcher.store.keys import KeyStore
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
 from tests.support.nodes import WRITE, jobs_stored

@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from consumers_sdk import AccessDenied, DispatcherClient
-from dispatcher import keys
+from dispatcher import api_keys
 from dispatcher.node import Node
-from dispatcher.store.keys import KeyStore
+from dispatcher.store.api_keys import KeyStore
 from tests.services.postgres import PostgresServer
 from tests.support.nodes import client, running_node
 
@@ -245,7 +245,7 @@ async def test_a_stored_key_turns_auth_on_and_a_revoked_one_stops_working_in_tim
     store = KeyStore(keyless_node.db)
     async with client(keyless_node) as http:
         assert (await http.get("/v1/jobs")).status_code == 200
-        key, token = await store.create(scope=keys.Scope.PRODUCER, namespace="team-s")
+        key, token = await store.create(scope=api_keys.Scope.PRODUCER, namespace="team-s")
         # Auth is on at once (test_key_notices), within the cache time at worst.
         assert await wait_for_status(http, 401, {}, 5) <= CACHE_S + 1.0
         created = await http.post("/v1/jobs", json=job(), headers=bearer(token))
@@ -294,7 +294,7 @@ async def test_keys_command_creates_lists_and_revokes_stored_keys(
     )
     assert code == 0, err
     token = out.strip()
-    assert token.startswith(keys.TOKEN_PREFIX)
+    assert token.startswith(api_keys.TOKEN_PREFIX)
     assert "\n" not in token
     assert "created key 1" in err
     code, listing, _ = await dispatcher_cli(database_url, "list", "--json")
@@ -305,7 +305,7 @@ async def test_keys_command_creates_lists_and_revokes_stored_keys(
     assert shown["routing_key_prefixes"] == ["billing.", "audit."]
     assert (shown["name"], shown["revoked_at"]) == ("ci", None)
     assert token not in listing
-    assert keys.digest(token).hex() not in listing
+    assert api_keys.digest(token).hex() not in listing
     async with client(keyless_node) as http:
         await wait_for_status(http, 200, bearer(token), 5)
         refused = await http.post("/v1/jobs", json=job("orders.x"), headers=bearer(token))
@@ -327,7 +327,7 @@ async def test_keys_never_appear_in_logs_or_metrics(
     node: Node, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    _, stored = await KeyStore(node.db).create(scope=keys.Scope.PRODUCER, name="stored")
+    _, stored = await KeyStore(node.db).create(scope=api_keys.Scope.PRODUCER, name="stored")
     tokens = [ADMIN, PRODUCER_A, MONITOR, stored]
     async with client(node) as http:
         assert (await http.post("/v1/jobs", json=job(), headers=bearer(ADMIN))).status_code == 201
@@ -370,7 +370,7 @@ async def test_the_sdk_client_sends_its_api_key(node: Node) -> None:
 async def test_while_postgresql_is_unreachable_stored_keys_get_503_and_auth_stays_on(
     keyless_node: Node,
 ) -> None:
-    _, token = await KeyStore(keyless_node.db).create(scope=keys.Scope.MONITOR)
+    _, token = await KeyStore(keyless_node.db).create(scope=api_keys.Scope.MONITOR)
     async with client(keyless_node) as http:
         await wait_for_status(http, 401, {}, 5)
         assert (await http.get("/metrics", headers=bearer(token))).status_code == 200
@@ -380,7 +380,7 @@ async def test_while_postgresql_is_unreachable_stored_keys_get_503_and_auth_stay
             stale = await http.get("/metrics", headers=bearer(token))
             assert stale.status_code == 503  # a stale answer is not used: the key may be revoked
             assert (await http.get("/metrics")).status_code == 401
-            unknown = await http.get("/metrics", headers=bearer(keys.new_token()))
+            unknown = await http.get("/metrics", headers=bearer(api_keys.new_token()))
             assert unknown.status_code == 503  # neither let in nor refused a key never seen
         finally:
             await keyless_node.db.open()

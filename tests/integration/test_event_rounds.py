@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from consumers_sdk import Consumer, Job, Reject, reporter
+from consumers_sdk import Consumer, Job, Reject, ids, reporter
 from dispatcher import models
 from dispatcher.node import Node
 from dispatcher.store.db import Database
@@ -171,10 +171,10 @@ async def test_a_succeeded_recorded_while_dispatching_becomes_the_state_at_the_c
     history = HistoryStore(db)
     shards = ShardStore(db)
     await shards.ensure(4)
-    ids = models.JobIds()
+    job_ids = ids.JobIds()
     stored = [
         models.NewJob(
-            id=ids.next(),
+            id=job_ids.next(),
             shard=0,
             routing_key=ROUTING_KEY,
             payload=b"1",

@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator
 import orjson
 import pytest
 
-from dispatcher import errors, keys
+from dispatcher import api_keys, errors
 from dispatcher import keyring as keyring_module
 from dispatcher.api import gate
 from dispatcher.node import Node
+from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database
-from dispatcher.store.keys import KeyStore
 from tests.support.nodes import WRITE, client, running_node
 
 ADMIN = "admin-token-0123456789"
@@ -72,7 +72,7 @@ async def test_an_anonymous_16_mib_body_is_refused_401_having_read_almost_nothin
 
 
 async def test_a_key_with_the_wrong_scope_is_refused_403_before_the_body(node: Node) -> None:
-    _, monitor = await KeyStore(node.db).create(scope=keys.Scope.MONITOR, name="probe")
+    _, monitor = await KeyStore(node.db).create(scope=api_keys.Scope.MONITOR, name="probe")
     body = Counted(4 * MIB)
     async with client(node) as http:
         response = await http.post(
@@ -117,7 +117,7 @@ async def test_each_route_bounds_its_body_and_the_413_names_the_limit(node: Node
 async def test_unknown_tokens_past_the_lookup_rate_get_429_while_a_known_key_keeps_working(
     node: Node,
 ) -> None:
-    _, known = await KeyStore(node.db).create(scope=keys.Scope.PRODUCER, name="known")
+    _, known = await KeyStore(node.db).create(scope=api_keys.Scope.PRODUCER, name="known")
     async with client(node) as http:
         assert (await http.get("/v1/jobs", headers=bearer(known))).status_code == 200
         await asyncio.sleep(CACHE_S + 0.1)  # its cached answer expires: the next use refreshes it
@@ -152,17 +152,17 @@ async def test_a_full_key_cache_drops_only_unknown_tokens(
     db = Database(database_url, min_size=1, max_size=2, timeout_s=5)
     await db.open()
     store = KeyStore(db)
-    _, known = await store.create(scope=keys.Scope.PRODUCER, name="known")
+    _, known = await store.create(scope=api_keys.Scope.PRODUCER, name="known")
     ring = keyring_module.Keyring(
         static=(), store=store, cache_s=600, required=True, lookup_rate=1000
     )
-    assert (await ring.authenticate(known)).scope is keys.Scope.PRODUCER
+    assert (await ring.authenticate(known)).scope is api_keys.Scope.PRODUCER
     strangers = [f"dk_{uuid.uuid4().hex}" for _ in range(60)]  # past the cache's size
     for token in strangers:
         with pytest.raises(errors.Unauthenticated):
             await ring.authenticate(token)
     await db.close()  # from here on, only cached answers can be given
-    assert (await ring.authenticate(known)).scope is keys.Scope.PRODUCER
+    assert (await ring.authenticate(known)).scope is api_keys.Scope.PRODUCER
     with pytest.raises(errors.StoreUnavailable):
         await ring.authenticate(strangers[0])  # dropped when the cache filled: asked again
 
@@ -176,18 +176,18 @@ async def test_a_key_found_valid_while_the_caches_are_dropped_stays_out_of_the_l
     await db.open()
     try:
         store = KeyStore(db)
-        _, known = await store.create(scope=keys.Scope.PRODUCER, name="known")
+        _, known = await store.create(scope=api_keys.Scope.PRODUCER, name="known")
         ring = keyring_module.Keyring(
             static=(), store=store, cache_s=600, required=True, lookup_rate=2
         )
         looking = asyncio.create_task(ring.authenticate(known))
         await asyncio.sleep(0)  # the lookup's query is on its way
         ring.forget()  # as a key notice does
-        assert (await looking).scope is keys.Scope.PRODUCER
+        assert (await looking).scope is api_keys.Scope.PRODUCER
         with pytest.raises(errors.Unauthenticated):
             await ring.authenticate(f"dk_{uuid.uuid4().hex}")  # the second lookup of this second
         with pytest.raises(errors.TooManyLookups):
             await ring.authenticate(f"dk_{uuid.uuid4().hex}")
-        assert (await ring.authenticate(known)).scope is keys.Scope.PRODUCER  # asked again
+        assert (await ring.authenticate(known)).scope is api_keys.Scope.PRODUCER  # asked again
     finally:
         await db.close()

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from dispatcher import keys
+from dispatcher import api_keys
 from dispatcher.node import Node
-from dispatcher.store.keys import KeyStore
+from dispatcher.store.api_keys import KeyStore
 from tests.support.nodes import client, running_node
 
 INJECTIONS = [
@@ -145,13 +145,13 @@ async def test_injection_strings_as_key_names_and_bearer_tokens_change_nothing(
 ) -> None:
     store = KeyStore(node.db)
     for text in INJECTIONS:
-        await store.create(scope=keys.Scope.PRODUCER, name=text)
+        await store.create(scope=api_keys.Scope.PRODUCER, name=text)
     assert [key.name for key in await store.list()] == INJECTIONS
     for text in INJECTIONS:
         with pytest.raises(ValueError, match="namespace"):
-            await store.create(scope=keys.Scope.PRODUCER, namespace=text)
+            await store.create(scope=api_keys.Scope.PRODUCER, namespace=text)
         with pytest.raises(ValueError, match="routing-key prefix"):
-            await store.create(scope=keys.Scope.PRODUCER, routing_key_prefixes=[text])
+            await store.create(scope=api_keys.Scope.PRODUCER, routing_key_prefixes=[text])
     async with client(node) as http:
         for text in INJECTIONS:
             header = b"Bearer " + text.encode()  # raw bytes: HTTP headers are not UTF-8 text

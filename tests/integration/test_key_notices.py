@@ -13,9 +13,9 @@ import asyncpg
 import httpx
 import pytest
 
-from dispatcher import keys
+from dispatcher import api_keys
 from dispatcher.node import Node
-from dispatcher.store.keys import KeyStore
+from dispatcher.store.api_keys import KeyStore
 from tests.integration.test_auth import bearer, dispatcher_cli, wait_for_status
 from tests.services.postgres import PostgresServer
 from tests.support.nodes import client, running_node
@@ -50,7 +50,7 @@ async def test_the_first_key_created_closes_the_api_on_every_node_at_once(
         # Both answered "no key exists" and cached it for an hour.
         assert (await http_a.get("/v1/jobs")).status_code == 200
         assert (await http_b.get("/v1/jobs")).status_code == 200
-        _, token = await KeyStore(first.db).create(scope=keys.Scope.PRODUCER)
+        _, token = await KeyStore(first.db).create(scope=api_keys.Scope.PRODUCER)
         await wait_for_status(http_a, 401, {}, AT_ONCE_S)
         await wait_for_status(http_b, 401, {}, AT_ONCE_S)
         assert (await http_b.get("/v1/jobs", headers=bearer(token))).status_code == 200
@@ -59,7 +59,7 @@ async def test_the_first_key_created_closes_the_api_on_every_node_at_once(
 async def test_a_revoked_key_is_refused_at_once_on_every_node(nodes: tuple[Node, Node]) -> None:
     first, second = nodes
     store = KeyStore(first.db)
-    key, token = await store.create(scope=keys.Scope.PRODUCER)
+    key, token = await store.create(scope=api_keys.Scope.PRODUCER)
     async with client(first) as http_a, client(second) as http_b:
         await wait_for_status(http_a, 200, bearer(token), AT_ONCE_S)  # cached as valid
         await wait_for_status(http_b, 200, bearer(token), AT_ONCE_S)
@@ -72,7 +72,7 @@ async def test_a_key_revoked_by_the_command_is_refused_at_once(
     nodes: tuple[Node, Node], database_url: str
 ) -> None:
     first, _ = nodes
-    key, token = await KeyStore(first.db).create(scope=keys.Scope.PRODUCER)
+    key, token = await KeyStore(first.db).create(scope=api_keys.Scope.PRODUCER)
     async with client(first) as http:
         await wait_for_status(http, 200, bearer(token), AT_ONCE_S)
         code, out, err = await dispatcher_cli(database_url, "revoke", str(key.id))
@@ -106,7 +106,7 @@ class CachedKey:
 @pytest.fixture
 async def cached(nodes: tuple[Node, Node], database_url: str) -> AsyncIterator[CachedKey]:
     node, _ = nodes
-    key, token = await KeyStore(node.db).create(scope=keys.Scope.PRODUCER)
+    key, token = await KeyStore(node.db).create(scope=api_keys.Scope.PRODUCER)
     sql = await asyncpg.connect(database_url)
     try:
         async with client(node) as http:
@@ -154,7 +154,7 @@ async def test_a_cached_key_past_its_time_gets_503_while_postgresql_is_down(
         api_key_cache_s=0.5,
         db_timeout_s=1.0,
     ) as node:
-        _, token = await KeyStore(node.db).create(scope=keys.Scope.MONITOR)
+        _, token = await KeyStore(node.db).create(scope=api_keys.Scope.MONITOR)
         async with client(node) as http:
 
             async def answers(status: int, headers: dict[str, str]) -> bool:

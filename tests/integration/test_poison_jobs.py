@@ -13,12 +13,11 @@ import asyncpg
 import httpx
 import pytest
 
-from consumers_sdk import contract
-from dispatcher import models
+from consumers_sdk import contract, ids
 from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
 
-IDS = models.JobIds()
+IDS = ids.JobIds()
 SHARDS = 8
 
 

@@ -17,8 +17,9 @@ import aiormq
 import pytest
 
 from consumers_sdk import contract
-from dispatcher import errors, frames, metrics, models
-from dispatcher.publisher import Outcome, Publisher, PublishPath
+from dispatcher import errors, metrics, models
+from dispatcher.amqp import frames
+from dispatcher.amqp.publisher import Outcome, Publisher, PublishPath
 from tests.support.jobs_out import job
 
 EXCHANGE = contract.EXCHANGE
@@ -210,7 +211,7 @@ async def test_auto_falls_back_to_per_message_on_an_untested_aiormq_and_says_so_
     amqp_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(frames, "TESTED_AIORMQ", ((6, 0, 0), (6, 0, 0)))
-    caplog.set_level(logging.WARNING, logger="dispatcher.publisher")
+    caplog.set_level(logging.WARNING, logger="dispatcher.amqp.publisher")
     async with running(amqp_url, "auto") as publisher:
         for size in (1, 20, 5):
             outcome = await publisher.publish_many([job("pub.fallback", n) for n in range(size)])

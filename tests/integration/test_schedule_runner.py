@@ -14,10 +14,10 @@ import asyncpg
 import pytest
 
 from dispatcher import errors, models
+from dispatcher.materialiser import Materialiser
 from dispatcher.node import Node
-from dispatcher.schedules.model import ScheduleSpec, Template
-from dispatcher.schedules.occurrences import Missed, Timing
-from dispatcher.schedules.runner import Materialiser
+from dispatcher.recurring.model import ScheduleSpec, Template
+from dispatcher.recurring.occurrences import Missed, Timing
 from tests.support.nodes import running_node
 
 START = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)

@@ -9,13 +9,14 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
+from consumers_sdk import ids
 from dispatcher import errors, models
 from dispatcher.store import migrate, queries
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.shards import ShardStore
 
-IDS = models.JobIds()
+IDS = ids.JobIds()
 NOW = datetime.now(UTC)
 
 

@@ -6,11 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
+from consumers_sdk import ids
 from dispatcher import errors, models
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
 
-IDS = models.JobIds()
+IDS = ids.JobIds()
 
 
 @pytest.fixture

@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from consumers_sdk import contract
+from consumers_sdk import contract, ids
 from dispatcher import models
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 
-IDS = models.JobIds()
+IDS = ids.JobIds()
 
 
 @dataclass

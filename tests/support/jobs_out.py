@@ -11,11 +11,11 @@ import aio_pika
 import orjson
 from aio_pika.abc import FieldValue
 
-from consumers_sdk import contract
+from consumers_sdk import contract, ids
 from dispatcher import models
-from dispatcher.publisher import message_properties
+from dispatcher.amqp.publisher import message_properties
 
-IDS = models.JobIds()
+IDS = ids.JobIds()
 
 
 def job(routing_key: str, payload: Any) -> models.Claimed:

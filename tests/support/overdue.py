@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from consumers_sdk import ids
 from dispatcher import models
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
 
-IDS = models.JobIds()
+IDS = ids.JobIds()
 
 
 async def insert_overdue(

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.schedules import cron
+from dispatcher.recurring import cron
 
 
 def following(expression: str, start: datetime, count: int) -> list[datetime]:

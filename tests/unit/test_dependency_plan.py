@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from consumers_sdk import ids
 from dispatcher import dependencies, errors, models
 
-IDS = models.JobIds()
+IDS = ids.JobIds()
 S = models.JobState
 
 

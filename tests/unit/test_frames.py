@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dispatcher import frames
+from dispatcher.amqp import frames
 
 
 def channel_state(**overrides: object) -> SimpleNamespace:

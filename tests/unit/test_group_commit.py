@@ -6,11 +6,12 @@ import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from consumers_sdk import ids
 from dispatcher import errors, models
 from dispatcher.group_commit import GroupCommit
 from dispatcher.store import jobs as job_store
 
-IDS = models.JobIds()
+IDS = ids.JobIds()
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 

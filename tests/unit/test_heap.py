@@ -1,8 +1,8 @@
 import random
 import uuid
 
+from dispatcher.firing.heap import Backlog, DueHeap
 from dispatcher.models import DueEntry
-from dispatcher.scheduler.heap import Backlog, DueHeap
 
 
 def entry(run_at_s: float, shard: int = 0) -> DueEntry:

@@ -4,14 +4,12 @@ generator and shard hash both sides use."""
 from __future__ import annotations
 
 from consumers_sdk import ids, validation
-from dispatcher import models
-from dispatcher.cluster import ownership
+from dispatcher import intake
 from dispatcher.settings import Settings
 
 
 def test_the_dispatcher_uses_the_sdks_id_generator_and_shard_hash() -> None:
-    assert models.JobIds is ids.JobIds
-    assert ownership.shard_for is ids.shard_for
+    assert intake.ids is ids  # the intake draws ids and shards from the SDK's module itself
     job_id = ids.JobIds().next()
     assert ids.shard_for(job_id.bytes, range(16)) == ids.id_hash(job_id.bytes) % 16
 

@@ -5,7 +5,7 @@ import hashlib
 import pytest
 from pydantic import ValidationError
 
-from dispatcher import keys
+from dispatcher import api_keys
 from dispatcher.settings import Settings
 
 TOKEN_A = "tok-aaaaaaaaaaaaaaaa"
@@ -13,15 +13,15 @@ TOKEN_B = "tok-bbbbbbbbbbbbbbbb"
 
 
 def test_static_keys_parse_scope_namespace_and_prefixes() -> None:
-    admin, producer, bare = keys.parse_static(
+    admin, producer, bare = api_keys.parse_static(
         f"{TOKEN_A}:admin, {TOKEN_B}:producer:billing:billing.|orders.v2:,"
         "tok-cccccccccccccccc:producer"
     )
     assert admin.digest == hashlib.sha256(TOKEN_A.encode()).digest()
-    assert admin.principal == keys.Principal(key="static:1", scope=keys.Scope.ADMIN)
-    assert producer.principal == keys.Principal(
+    assert admin.principal == api_keys.Principal(key="static:1", scope=api_keys.Scope.ADMIN)
+    assert producer.principal == api_keys.Principal(
         key="static:2",
-        scope=keys.Scope.PRODUCER,
+        scope=api_keys.Scope.PRODUCER,
         namespace="billing",
         routing_key_prefixes=("billing.", "orders.v2:"),
     )
@@ -30,7 +30,7 @@ def test_static_keys_parse_scope_namespace_and_prefixes() -> None:
 
 
 def test_no_static_keys_is_an_empty_setting() -> None:
-    assert keys.parse_static("") == []
+    assert api_keys.parse_static("") == []
     assert Settings().static_keys() == []
 
 
@@ -50,7 +50,7 @@ def test_invalid_static_keys_are_refused_without_echoing_the_token(
     text: str, complaint: str
 ) -> None:
     with pytest.raises(ValueError, match=complaint) as refused:
-        keys.parse_static(text)
+        api_keys.parse_static(text)
     assert TOKEN_A not in str(refused.value)
 
 
@@ -68,35 +68,38 @@ def test_settings_never_show_the_static_tokens(monkeypatch: pytest.MonkeyPatch) 
     settings = Settings()
     assert TOKEN_A not in repr(settings)
     assert TOKEN_A not in str(settings.model_dump())
-    assert [key.principal.scope for key in settings.static_keys()] == [keys.Scope.ADMIN]
+    assert [key.principal.scope for key in settings.static_keys()] == [api_keys.Scope.ADMIN]
 
 
 def test_new_tokens_are_unique_high_entropy_and_hashed_with_sha256() -> None:
-    tokens = {keys.new_token() for _ in range(100)}
+    tokens = {api_keys.new_token() for _ in range(100)}
     assert len(tokens) == 100
     token = tokens.pop()
-    assert token.startswith(keys.TOKEN_PREFIX)
-    assert len(token) >= len(keys.TOKEN_PREFIX) + 43  # 32 random bytes, base64url
-    assert keys.digest(token) == hashlib.sha256(token.encode()).digest()
+    assert token.startswith(api_keys.TOKEN_PREFIX)
+    assert len(token) >= len(api_keys.TOKEN_PREFIX) + 43  # 32 random bytes, base64url
+    assert api_keys.digest(token) == hashlib.sha256(token.encode()).digest()
 
 
 def test_admin_has_every_scope_and_sees_every_namespace() -> None:
-    admin = keys.Principal(key="k", scope=keys.Scope.ADMIN)
-    assert all(admin.has(scope) for scope in keys.Scope)
+    admin = api_keys.Principal(key="k", scope=api_keys.Scope.ADMIN)
+    assert all(admin.has(scope) for scope in api_keys.Scope)
     assert admin.namespace_filter is None
     assert admin.may_route("anything.at.all")
 
 
 def test_producer_is_confined_to_its_scope_namespace_and_prefixes() -> None:
-    producer = keys.Principal(
-        key="k", scope=keys.Scope.PRODUCER, namespace="billing", routing_key_prefixes=("billing.",)
+    producer = api_keys.Principal(
+        key="k",
+        scope=api_keys.Scope.PRODUCER,
+        namespace="billing",
+        routing_key_prefixes=("billing.",),
     )
-    assert producer.has(keys.Scope.PRODUCER)
-    assert not producer.has(keys.Scope.ADMIN)
-    assert not producer.has(keys.Scope.MONITOR)
+    assert producer.has(api_keys.Scope.PRODUCER)
+    assert not producer.has(api_keys.Scope.ADMIN)
+    assert not producer.has(api_keys.Scope.MONITOR)
     assert producer.namespace_filter == "billing"
     assert producer.may_route("billing.invoice")
     assert not producer.may_route("billingx.invoice")
     assert not producer.may_route("orders.expire")
-    default = keys.Principal(key="k", scope=keys.Scope.PRODUCER)
+    default = api_keys.Principal(key="k", scope=api_keys.Scope.PRODUCER)
     assert default.namespace_filter == ""  # the default namespace, not every namespace

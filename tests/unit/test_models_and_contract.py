@@ -6,8 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from consumers_sdk import contract
-from dispatcher.cluster.ownership import shard_for
-from dispatcher.models import JobIds
+from consumers_sdk.ids import JobIds, shard_for
 
 
 def test_job_ids_are_uuid7_and_strictly_increasing() -> None:

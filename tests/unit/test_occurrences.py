@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dispatcher.schedules import cron
-from dispatcher.schedules.occurrences import Missed, Timing, idempotency_key, plan
+from dispatcher.recurring import cron
+from dispatcher.recurring.occurrences import Missed, Timing, idempotency_key, plan
 
 
 def utc(*args: int) -> datetime:

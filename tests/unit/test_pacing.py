@@ -2,7 +2,7 @@
 
 import pytest
 
-from dispatcher.scheduler.pacing import Pace
+from dispatcher.firing.pacing import Pace
 
 
 def test_unlimited_pace_grants_everything() -> None:

@@ -2,7 +2,7 @@
 
 import uuid
 
-from dispatcher.scheduler.quarantine import STRIKE_DELAY_S, Quarantine
+from dispatcher.firing.quarantine import STRIKE_DELAY_S, Quarantine
 
 
 def test_a_suspect_is_parked_at_its_third_strike_and_waits_longer_after_each() -> None:

@@ -5,6 +5,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from consumers_sdk.ids import JobIds
 from dispatcher import errors
 from dispatcher.api.problems import field_name
 from dispatcher.api.schemas import (
@@ -16,7 +17,7 @@ from dispatcher.api.schemas import (
     json_response,
     to_spec,
 )
-from dispatcher.models import Job, JobEvent, JobIds, JobState
+from dispatcher.models import Job, JobEvent, JobState
 from dispatcher.settings import Settings
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,5 +1,6 @@
-"""API keys, pure: tokens and their hashes, scopes, the Principal a key grants, and the format of
-``DISPATCHER_API_KEYS``. No I/O; ``store.keys`` keeps the hashed keys, ``keyring`` resolves them.
+"""API keys, pure: tokens and their hashes, scopes, the Principal a key grants, and the format
+of ``DISPATCHER_API_KEYS``. No I/O; ``store.api_keys`` keeps the hashed keys, ``keyring``
+resolves them.
 
 A token is never stored, logged or compared as plaintext: only its SHA-256 is kept. The tokens
 we make carry 256 random bits, so an unsalted fast hash is enough (nothing to brute-force).

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from dispatcher.schedules import cron
+from dispatcher.recurring import cron
 
 _TICK = timedelta(microseconds=1)
 _EARLIEST = datetime.min.replace(tzinfo=UTC)

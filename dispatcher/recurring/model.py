@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from dispatcher import models
-from dispatcher.schedules.occurrences import Missed, Timing, idempotency_key
+from dispatcher.recurring.occurrences import Missed, Timing, idempotency_key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from consumers_sdk import dlq
+from dispatcher.cli import progress
 
 Row = dict[str, Any]
 
@@ -121,7 +121,7 @@ def _jobs(http: httpx.Client, args: argparse.Namespace) -> int:
             failed += 1
             print(f"\n{job_id}: {exc}", file=sys.stderr)
         if len(args.ids) > 1:
-            dlq.progress_bar(index, len(args.ids))
+            progress.draw(index, len(args.ids))
     if len(args.ids) > 1:
         sys.stderr.write("\n")
     _print(args, done, _jobs_table)

@@ -32,8 +32,8 @@ from datetime import UTC, datetime, timedelta
 
 from dispatcher import errors, metrics, models
 from dispatcher.intake import Intake
-from dispatcher.schedules import occurrences
-from dispatcher.schedules.model import Schedule
+from dispatcher.recurring import occurrences
+from dispatcher.recurring.model import Schedule
 from dispatcher.store.schedules import Advance, Lane, Parked, ScheduleStore
 
 logger = logging.getLogger(__name__)

@@ -32,8 +32,8 @@ from datetime import UTC, datetime
 
 from consumers_sdk import validation
 from dispatcher import errors
+from dispatcher.firing.heap import Backlog, DueHeap
 from dispatcher.models import DueEntry
-from dispatcher.scheduler.heap import Backlog, DueHeap
 from dispatcher.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)

@@ -17,13 +17,13 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from dispatcher import errors, metrics, models
+from dispatcher.amqp.publisher import Publisher
 from dispatcher.cluster.ownership import Ownership
-from dispatcher.publisher import Publisher
-from dispatcher.scheduler.heap import Backlog, DueHeap
-from dispatcher.scheduler.loader import Loader
-from dispatcher.scheduler.marks import DispatchMarks
-from dispatcher.scheduler.pacing import Pace
-from dispatcher.scheduler.quarantine import Quarantine
+from dispatcher.firing.heap import Backlog, DueHeap
+from dispatcher.firing.loader import Loader
+from dispatcher.firing.marks import DispatchMarks
+from dispatcher.firing.pacing import Pace
+from dispatcher.firing.quarantine import Quarantine
 from dispatcher.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)

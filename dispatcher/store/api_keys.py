@@ -7,16 +7,16 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from dispatcher import errors, keys
+from dispatcher import api_keys, errors
 from dispatcher.store import queries
 from dispatcher.store.db import Database
 
 
-def key_from_row(row: asyncpg.Record) -> keys.ApiKey:
-    return keys.ApiKey(
+def key_from_row(row: asyncpg.Record) -> api_keys.ApiKey:
+    return api_keys.ApiKey(
         id=row["id"],
         name=row["name"],
-        scope=keys.Scope(row["scope"]),
+        scope=api_keys.Scope(row["scope"]),
         namespace=row["namespace"],
         routing_key_prefixes=tuple(row["routing_key_prefixes"]),
         created_at=row["created_at"],
@@ -42,18 +42,18 @@ class KeyStore:
     async def create(
         self,
         *,
-        scope: keys.Scope,
+        scope: api_keys.Scope,
         namespace: str | None = None,
         routing_key_prefixes: Sequence[str] = (),
         name: str = "",
-    ) -> tuple[keys.ApiKey, str]:
+    ) -> tuple[api_keys.ApiKey, str]:
         """A new key and its token: the token exists only in this return value."""
-        namespace, prefixes = keys.check_grant(scope, namespace, routing_key_prefixes)
-        token = keys.new_token()
+        namespace, prefixes = api_keys.check_grant(scope, namespace, routing_key_prefixes)
+        token = api_keys.new_token()
         async with self._connection() as connection:
             row = await connection.fetchrow(
                 queries.INSERT_API_KEY,
-                keys.digest(token),
+                api_keys.digest(token),
                 name,
                 scope.value,
                 namespace,
@@ -62,13 +62,13 @@ class KeyStore:
         assert row is not None  # INSERT ... RETURNING always returns the row
         return key_from_row(row), token
 
-    async def find(self, token_digest: bytes) -> keys.ApiKey | None:
+    async def find(self, token_digest: bytes) -> api_keys.ApiKey | None:
         """The live key with this token hash."""
         async with self._connection() as connection:
             row = await connection.fetchrow(queries.SELECT_API_KEY, token_digest)
         return None if row is None else key_from_row(row)
 
-    async def list(self) -> list[keys.ApiKey]:
+    async def list(self) -> list[api_keys.ApiKey]:
         async with self._connection() as connection:
             rows = await connection.fetch(queries.LIST_API_KEYS)
         return [key_from_row(row) for row in rows]

@@ -1,5 +1,5 @@
 """Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | cluster | stats``.
-Parses, builds Settings, calls; no logic (the HTTP API's commands are in ``cli_http``)."""
+Parses, builds Settings, calls; no logic (the HTTP API's commands are in ``cli.http``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from dispatcher import cli_http, errors, keys, logs
+from dispatcher import api_keys, errors, logs
+from dispatcher.cli import http, progress
 from dispatcher.settings import Settings
 
 
@@ -52,7 +53,12 @@ def _dlq(args: argparse.Namespace, settings: Settings) -> int:
             print(f"requeued job {args.job} from {args.queue} to routing key {routing_key}")
             return 0
         else:
-            moved = asyncio.run(dlq.requeue(settings.amqp_url, args.queue, limit=args.limit))
+            with progress.drawn():
+                moved = asyncio.run(
+                    dlq.requeue(
+                        settings.amqp_url, args.queue, limit=args.limit, progress=progress.draw
+                    )
+                )
     except errors.DlqError as exc:
         print(f"dispatcher dlq: {exc}", file=sys.stderr)
         return 1
@@ -93,8 +99,8 @@ def _broker(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _keys(args: argparse.Namespace, settings: Settings) -> int:
+    from dispatcher.store.api_keys import KeyStore
     from dispatcher.store.db import Database
-    from dispatcher.store.keys import KeyStore
 
     db = Database(settings.database_url, min_size=1, max_size=1, timeout_s=settings.db_timeout_s)
     await db.open()
@@ -103,7 +109,7 @@ async def _keys(args: argparse.Namespace, settings: Settings) -> int:
         if args.keys_command == "create":
             try:
                 key, token = await store.create(
-                    scope=keys.Scope(args.scope),
+                    scope=api_keys.Scope(args.scope),
                     namespace=args.namespace,
                     routing_key_prefixes=args.routing_key_prefix,
                     name=args.name,
@@ -131,7 +137,7 @@ async def _keys(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _key_view(key: keys.ApiKey) -> dict[str, object]:
+def _key_view(key: api_keys.ApiKey) -> dict[str, object]:
     """What ``keys list`` shows: everything but the hash."""
     return {
         "id": key.id,
@@ -148,7 +154,7 @@ def _keys_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser = commands.add_parser("keys", help="API keys stored in PostgreSQL")
     keys_commands = parser.add_subparsers(dest="keys_command", required=True)
     create = keys_commands.add_parser("create", help="create a key and print its token once")
-    create.add_argument("--scope", required=True, choices=[scope.value for scope in keys.Scope])
+    create.add_argument("--scope", required=True, choices=[scope.value for scope in api_keys.Scope])
     create.add_argument("--namespace", default=None, help="producer keys: the key's namespace")
     create.add_argument(
         "--routing-key-prefix",
@@ -200,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=0,
         help="policy priority: above the vhost's own policies (a queue follows only one)",
     )
-    cli_http.add_parsers(commands)
+    http.add_parsers(commands)
     args = parser.parse_args(argv)
 
     settings = Settings()
@@ -221,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "broker":
             return _broker(args, settings)
         else:
-            return cli_http.run(args, f"http://{settings.http_host}:{settings.http_port}")
+            return http.run(args, f"http://{settings.http_host}:{settings.http_port}")
     except errors.DispatcherError as exc:
         print(f"dispatcher: {exc}", file=sys.stderr)
         return 1

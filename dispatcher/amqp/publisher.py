@@ -18,7 +18,8 @@ import pamqp.header
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection, FieldValue
 
 from consumers_sdk import connections, contract, validation
-from dispatcher import errors, frames, metrics, models
+from dispatcher import errors, metrics, models
+from dispatcher.amqp import frames
 
 logger = logging.getLogger(__name__)
 

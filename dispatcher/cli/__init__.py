@@ -1,0 +1,5 @@
+"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | cluster | stats``."""
+
+from dispatcher.cli.main import main
+
+__all__ = ["main"]
