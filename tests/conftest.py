@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.store.db import Database
 from tests.support.cluster import SESSION_S, SHARDS, Cluster
 from tests.support.collector import Collector
 from tests.support.process import FAST_LEASE, DispatcherProcess, served
@@ -40,3 +41,12 @@ def cluster(tmp_path: Path, database_url: str, amqp_url: str, zk_hosts: str) -> 
     group = Cluster(tmp_path, env, shard_count=SHARDS)
     yield group
     group.stop()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    """A small pool on the test's own database, for tests of one store."""
+    database = Database(database_url, min_size=1, max_size=4, timeout_s=10)
+    await database.open()
+    yield database
+    await database.close()

@@ -56,14 +56,6 @@ async def describe() -> dict[str, object]:
 
 
 @pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url, min_size=1, max_size=4, timeout_s=5)
-    await database.open()
-    yield database
-    await database.close()
-
-
-@pytest.fixture
 def checks() -> Checks:
     return Checks()
 

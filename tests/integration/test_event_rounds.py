@@ -36,14 +36,6 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
         yield running_one
 
 
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url, min_size=1, max_size=4, timeout_s=10)
-    await database.open()
-    yield database
-    await database.close()
-
-
 async def forge(amqp_url: str, job_id: str, reports: list[dict[str, Any]]) -> None:
     """Publish events as any user allowed to write to the events exchange could."""
     forger = reporter.EventReporter(amqp_url, group="mallory", consumer="mallory-1")

@@ -3,7 +3,6 @@
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -18,14 +17,6 @@ from dispatcher.store.shards import ShardStore
 
 IDS = ids.JobIds()
 NOW = datetime.now(UTC)
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Database]:
-    database = Database(database_url, min_size=1, max_size=4, timeout_s=5)
-    await database.open()
-    yield database
-    await database.close()
 
 
 @pytest.fixture
