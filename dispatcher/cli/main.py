@@ -14,6 +14,7 @@ from typing import Any
 from dispatcher import api_keys, errors, logs
 from dispatcher.cli import http, progress
 from dispatcher.settings import Settings
+from dispatcher.version import __version__
 
 
 def _run(coroutine: Coroutine[Any, Any, object]) -> object:
@@ -171,6 +172,7 @@ def _keys_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dispatcher", description="Delay dispatcher")
+    parser.add_argument("--version", action="version", version=f"dispatcher {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("serve", help="run a dispatcher node (applies migrations first)")
     migrate = commands.add_parser("migrate", help="apply the database migrations and exit")

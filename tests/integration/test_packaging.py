@@ -7,6 +7,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
+from dispatcher.version import __version__
 from tests.services.postgres import PostgresServer
 
 ROOT = Path(__file__).parents[2]
@@ -25,6 +26,13 @@ def test_wheel_ships_the_migrations_and_migrates_from_another_folder(
     assert not (ROOT / "dispatcher" / "sql").exists()  # mapped in by the build, no symlink
     shipped = sorted(n for n in names if n.startswith("dispatcher/sql/"))
     assert shipped == [f"dispatcher/sql/{p.name}" for p in sorted((ROOT / "sql").glob("*.sql"))]
+    [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
+    headers = zipfile.ZipFile(wheel).read(metadata).decode().split("\n\n", 1)[0].splitlines()
+    assert "License-Expression: MIT" in headers
+    assert "License-File: LICENSE" in headers
+    assert "Classifier: Typing :: Typed" in headers
+    assert f"Version: {__version__}" in headers
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     console = {"dispatcher/console/index.html", "dispatcher/console/console.js"}
     assert console <= set(names)  # the web console runs from the wheel, no build step
 
@@ -39,30 +47,16 @@ def test_wheel_ships_the_migrations_and_migrates_from_another_folder(
         "PYTHONPATH": str(installed),  # the extracted wheel, not the source tree
         "DISPATCHER_DATABASE_URL": pg_server.dsn(database),
     }
-    result = subprocess.run(
-        [sys.executable, "-m", "dispatcher", "migrate"],
-        cwd=elsewhere,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "0001_jobs" in result.stdout
-    status = subprocess.run(
-        [sys.executable, "-m", "dispatcher", "migrate", "--status"],
-        cwd=elsewhere,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert [line.split()[1] for line in status.stdout.splitlines()] == ["applied"] * len(shipped)
-    where = subprocess.run(
-        [sys.executable, "-c", "import dispatcher; print(dispatcher.__file__)"],
-        cwd=elsewhere,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert where.stdout.startswith(str(installed))
+
+    def installed_python(*args: str) -> str:
+        """Run the extracted wheel's code, away from the source tree; its stdout."""
+        return subprocess.run(
+            [sys.executable, *args], cwd=elsewhere, env=env, capture_output=True, text=True
+        ).stdout
+
+    assert "0001_jobs" in installed_python("-m", "dispatcher", "migrate")
+    status = installed_python("-m", "dispatcher", "migrate", "--status")
+    assert [line.split()[1] for line in status.splitlines()] == ["applied"] * len(shipped)
+    assert installed_python("-m", "dispatcher", "--version") == f"dispatcher {__version__}\n"
+    where = installed_python("-c", "import dispatcher; print(dispatcher.__file__)")
+    assert where.startswith(str(installed))
