@@ -6,18 +6,24 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help venv run down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck check bench soak clean
+.PHONY: help venv dist run down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck check bench soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# The SDK first, from sdk/: the service depends on it and no index has it.
+$(STAMP): pyproject.toml sdk/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e ./sdk -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install the package with its dev tools
+
+DIST ?= dist
+dist: $(STAMP) ## build the SDK's and the service's wheels and sdists into dist/ (DIST=folder)
+	$(BIN)/python -m build -q -o $(DIST) sdk
+	$(BIN)/python -m build -q -o $(DIST) .
 
 run: $(STAMP) ## start services, migrate, serve a dispatcher on http://127.0.0.1:8080
 	$(BIN)/python -m tests.services.stack up

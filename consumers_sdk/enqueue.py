@@ -22,9 +22,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-import asyncpg
 import orjson
-from asyncpg.pool import PoolConnectionProxy
+
+try:
+    import asyncpg
+    from asyncpg.pool import PoolConnectionProxy
+except ImportError as missing:  # the SDK installs without it: enqueue is the one part that needs it
+    raise ImportError(
+        "consumers_sdk.enqueue needs asyncpg: pip install 'delay-dispatcher-sdk[asyncpg]'",
+        name=missing.name,
+    ) from missing
 
 from consumers_sdk import contract, ids, validation
 

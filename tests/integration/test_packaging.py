@@ -1,4 +1,6 @@
-"""The wheel carries its migrations: an installed (non-editable) package can migrate a database."""
+"""The two distributions `make dist` builds: the service's wheel carries its migrations (an
+installed, non-editable package can migrate a database) and depends on the SDK's; the SDK's wheel
+holds only consumers_sdk and installs and runs without any of the server's packages."""
 
 import os
 import subprocess
@@ -7,27 +9,141 @@ import uuid
 import zipfile
 from pathlib import Path
 
+import pytest
+from packaging.requirements import Requirement
+
 from dispatcher.version import __version__
 from tests.services.postgres import PostgresServer
 
 ROOT = Path(__file__).parents[2]
+SDK = "delay-dispatcher-sdk"
+SERVER_ONLY = ("fastapi", "uvicorn", "kazoo", "asyncpg", "prometheus-client")
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder `make dist` built both distributions into: wheels and sdists."""
+    folder = tmp_path_factory.mktemp("dist")
+    built = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "dist", f"DIST={folder}"],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    return folder
+
+
+def the_one(folder: Path, pattern: str) -> Path:
+    """The one file in folder that matches pattern."""
+    [path] = folder.glob(pattern)
+    return path
+
+
+def metadata_headers(wheel: Path) -> list[str]:
+    """The header lines of a wheel's METADATA (the description after them is left out)."""
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return archive.read(name).decode().split("\n\n", 1)[0].splitlines()
+
+
+def requirements(headers: list[str]) -> dict[str, Requirement]:
+    """The wheel's Requires-Dist, by distribution name."""
+    prefix = "Requires-Dist: "
+    parsed = [Requirement(h.removeprefix(prefix)) for h in headers if h.startswith(prefix)]
+    return {r.name: r for r in parsed}
+
+
+def test_make_dist_builds_both_wheels_and_sdists_of_this_release(dist: Path) -> None:
+    assert sorted(p.name for p in dist.iterdir()) == [
+        f"delay_dispatcher-{__version__}-py3-none-any.whl",
+        f"delay_dispatcher-{__version__}.tar.gz",
+        f"delay_dispatcher_sdk-{__version__}-py3-none-any.whl",
+        f"delay_dispatcher_sdk-{__version__}.tar.gz",
+    ]
+    assert (ROOT / "sdk" / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
+
+
+def test_sdk_wheel_holds_only_consumers_sdk_and_requires_nothing_of_the_server(
+    dist: Path,
+) -> None:
+    wheel = the_one(dist, "delay_dispatcher_sdk-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    code = {n for n in names if not n.startswith(f"delay_dispatcher_sdk-{__version__}.dist-info/")}
+    sources = {str(p.relative_to(ROOT)) for p in (ROOT / "consumers_sdk").rglob("*") if p.is_file()}
+    assert code == {n for n in sources if "__pycache__" not in n}
+    assert "consumers_sdk/py.typed" in code
+    headers = metadata_headers(wheel)
+    assert f"Version: {__version__}" in headers
+    assert "License-File: LICENSE" in headers
+    requires = requirements(headers)
+    assert {"aio-pika", "aiormq", "httpx", "orjson"} <= set(requires)
+    assert str(requires["asyncpg"].marker) == 'extra == "asyncpg"'
+    assert [n for n in SERVER_ONLY if n in requires and requires[n].marker is None] == []
+    assert "delay-dispatcher" not in requires
+
+
+def test_service_wheel_holds_only_dispatcher_and_pins_the_sdk_of_its_release(
+    dist: Path,
+) -> None:
+    wheel = the_one(dist, "delay_dispatcher-*.whl")
+    tops = {n.split("/")[0] for n in zipfile.ZipFile(wheel).namelist()}
+    assert tops == {"dispatcher", f"delay_dispatcher-{__version__}.dist-info"}
+    pin = requirements(metadata_headers(wheel))[SDK]
+    assert (str(pin.specifier), pin.marker) == (f"=={__version__}", None)
+    sdist = the_one(dist, "delay_dispatcher-*.tar.gz")
+    listed = subprocess.run(["tar", "tzf", str(sdist)], check=True, capture_output=True, text=True)
+    assert not [n for n in listed.stdout.split() if "consumers_sdk" in n or "/sdk/" in n]
+
+
+def test_sdk_wheel_installs_alone_and_runs_without_the_server_packages(
+    dist: Path, tmp_path: Path
+) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    wheel = the_one(dist, "delay_dispatcher_sdk-*.whl")
+    installed = subprocess.run(
+        [python, "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True
+    )
+    assert installed.returncode == 0, installed.stderr
+    script = """
+import importlib.util
+import consumers_sdk
+from consumers_sdk import topology
+work = topology.work_queue("billing", "orders.expire")
+print(work, topology.dead_queue(work), topology.wait_queue(work, 15))
+print(consumers_sdk.exponential(base=15, cap=10)(3) == 10, consumers_sdk.DispatcherClient)
+print([m for m in ("dispatcher", "fastapi", "uvicorn", "kazoo", "asyncpg", "prometheus_client")
+       if importlib.util.find_spec(m)])
+try:
+    import consumers_sdk.enqueue
+except ImportError as missing:
+    print(missing)
+"""
+    elsewhere = tmp_path / "elsewhere"  # not the source tree: only the installed wheel
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    ran = subprocess.run(
+        [python, "-c", script], cwd=elsewhere, env=env, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines() == [
+        "billing.orders.expire billing.orders.expire.dead billing.orders.expire.retry.15s",
+        "True <class 'consumers_sdk.client.DispatcherClient'>",
+        "[]",
+        "consumers_sdk.enqueue needs asyncpg: pip install 'delay-dispatcher-sdk[asyncpg]'",
+    ]
 
 
 def test_wheel_ships_the_migrations_and_migrates_from_another_folder(
-    tmp_path: Path, pg_server: PostgresServer
+    dist: Path, tmp_path: Path, pg_server: PostgresServer
 ) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-        check=True,
-        capture_output=True,
-    )
-    [wheel] = tmp_path.glob("*.whl")
+    wheel = the_one(dist, "delay_dispatcher-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert not (ROOT / "dispatcher" / "sql").exists()  # mapped in by the build, no symlink
     shipped = sorted(n for n in names if n.startswith("dispatcher/sql/"))
     assert shipped == [f"dispatcher/sql/{p.name}" for p in sorted((ROOT / "sql").glob("*.sql"))]
-    [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
-    headers = zipfile.ZipFile(wheel).read(metadata).decode().split("\n\n", 1)[0].splitlines()
+    headers = metadata_headers(wheel)
     assert "License-Expression: MIT" in headers
     assert "License-File: LICENSE" in headers
     assert "Classifier: Typing :: Typed" in headers
