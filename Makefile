@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP) ## create .venv and install the package with its dev tools
 
 run: $(STAMP) ## start services, migrate, serve a dispatcher on http://127.0.0.1:8080
-	$(BIN)/python -m tests.services.stack up
+	$(BIN)/python -m devstack.stack up
 	$(BIN)/dispatcher migrate
 	@echo "API docs:    http://127.0.0.1:8080/docs"
 	@echo "Console:     http://127.0.0.1:8080/console/"
@@ -29,10 +29,10 @@ run: $(STAMP) ## start services, migrate, serve a dispatcher on http://127.0.0.1
 	exec $(BIN)/dispatcher serve
 
 down: ## stop the services 'make run' started
-	$(BIN)/python -m tests.services.stack down
+	$(BIN)/python -m devstack.stack down
 
 test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests on RabbitMQ 4.x
-	$(BIN)/python -m tests.services.stack ensure --browser
+	$(BIN)/python -m devstack.stack ensure --browser
 	$(MAKE) --no-print-directory rabbitmq4-chroot
 	$(BIN)/pytest -q --durations=25
 	@echo "--- the broker-facing tests again, on RabbitMQ 4.x"
@@ -52,10 +52,10 @@ RABBITMQ4_TESTS := tests/integration/test_publisher.py tests/integration/test_co
 
 rabbitmq4-chroot: $(STAMP) ## build (once) the Debian trixie chroot RabbitMQ 4.x runs from
 	@command -v debootstrap >/dev/null || (apt-get update -qq && apt-get install -y -qq debootstrap)
-	$(BIN)/python -m tests.services.rabbitmq4 build
+	$(BIN)/python -m devstack.rabbitmq4 build
 
 test-rabbitmq4: $(STAMP) rabbitmq4-chroot ## only the broker-facing tests, against RabbitMQ 4.x
-	$(BIN)/python -m tests.services.stack ensure
+	$(BIN)/python -m devstack.stack ensure
 	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q $(RABBITMQ4_TESTS)
 
 test-unit: $(STAMP) ## the fast tests that need no service

@@ -7,8 +7,8 @@ import uuid
 import zipfile
 from pathlib import Path
 
+from devstack.postgres import PostgresServer
 from dispatcher.version import __version__
-from tests.services.postgres import PostgresServer
 
 ROOT = Path(__file__).parents[2]
 

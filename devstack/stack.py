@@ -1,7 +1,7 @@
 """`make run`'s services: PostgreSQL, RabbitMQ (with its management UI) and ZooKeeper as local
 processes under .run/, on their standard ports, detached so they outlive this command.
 
-    python -m tests.services.stack ensure|up|down|status [--root .run] [--browser]
+    python -m devstack.stack ensure|up|down|status [--root .run] [--browser]
 
 ``ensure`` only installs the Debian packages that are missing (``make test`` runs it with
 ``--browser``: the console's test drives Debian's chromium).
@@ -20,12 +20,12 @@ import sys
 import zlib
 from pathlib import Path
 
-from tests.services.ports import wait_port_free
-from tests.services.postgres import BIN as PG_BIN
-from tests.services.postgres import PostgresServer
-from tests.services.rabbitmq import BIN as RABBIT_BIN
-from tests.services.rabbitmq import RabbitServer
-from tests.services.zookeeper import ZooKeeperServer
+from devstack.ports import wait_port_free
+from devstack.postgres import BIN as PG_BIN
+from devstack.postgres import PostgresServer
+from devstack.rabbitmq import BIN as RABBIT_BIN
+from devstack.rabbitmq import RabbitServer
+from devstack.zookeeper import ZooKeeperServer
 
 PG_PORT, AMQP_PORT, MGMT_PORT, DIST_PORT, ZK_PORT = 5432, 5672, 15672, 25672, 2181
 PACKAGES = ["postgresql", "rabbitmq-server", "zookeeper", "default-jre-headless"]
@@ -136,7 +136,7 @@ def status(root: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.services.stack")
+    parser = argparse.ArgumentParser(prog="python -m devstack.stack")
     parser.add_argument("command", choices=["ensure", "up", "down", "status"])
     parser.add_argument("--root", type=Path, default=Path(".run"))
     parser.add_argument("--browser", action="store_true", help="ensure: chromium too (tests)")
