@@ -1,16 +1,15 @@
-"""`make run`'s services: PostgreSQL, RabbitMQ (with its management UI) and ZooKeeper as local
-processes under .run/, on their standard ports, detached so they outlive this command.
+"""`make run`'s services: PostgreSQL, RabbitMQ (with its management UI) and, for a cluster,
+ZooKeeper as local processes under a root folder (.run/), on their standard ports unless told
+otherwise, detached so they outlive the command that started them (``python -m devstack``).
 
-    python -m devstack.stack ensure|up|down|status [--root .run] [--browser]
-
-``ensure`` only installs the Debian packages that are missing (``make test`` runs it with
-``--browser``: the console's test drives Debian's chromium).
+``ensure_packages`` only installs the Debian packages that are missing.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
+import json
 import os
 import shutil
 import signal
@@ -18,6 +17,7 @@ import socket
 import subprocess
 import sys
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.ports import wait_port_free
@@ -27,9 +27,38 @@ from devstack.rabbitmq import BIN as RABBIT_BIN
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
 
-PG_PORT, AMQP_PORT, MGMT_PORT, DIST_PORT, ZK_PORT = 5432, 5672, 15672, 25672, 2181
 PACKAGES = ["postgresql", "rabbitmq-server", "zookeeper", "default-jre-headless"]
 BROWSER_PACKAGES = ["chromium", "chromium-driver"]
+PORTS_FILE = "ports.json"  # under the root: what `down` stops, whichever ports `up` was given
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ports:
+    """The services' ports; the defaults are the standard ones the default Settings point at."""
+
+    postgres: int = 5432
+    amqp: int = 5672
+    management: int = 15672
+    distribution: int = 25672
+    zookeeper: int = 2181
+
+    def save(self, root: Path) -> None:
+        (root / PORTS_FILE).write_text(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def load(cls, root: Path) -> Ports:
+        path = root / PORTS_FILE
+        return cls(**json.loads(path.read_text())) if path.exists() else cls()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Urls:
+    """Where the services answer, as the dispatcher's settings name them."""
+
+    database_url: str
+    amqp_url: str
+    management_url: str
+    zk_hosts: str  # empty when ZooKeeper was not asked for
 
 
 def port_open(port: int) -> bool:
@@ -82,73 +111,83 @@ def postgres_root(root: Path) -> Path:
     return elsewhere
 
 
-def servers(root: Path) -> tuple[PostgresServer, RabbitServer, ZooKeeperServer]:
+def servers(root: Path, ports: Ports) -> tuple[PostgresServer, RabbitServer, ZooKeeperServer]:
+    # The node name carries the AMQP port: two stacks on one machine must not share it in epmd.
+    nodename = f"dispatcher-{ports.amqp}@localhost"
     return (
-        PostgresServer(postgres_root(root), PG_PORT),
-        RabbitServer(root / "rabbitmq", AMQP_PORT, MGMT_PORT, DIST_PORT, "dispatcher@localhost"),
-        ZooKeeperServer(root / "zookeeper", ZK_PORT),
+        PostgresServer(postgres_root(root), ports.postgres),
+        RabbitServer(root / "rabbitmq", ports.amqp, ports.management, ports.distribution, nodename),
+        ZooKeeperServer(root / "zookeeper", ports.zookeeper),
     )
 
 
-def up(root: Path) -> None:
+def up(root: Path, ports: Ports, *, zookeeper: bool) -> Urls:
+    """Start PostgreSQL and RabbitMQ (and ZooKeeper if asked) unless they already run."""
     ensure_packages()
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
-    postgres, rabbit, zookeeper = servers(root)
+    ports.save(root)
+    postgres, rabbit, zk = servers(root, ports)
     if postgres.is_running():
         print("postgres: already running")
     else:
         postgres.start()
     if "dispatcher" not in postgres.sql("SELECT datname FROM pg_database").split():
         postgres.create_database("dispatcher")
-    for name, server, port in (("rabbitmq", rabbit, AMQP_PORT), ("zookeeper", zookeeper, ZK_PORT)):
+    wanted: list[tuple[str, RabbitServer | ZooKeeperServer, int]] = [
+        ("rabbitmq", rabbit, ports.amqp)
+    ]
+    if zookeeper:
+        wanted.append(("zookeeper", zk, ports.zookeeper))
+    for name, server, port in wanted:
         if port_open(port):
             print(f"{name}: port {port} already answers; leaving it as it is")
         else:
             server.start()
-    print(
-        "\nservices are up:\n"
-        f"  PostgreSQL  {postgres.dsn('dispatcher')}\n"
-        f"  RabbitMQ    {rabbit.url()}\n"
-        f"  RabbitMQ UI {rabbit.mgmt_url}  (guest / guest)\n"
-        f"  ZooKeeper   {zookeeper.hosts}\n"
+    return Urls(
+        database_url=postgres.dsn("dispatcher"),
+        amqp_url=rabbit.url(),
+        management_url=rabbit.mgmt_url,
+        zk_hosts=zk.hosts if zookeeper else "",
     )
 
 
+def describe(urls: Urls) -> str:
+    lines = [
+        "services are up:",
+        f"  PostgreSQL  {urls.database_url}",
+        f"  RabbitMQ    {urls.amqp_url}",
+        f"  RabbitMQ UI {urls.management_url}  (guest / guest)",
+    ]
+    if urls.zk_hosts:
+        lines.append(f"  ZooKeeper   {urls.zk_hosts}")
+    return "\n".join(lines)
+
+
 def down(root: Path) -> None:
-    postgres, rabbit, _ = servers(root)
+    """Stop the services `up` started under ROOT, on the ports it recorded."""
+    ports = Ports.load(root)
+    postgres, rabbit, _ = servers(root, ports)
     if postgres.is_running():
         postgres.stop()
-    if port_open(AMQP_PORT):
+    if port_open(ports.amqp):
         rabbit.ctl("stop", check=False)
-    if port_open(ZK_PORT):
+        wait_port_free(ports.amqp, deadline_s=60)
+        wait_port_free(ports.management, deadline_s=60)
+    if port_open(ports.zookeeper):
         pid_file = root / "zookeeper" / "zookeeper.pid"
         if pid_file.exists():
             with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid_file.read_text()), signal.SIGTERM)
-            wait_port_free(ZK_PORT)
+                os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+            wait_port_free(ports.zookeeper, deadline_s=60)
     print("services stopped")
 
 
 def status(root: Path) -> None:
-    for name, port in (("postgres", PG_PORT), ("rabbitmq", AMQP_PORT), ("zookeeper", ZK_PORT)):
+    ports = Ports.load(root)
+    for name, port in (
+        ("postgres", ports.postgres),
+        ("rabbitmq", ports.amqp),
+        ("zookeeper", ports.zookeeper),
+    ):
         print(f"{name:10} {'up' if port_open(port) else 'down'} (port {port})")
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m devstack.stack")
-    parser.add_argument("command", choices=["ensure", "up", "down", "status"])
-    parser.add_argument("--root", type=Path, default=Path(".run"))
-    parser.add_argument("--browser", action="store_true", help="ensure: chromium too (tests)")
-    args = parser.parse_args()
-    commands = {
-        "ensure": lambda _: ensure_packages(browser=args.browser),
-        "up": up,
-        "down": down,
-        "status": status,
-    }
-    commands[args.command](args.root.resolve())
-
-
-if __name__ == "__main__":
-    main()
