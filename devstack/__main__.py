@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from devstack import nodes, stack
@@ -40,6 +41,8 @@ def up(root: Path, ports: stack.Ports, *, zookeeper: bool) -> stack.Urls:
 
 
 def cluster(root: Path, ports: stack.Ports, http_ports: list[int]) -> None:
+    if running := nodes.running(root):
+        sys.exit(f"{' '.join(running)} already run under {root}: 'make down' first")
     urls = up(root, ports, zookeeper=True)
     started = [
         nodes.start(root, urls, f"node-{number}", port)

@@ -1,6 +1,6 @@
 """`make run`, `make cluster` and `make down`'s commands (``python -m devstack``) on free ports and
-a throwaway root: single node starts no ZooKeeper, the cluster's three nodes share the shards,
-and down leaves no process and no port behind."""
+a throwaway root: single node starts no ZooKeeper, the cluster's three nodes share the shards
+(and a second `cluster` refuses to start more), and down leaves no process and no port behind."""
 
 from __future__ import annotations
 
@@ -39,16 +39,19 @@ class Stack:
         }
         self.http_ports = [free_port() for _ in range(3)]
 
-    def run(self, command: str) -> str:
+    def attempt(self, command: str) -> subprocess.CompletedProcess[str]:
         options = [f"--{name}-port={port}" for name, port in self.ports.items()]
         options += [f"--root={self.root}", f"--http-ports={','.join(map(str, self.http_ports))}"]
-        result = subprocess.run(
+        return subprocess.run(
             [sys.executable, "-m", "devstack", command, *options],
             cwd=ROOT,
             capture_output=True,
             text=True,
             timeout=COMMAND_S,
         )
+
+    def run(self, command: str) -> str:
+        result = self.attempt(command)
         assert result.returncode == 0, f"{command}: {result.stdout}\n{result.stderr}"
         return result.stdout
 
@@ -106,6 +109,10 @@ def test_up_starts_postgres_and_rabbitmq_only_and_cluster_adds_zookeeper_and_thr
         assert f"http://127.0.0.1:{port}" in out
         assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
     assert wait_until(stack.agreed, 120), [stack.view(port) for port in stack.http_ports]
+    again = stack.attempt("cluster")
+    assert again.returncode != 0
+    assert "already run" in again.stderr
+    assert nodes.running(stack.root) == ["node-1", "node-2", "node-3"]
 
     pids = [int(path.read_text().split()[0]) for path in (stack.root / "nodes").glob("*.pid")]
     assert len(pids) == 3
