@@ -164,6 +164,14 @@ def describe(urls: Urls) -> str:
     return "\n".join(lines)
 
 
+def terminate(pid_file: Path, port: int) -> None:
+    """SIGTERM the process PID_FILE names if PORT still answers; wait until PORT is free."""
+    if port_open(port) and pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    wait_port_free(port, deadline_s=60)
+
+
 def down(root: Path) -> None:
     """Stop the services `up` started under ROOT, on the ports it recorded."""
     ports = Ports.load(root)
@@ -173,13 +181,11 @@ def down(root: Path) -> None:
     if port_open(ports.amqp):
         rabbit.ctl("stop", check=False)
         wait_port_free(ports.amqp, deadline_s=60)
+        # Still up: a node rabbitmqctl cannot reach by this name (one an older .run/ started).
+        terminate(root / "rabbitmq" / "rabbitmq.pid", ports.amqp)
         wait_port_free(ports.management, deadline_s=60)
     if port_open(ports.zookeeper):
-        pid_file = root / "zookeeper" / "zookeeper.pid"
-        if pid_file.exists():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.killpg(int(pid_file.read_text()), signal.SIGTERM)
-            wait_port_free(ports.zookeeper, deadline_s=60)
+        terminate(root / "zookeeper" / "zookeeper.pid", ports.zookeeper)
     print("services stopped")
 
 
