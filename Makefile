@@ -4,9 +4,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make run` installs the runtime alone into the same .venv; `make venv` / `make test` add the
+# dev tools on top (one venv: the runtime stamp is then already satisfied).
+RUN_STAMP := $(VENV)/.runtime
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dist run down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck check bench soak clean
+.PHONY: help venv dist run cluster down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck check bench soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -25,20 +28,27 @@ dist: $(STAMP) ## build the SDK's and the service's wheels and sdists into dist/
 	$(BIN)/python -m build -q -o $(DIST) sdk
 	$(BIN)/python -m build -q -o $(DIST) .
 
-run: $(STAMP) ## start services, migrate, serve a dispatcher on http://127.0.0.1:8080
-	$(BIN)/python -m tests.services.stack up
-	$(BIN)/dispatcher migrate
+$(RUN_STAMP): pyproject.toml sdk/pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ./sdk -e .
+	touch $(RUN_STAMP)
+
+run: $(RUN_STAMP) ## install the runtime, start PostgreSQL + RabbitMQ, migrate, serve http://127.0.0.1:8080
+	$(BIN)/python -m devstack up
 	@echo "API docs:    http://127.0.0.1:8080/docs"
 	@echo "Console:     http://127.0.0.1:8080/console/"
-	@echo "RabbitMQ UI: http://127.0.0.1:15672  (guest / guest)"
 	@echo "Ctrl-C stops the dispatcher; 'make down' stops the services."
 	exec $(BIN)/dispatcher serve
 
-down: ## stop the services 'make run' started
-	$(BIN)/python -m tests.services.stack down
+cluster: $(RUN_STAMP) ## ZooKeeper, PostgreSQL, RabbitMQ and three nodes in the background on 8081-8083
+	$(BIN)/python -m devstack cluster
+
+down: ## stop the nodes and services 'make run' or 'make cluster' started
+	$(BIN)/python -m devstack down
 
 test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests on RabbitMQ 4.x
-	$(BIN)/python -m tests.services.stack ensure --browser
+	$(BIN)/python -m devstack ensure --browser
 	$(MAKE) --no-print-directory rabbitmq4-chroot
 	$(BIN)/pytest -q --durations=25
 	@echo "--- the broker-facing tests again, on RabbitMQ 4.x"
@@ -58,10 +68,10 @@ RABBITMQ4_TESTS := tests/integration/test_publisher.py tests/integration/test_co
 
 rabbitmq4-chroot: $(STAMP) ## build (once) the Debian trixie chroot RabbitMQ 4.x runs from
 	@command -v debootstrap >/dev/null || (apt-get update -qq && apt-get install -y -qq debootstrap)
-	$(BIN)/python -m tests.services.rabbitmq4 build
+	$(BIN)/python -m devstack.rabbitmq4 build
 
 test-rabbitmq4: $(STAMP) rabbitmq4-chroot ## only the broker-facing tests, against RabbitMQ 4.x
-	$(BIN)/python -m tests.services.stack ensure
+	$(BIN)/python -m devstack ensure
 	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q $(RABBITMQ4_TESTS)
 
 test-unit: $(STAMP) ## the fast tests that need no service
@@ -75,7 +85,7 @@ fmt: $(STAMP) ## format and fix what ruff can
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-typecheck: $(STAMP) ## mypy --strict on dispatcher and consumers_sdk
+typecheck: $(STAMP) ## mypy --strict on dispatcher, consumers_sdk, examples and devstack
 	$(BIN)/mypy
 
 imports: $(STAMP) ## the layering rules: import-linter contracts (pyproject.toml)

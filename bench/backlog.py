@@ -30,8 +30,8 @@ from bench import harness
 from bench.harness import Services, median, services, summary, write
 from bench.lateness import received
 from consumers_sdk.ids import JobIds
+from devstack.ports import free_port
 from dispatcher.store.migrate import apply_migrations
-from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
 
 SHARDS = 256

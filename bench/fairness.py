@@ -24,8 +24,8 @@ from bench import harness
 from bench.backlog import copy_jobs, finish_when_drained, medians, receiver
 from bench.harness import Services, services, summary, write
 from bench.lateness import received
+from devstack.ports import free_port
 from dispatcher.store.migrate import apply_migrations
-from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
 
 TRICKLE_EVERY_S = 0.02

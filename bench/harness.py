@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 
 import uvloop
 
-from tests.services.base import service_root
-from tests.services.ports import free_port
-from tests.services.postgres import PostgresServer
-from tests.services.rabbitmq import RabbitServer
-from tests.services.zookeeper import ZooKeeperServer
+from devstack.base import service_root
+from devstack.ports import free_port
+from devstack.postgres import PostgresServer
+from devstack.rabbitmq import RabbitServer
+from devstack.zookeeper import ZooKeeperServer
 
 RESULTS = Path(__file__).parent / "results"
 

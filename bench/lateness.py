@@ -19,7 +19,7 @@ import httpx
 
 from bench import harness
 from bench.harness import median, services, summary, write
-from tests.services.ports import free_port
+from devstack.ports import free_port
 from tests.support.process import DispatcherProcess
 
 

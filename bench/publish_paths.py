@@ -16,9 +16,9 @@ from typing import get_args
 
 from bench import harness, throughput
 from bench.harness import services, write
+from devstack.ports import free_port
 from dispatcher.amqp.publisher import PublishPath
 from dispatcher.store.migrate import apply_migrations
-from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
 
 PATHS = [path for path in get_args(PublishPath) if path != "auto"]

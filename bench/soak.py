@@ -23,7 +23,7 @@ import httpx
 
 from bench import harness
 from bench.harness import percentile, services, write
-from tests.services.ports import free_port
+from devstack.ports import free_port
 from tests.support.process import DispatcherProcess
 
 BATCH = 1000

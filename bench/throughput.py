@@ -38,11 +38,11 @@ from bench import harness
 from bench.harness import median, services, write
 from consumers_sdk import contract
 from consumers_sdk.ids import JobIds
+from devstack.ports import free_port
 from dispatcher.amqp.publisher import Publisher, PublishPath
 from dispatcher.metrics import Metrics
 from dispatcher.models import Claimed
 from dispatcher.store.migrate import apply_migrations
-from tests.services.ports import free_port
 from tests.support.process import DispatcherProcess
 
 

@@ -29,7 +29,7 @@ from bench import harness
 from bench.backlog import rss_mb
 from bench.harness import Services, median, services, summary, write
 from bench.lateness import received
-from tests.services.ports import free_port
+from devstack.ports import free_port
 from tests.support.process import DispatcherProcess
 
 

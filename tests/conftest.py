@@ -1,4 +1,4 @@
-"""Markers and cross-cutting fixtures only; the service fixtures live in tests/services."""
+"""Markers and cross-cutting fixtures only; the service fixtures live in tests/fixtures.py."""
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -10,7 +10,7 @@ from tests.support.cluster import SESSION_S, SHARDS, Cluster
 from tests.support.collector import Collector
 from tests.support.process import FAST_LEASE, DispatcherProcess, served
 
-pytest_plugins = ["tests.services.fixtures"]
+pytest_plugins = ["tests.fixtures"]
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, topology
+from devstack.rabbitmq import RabbitServer
 from tests.integration.test_consumer import depth_reaches, queue_depth
-from tests.services.rabbitmq import RabbitServer
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess, served
 from tests.support.waiting import eventually

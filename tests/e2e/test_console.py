@@ -19,7 +19,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from consumers_sdk import reporter
-from tests.services.rabbitmq import RabbitServer
+from devstack.rabbitmq import RabbitServer
 from tests.support.dispatched import dispatch_round as round_of
 from tests.support.process import DispatcherProcess, served
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from consumers_sdk import Consumer, Job
-from tests.services.rabbitmq import RabbitServer
+from devstack.rabbitmq import RabbitServer
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess, spawn
 from tests.support.queues import wait_for_queue

@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from tests.services.rabbitmq import RabbitServer
+from devstack.rabbitmq import RabbitServer
 from tests.support.collector import Collector
 from tests.support.nodes import WRITE
 from tests.support.process import DispatcherProcess

@@ -10,7 +10,7 @@ import time
 import asyncpg
 import pytest
 
-from tests.services.zookeeper import ZooKeeperServer
+from devstack.zookeeper import ZooKeeperServer
 from tests.support.cluster import SESSION_S, Cluster, start_nodes
 from tests.support.collector import Collector
 from tests.support.schedule import schedule_spread

@@ -15,7 +15,7 @@ import pytest
 
 from consumers_sdk import Consumer, Job, Reject, topology
 from consumers_sdk import job as job_mod
-from tests.services.rabbitmq import RabbitServer
+from devstack.rabbitmq import RabbitServer
 from tests.support.collector import classify
 from tests.support.consumers import running
 from tests.support.process import DispatcherProcess, spawn

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.services.ports import free_port
-from tests.services.postgres import PostgresServer
+from devstack.ports import free_port
+from devstack.postgres import PostgresServer
 from tests.support.collector import Collector
 from tests.support.nodes import WRITE
 from tests.support.process import FAST_LEASE, DispatcherProcess

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from tests.services.postgres import PostgresServer
-from tests.services.rabbitmq import RabbitServer
+from devstack.postgres import PostgresServer
+from devstack.rabbitmq import RabbitServer
 from tests.support.process import DispatcherProcess, served
 
 EXAMPLES = 150  # per run of the whole API: well under a minute on two shared cores

@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from consumers_sdk import AccessDenied, DispatcherClient
+from devstack.postgres import PostgresServer
 from dispatcher import api_keys
 from dispatcher.node import Node
 from dispatcher.store.api_keys import KeyStore
-from tests.services.postgres import PostgresServer
 from tests.support.nodes import client, running_node
 
 ADMIN = "admin-token-0123456789"

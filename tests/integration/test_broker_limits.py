@@ -16,8 +16,8 @@ import pytest
 
 from consumers_sdk import contract, dlq, management, policies, topology
 from consumers_sdk.errors import DlqError, TopologyMismatch
+from devstack.rabbitmq import RabbitServer
 from dispatcher.node import Node
-from tests.services.rabbitmq import RabbitServer
 from tests.support.nodes import client, running_node
 from tests.support.queues import depth_reaches, queue_depth
 from tests.support.waiting import until

@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlsplit
 import aio_pika
 
 from consumers_sdk import connections
-from tests.services.rabbitmq import RabbitServer
+from devstack.rabbitmq import RabbitServer
 from tests.support.waiting import eventually
 
 NAME = "cancelled-open"

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, MemoryDeduplicator, Reject, Retry, contract, topology
-from tests.services.ports import free_port
-from tests.services.rabbitmq import RabbitServer
+from devstack.ports import free_port
+from devstack.rabbitmq import RabbitServer
 from tests.support.consumers import running
 from tests.support.jobs_out import job, new_id, publish, publish_raw
 from tests.support.queues import depth_reaches, queue_depth

@@ -14,9 +14,9 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, Reject, contract, topology
+from devstack.rabbitmq import RabbitServer
 from dispatcher.node import Node
 from tests.integration.test_consumer import TIERS, fixed
-from tests.services.rabbitmq import RabbitServer
 from tests.support.consumers import running
 from tests.support.nodes import client, running_node
 from tests.support.queues import depth_reaches

@@ -14,10 +14,10 @@ import asyncpg
 import httpx
 
 from consumers_sdk import Consumer, Job, contract, reporter, topology
+from devstack.rabbitmq import RabbitServer
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from tests.integration.test_consumer import TIERS, WORK, depth_reaches, fixed, queue_depth, running
-from tests.services.rabbitmq import RabbitServer
 from tests.support.jobs_out import job, publish
 from tests.support.nodes import client, running_node
 from tests.support.queues import consumers_reach

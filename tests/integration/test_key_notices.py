@@ -13,11 +13,11 @@ import asyncpg
 import httpx
 import pytest
 
+from devstack.postgres import PostgresServer
 from dispatcher import api_keys
 from dispatcher.node import Node
 from dispatcher.store.api_keys import KeyStore
 from tests.integration.test_auth import bearer, dispatcher_cli, wait_for_status
-from tests.services.postgres import PostgresServer
 from tests.support.nodes import client, running_node
 from tests.support.waiting import until
 

@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from devstack.ports import free_port
 from dispatcher import errors
 from dispatcher.node import Node
 from dispatcher.settings import Settings
 from dispatcher.store import migrate
-from tests.services.ports import free_port
 
 SHIPPED = migrate.migration_files()
 LAST = SHIPPED[-1].version

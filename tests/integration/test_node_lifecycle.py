@@ -10,13 +10,13 @@ import shutil
 
 import asyncpg
 
+from devstack.base import service_root
+from devstack.ports import free_port
+from devstack.postgres import PostgresServer
+from devstack.zookeeper import ZooKeeperServer
 from dispatcher import lifecycle
 from dispatcher.node import Node
 from dispatcher.settings import Settings
-from tests.services.base import service_root
-from tests.services.ports import free_port
-from tests.services.postgres import PostgresServer
-from tests.services.zookeeper import ZooKeeperServer
 from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
 from tests.support.overdue import insert_overdue

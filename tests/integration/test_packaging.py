@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from devstack.postgres import PostgresServer
 from dispatcher.version import __version__
-from tests.services.postgres import PostgresServer
 
 ROOT = Path(__file__).parents[2]
 SDK = "delay-dispatcher-sdk"

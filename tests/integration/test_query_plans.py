@@ -14,9 +14,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from devstack.postgres import PostgresServer
 from dispatcher import models
 from dispatcher.store import queries
-from tests.services.postgres import PostgresServer
 from tests.support import million
 
 # The states in flight, and a rare finished one. The bulk of finished jobs is half the table: any

@@ -13,11 +13,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from devstack.base import service_root
+from devstack.ports import free_port
+from devstack.postgres import PostgresServer
 from dispatcher import errors
 from dispatcher.store.db import Database
-from tests.services.base import service_root
-from tests.services.ports import free_port
-from tests.services.postgres import PostgresServer
 from tests.support.nodes import client, running_node
 
 

@@ -10,12 +10,12 @@ import pytest
 from kazoo.client import KazooClient
 from pydantic import SecretStr
 
+from devstack.zookeeper import ZooKeeperServer
 from dispatcher import metrics
 from dispatcher.cluster.zk_ownership import ZkOwnership
 from dispatcher.settings import Settings
 from dispatcher.store.db import Database
 from dispatcher.store.shards import ShardStore
-from tests.services.zookeeper import ZooKeeperServer
 from tests.support.waiting import eventually
 
 SHARDS = 24

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from tests.services.ports import free_port
+from devstack.ports import free_port
 from tests.support.process import DispatcherProcess
 
 SESSION_S = 3.0  # ZooKeeper session timeout for test clusters: failover within seconds

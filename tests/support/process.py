@@ -128,7 +128,7 @@ def served(
     api_key: str | None = None,
 ) -> Iterator[DispatcherProcess]:
     """A started dispatcher on a free port for a fixture to yield from; stopped afterwards."""
-    from tests.services.ports import free_port
+    from devstack.ports import free_port
 
     process = DispatcherProcess(
         log_dir,

@@ -47,7 +47,7 @@ def test_every_path_the_layout_names_exists() -> None:
 def test_every_package_and_module_is_named_in_the_layout() -> None:
     code = {
         path.parent if path.name == "__init__.py" else path
-        for top in ("dispatcher", "consumers_sdk")
+        for top in ("dispatcher", "consumers_sdk", "devstack")
         for path in (ROOT / top).rglob("*.py")
         if path.name != "__main__.py"
     }

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tests.services.base import ServiceError, run_as_postgres, tail
+from devstack.base import ServiceError, run_as_postgres, tail
 
 BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.services import rabbitmq4
-from tests.services.base import service_root
-from tests.services.ports import free_port
-from tests.services.postgres import PostgresServer
-from tests.services.rabbitmq import RabbitServer
-from tests.services.zookeeper import ZooKeeperServer
+from devstack import rabbitmq4
+from devstack.base import service_root
+from devstack.ports import free_port
+from devstack.postgres import PostgresServer
+from devstack.rabbitmq import RabbitServer
+from devstack.zookeeper import ZooKeeperServer
 
 TEMPLATE = "dispatcher_template"
 LOG_TAIL_LINES = 25

@@ -12,8 +12,8 @@ from urllib.parse import quote
 
 import httpx
 
-from tests.services.base import ServiceError, kill_group, tail, wait_until
-from tests.services.ports import wait_port_free
+from devstack.base import ServiceError, kill_group, tail, wait_until
+from devstack.ports import wait_port_free
 
 BIN = Path("/usr/lib/rabbitmq/bin")
 READY_S = 90.0

@@ -7,8 +7,8 @@ import socket
 import subprocess
 from pathlib import Path
 
-from tests.services.base import ServiceError, kill_group, tail, wait_until
-from tests.services.ports import wait_port_free
+from devstack.base import ServiceError, kill_group, tail, wait_until
+from devstack.ports import wait_port_free
 
 CLASSPATH = "/usr/share/java/*:/etc/zookeeper/conf"
 

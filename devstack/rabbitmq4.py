@@ -1,6 +1,6 @@
 """A throwaway RabbitMQ 4.x node, from Debian trixie's package in a chroot on this bookworm machine.
 
-    python -m tests.services.rabbitmq4 build|unmount
+    python -m devstack.rabbitmq4 build|unmount
 
 The chroot is built once under the project's git-ignored ``.run/rabbitmq4/chroot`` (a few
 minutes, as root) and kept. The node is the same controller as the 3.x one; only where its
@@ -18,8 +18,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.services.base import ServiceError
-from tests.services.rabbitmq import BIN, RabbitServer
+from devstack.base import ServiceError
+from devstack.rabbitmq import BIN, RabbitServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROOT = ROOT / ".run" / "rabbitmq4" / "chroot"
@@ -183,7 +183,7 @@ class Rabbit4Server(RabbitServer):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.services.rabbitmq4")
+    parser = argparse.ArgumentParser(prog="python -m devstack.rabbitmq4")
     parser.add_argument("command", choices=["build", "unmount"])
     args = parser.parse_args()
     if args.command == "build":

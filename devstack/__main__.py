@@ -1,0 +1,85 @@
+"""``python -m devstack ensure | up | cluster | down | status``: what `make run`, `make cluster`,
+`make down` and `make test` call.
+
+    up       PostgreSQL + RabbitMQ (what the default single-node settings use), migrated
+    cluster  ZooKeeper too, then NODES dispatcher nodes in the background on --http-ports
+    down     every node and service started under --root, whichever ports they were given
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from devstack import nodes, stack
+
+CLUSTER_HTTP_PORTS = "8081,8082,8083"  # beside `make run`'s 8080
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m devstack")
+    parser.add_argument("command", choices=["ensure", "up", "cluster", "down", "status"])
+    parser.add_argument("--root", type=Path, default=Path(".run"), help="data, logs and pids")
+    parser.add_argument("--browser", action="store_true", help="ensure: chromium too (tests)")
+    defaults = stack.Ports()
+    for field in ("postgres", "amqp", "management", "distribution", "zookeeper"):
+        parser.add_argument(f"--{field}-port", type=int, default=getattr(defaults, field))
+    parser.add_argument(
+        "--http-ports",
+        default=CLUSTER_HTTP_PORTS,
+        help="cluster: one node per comma-separated HTTP port",
+    )
+    return parser.parse_args(argv)
+
+
+def up(root: Path, ports: stack.Ports, *, zookeeper: bool) -> stack.Urls:
+    urls = stack.up(root, ports, zookeeper=zookeeper)
+    nodes.migrate(urls)
+    print(f"\n{stack.describe(urls)}\n  data, logs  {root}\n")
+    return urls
+
+
+def cluster(root: Path, ports: stack.Ports, http_ports: list[int]) -> None:
+    if running := nodes.running(root):
+        sys.exit(f"{' '.join(running)} already run under {root}: 'make down' first")
+    urls = up(root, ports, zookeeper=True)
+    started = [
+        nodes.start(root, urls, f"node-{number}", port)
+        for number, port in enumerate(http_ports, start=1)
+    ]
+    for node in started:
+        nodes.wait_ready(node)
+    print("nodes are ready:")
+    for node in started:
+        print(f"  {node.name}  {node.url}  (console {node.url}/console/, log {node.log})")
+    print(f"  cluster view: {started[0].url}/v1/cluster\n'make down' stops the nodes and services.")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    root: Path = args.root.resolve()
+    ports = stack.Ports(
+        postgres=args.postgres_port,
+        amqp=args.amqp_port,
+        management=args.management_port,
+        distribution=args.distribution_port,
+        zookeeper=args.zookeeper_port,
+    )
+    if args.command == "ensure":
+        stack.ensure_packages(browser=args.browser)
+    elif args.command == "up":
+        up(root, ports, zookeeper=False)
+    elif args.command == "cluster":
+        cluster(root, ports, [int(port) for port in args.http_ports.split(",")])
+    elif args.command == "down":
+        for name in nodes.stop_all(root):
+            print(f"{name}: stopped")
+        stack.down(root)
+    else:
+        print("nodes:", " ".join(nodes.running(root)) or "none")
+        stack.status(root)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""Dispatcher nodes in the background for `make cluster`: one process per node, its log and pid
+file under ROOT/nodes/, stopped by `make down` from those pid files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from devstack.base import tail, wait_until
+from devstack.ports import wait_port_free
+from devstack.stack import Urls
+
+READY_S = 120.0  # a loaded two-core machine starts three nodes slowly
+STOP_S = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeProcess:
+    name: str
+    http_port: int
+    pid: int
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+
+def folder(root: Path) -> Path:
+    return root / "nodes"
+
+
+def settings_env(urls: Urls) -> dict[str, str]:
+    """The DISPATCHER_* variables that point a node (or `dispatcher migrate`) at the services."""
+    return {
+        "DISPATCHER_DATABASE_URL": urls.database_url,
+        "DISPATCHER_AMQP_URL": urls.amqp_url,
+        "DISPATCHER_ZK_HOSTS": urls.zk_hosts,
+    }
+
+
+def migrate(urls: Urls) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "dispatcher", "migrate"],
+        env={**os.environ, **settings_env(urls)},
+        check=True,
+    )
+
+
+def start(root: Path, urls: Urls, name: str, http_port: int) -> NodeProcess:
+    """Start one node detached from this command; its pid file is what `stop_all` reads."""
+    nodes = folder(root)
+    nodes.mkdir(parents=True, exist_ok=True)
+    log = nodes / f"{name}.log"
+    env = {
+        **os.environ,
+        **settings_env(urls),
+        "DISPATCHER_NODE_ID": name,
+        "DISPATCHER_HTTP_HOST": "127.0.0.1",
+        "DISPATCHER_HTTP_PORT": str(http_port),
+    }
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dispatcher", "serve"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (nodes / f"{name}.pid").write_text(f"{process.pid} {http_port}\n")
+    return NodeProcess(name=name, http_port=http_port, pid=process.pid, log=log)
+
+
+def ready(node: NodeProcess) -> bool:
+    try:
+        return httpx.get(f"{node.url}/readyz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def wait_ready(node: NodeProcess) -> None:
+    if not wait_until(lambda: not alive(node.pid) or ready(node), READY_S) or not ready(node):
+        sys.exit(f"{node.name} is not ready after {READY_S:.0f}s:\n{tail(node.log)}")
+
+
+def alive(pid: int) -> bool:
+    """A dispatcher process by this pid still runs (not a zombie, not a recycled pid)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return False
+    return b"dispatcher" in cmdline and "\nState:\tZ" not in status
+
+
+def signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it exited in the meantime
+        os.killpg(pid, sig)
+
+
+def stop(pid: int) -> None:
+    signal_group(pid, signal.SIGTERM)
+    if not wait_until(lambda: not alive(pid), STOP_S):
+        signal_group(pid, signal.SIGKILL)
+        wait_until(lambda: not alive(pid), STOP_S)
+
+
+def stop_all(root: Path) -> list[str]:
+    """SIGTERM every recorded node, SIGKILL what outlives STOP_S; returns the names stopped."""
+    stopped = []
+    for pid_file in sorted(folder(root).glob("*.pid")):
+        pid, http_port = (int(word) for word in pid_file.read_text().split())
+        if alive(pid):
+            stop(pid)
+            stopped.append(pid_file.stem)
+        wait_port_free(http_port)
+        pid_file.unlink()
+    return stopped
+
+
+def running(root: Path) -> list[str]:
+    return [
+        pid_file.stem
+        for pid_file in sorted(folder(root).glob("*.pid"))
+        if alive(int(pid_file.read_text().split()[0]))
+    ]

@@ -1,0 +1,199 @@
+"""`make run`'s services: PostgreSQL, RabbitMQ (with its management UI) and, for a cluster,
+ZooKeeper as local processes under a root folder (.run/), on their standard ports unless told
+otherwise, detached so they outlive the command that started them (``python -m devstack``).
+
+``ensure_packages`` only installs the Debian packages that are missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from devstack.ports import wait_port_free
+from devstack.postgres import BIN as PG_BIN
+from devstack.postgres import PostgresServer
+from devstack.rabbitmq import BIN as RABBIT_BIN
+from devstack.rabbitmq import RabbitServer
+from devstack.zookeeper import ZooKeeperServer
+
+PACKAGES = ["postgresql", "rabbitmq-server", "zookeeper", "default-jre-headless"]
+BROWSER_PACKAGES = ["chromium", "chromium-driver"]
+PORTS_FILE = "ports.json"  # under the root: what `down` stops, whichever ports `up` was given
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ports:
+    """The services' ports; the defaults are the standard ones the default Settings point at."""
+
+    postgres: int = 5432
+    amqp: int = 5672
+    management: int = 15672
+    distribution: int = 25672
+    zookeeper: int = 2181
+
+    def save(self, root: Path) -> None:
+        (root / PORTS_FILE).write_text(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def load(cls, root: Path) -> Ports:
+        path = root / PORTS_FILE
+        return cls(**json.loads(path.read_text())) if path.exists() else cls()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Urls:
+    """Where the services answer, as the dispatcher's settings name them."""
+
+    database_url: str
+    amqp_url: str
+    management_url: str
+    zk_hosts: str  # empty when ZooKeeper was not asked for
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def ensure_packages(*, browser: bool = False) -> None:
+    """Install the Debian packages that are missing, and stop the services they auto-start."""
+    missing = not (PG_BIN / "initdb").exists() or not (RABBIT_BIN / "rabbitmq-server").exists()
+    missing = (
+        missing or not Path("/usr/share/java/zookeeper.jar").exists() or not shutil.which("java")
+    )
+    packages = PACKAGES if missing else []
+    if browser and not (shutil.which("chromium") and shutil.which("chromedriver")):
+        packages = [*packages, *BROWSER_PACKAGES]
+    if not packages:
+        return
+    if os.geteuid() != 0:
+        sys.exit(f"missing {' '.join(packages)}: run as root to install them")
+    print("installing", " ".join(packages))
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *packages], check=True, env=env)
+    stop_system_services()
+
+
+def stop_system_services() -> None:
+    """Debian may start its own PostgreSQL and RabbitMQ on install; ours need their ports."""
+    for command in (
+        ["service", "rabbitmq-server", "stop"],
+        ["service", "postgresql", "stop"],
+        ["service", "zookeeper", "stop"],
+    ):
+        if shutil.which(command[0]):
+            subprocess.run(command, capture_output=True)
+
+
+def postgres_root(root: Path) -> Path:
+    """Under ROOT, unless the postgres user cannot reach it (a checkout in /root, say)."""
+    wanted = root / "postgres"
+    if os.geteuid() != 0:
+        return wanted
+    probe = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(root)])
+    if probe.returncode == 0:
+        return wanted
+    elsewhere = Path("/var/tmp") / f"dispatcher-{zlib.crc32(str(root).encode()):08x}" / "postgres"
+    elsewhere.parent.mkdir(parents=True, exist_ok=True)
+    elsewhere.parent.chmod(0o755)
+    return elsewhere
+
+
+def servers(root: Path, ports: Ports) -> tuple[PostgresServer, RabbitServer, ZooKeeperServer]:
+    # The node name carries the AMQP port: two stacks on one machine must not share it in epmd.
+    nodename = f"dispatcher-{ports.amqp}@localhost"
+    return (
+        PostgresServer(postgres_root(root), ports.postgres),
+        RabbitServer(root / "rabbitmq", ports.amqp, ports.management, ports.distribution, nodename),
+        ZooKeeperServer(root / "zookeeper", ports.zookeeper),
+    )
+
+
+def up(root: Path, ports: Ports, *, zookeeper: bool) -> Urls:
+    """Start PostgreSQL and RabbitMQ (and ZooKeeper if asked) unless they already run."""
+    ensure_packages()
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    ports.save(root)
+    postgres, rabbit, zk = servers(root, ports)
+    if postgres.is_running():
+        print("postgres: already running")
+    else:
+        postgres.start()
+    if "dispatcher" not in postgres.sql("SELECT datname FROM pg_database").split():
+        postgres.create_database("dispatcher")
+    wanted: list[tuple[str, RabbitServer | ZooKeeperServer, int]] = [
+        ("rabbitmq", rabbit, ports.amqp)
+    ]
+    if zookeeper:
+        wanted.append(("zookeeper", zk, ports.zookeeper))
+    for name, server, port in wanted:
+        if port_open(port):
+            print(f"{name}: port {port} already answers; leaving it as it is")
+        else:
+            server.start()
+    return Urls(
+        database_url=postgres.dsn("dispatcher"),
+        amqp_url=rabbit.url(),
+        management_url=rabbit.mgmt_url,
+        zk_hosts=zk.hosts if zookeeper else "",
+    )
+
+
+def describe(urls: Urls) -> str:
+    lines = [
+        "services are up:",
+        f"  PostgreSQL  {urls.database_url}",
+        f"  RabbitMQ    {urls.amqp_url}",
+        f"  RabbitMQ UI {urls.management_url}  (guest / guest)",
+    ]
+    if urls.zk_hosts:
+        lines.append(f"  ZooKeeper   {urls.zk_hosts}")
+    return "\n".join(lines)
+
+
+def terminate(pid_file: Path, port: int) -> None:
+    """SIGTERM the process PID_FILE names if PORT still answers; wait until PORT is free."""
+    if port_open(port) and pid_file.exists():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    wait_port_free(port, deadline_s=60)
+
+
+def down(root: Path) -> None:
+    """Stop the services `up` started under ROOT, on the ports it recorded."""
+    ports = Ports.load(root)
+    postgres, rabbit, _ = servers(root, ports)
+    if postgres.is_running():
+        postgres.stop()
+    if port_open(ports.amqp):
+        rabbit.ctl("stop", check=False)
+        wait_port_free(ports.amqp, deadline_s=60)
+        # Still up: a node rabbitmqctl cannot reach by this name (one an older .run/ started).
+        terminate(root / "rabbitmq" / "rabbitmq.pid", ports.amqp)
+        wait_port_free(ports.management, deadline_s=60)
+    if port_open(ports.zookeeper):
+        terminate(root / "zookeeper" / "zookeeper.pid", ports.zookeeper)
+    print("services stopped")
+
+
+def status(root: Path) -> None:
+    ports = Ports.load(root)
+    for name, port in (
+        ("postgres", ports.postgres),
+        ("rabbitmq", ports.amqp),
+        ("zookeeper", ports.zookeeper),
+    ):
+        print(f"{name:10} {'up' if port_open(port) else 'down'} (port {port})")

@@ -1,0 +1,124 @@
+"""`make run`, `make cluster` and `make down`'s commands (``python -m devstack``) on free ports and
+a throwaway root: single node starts no ZooKeeper, the cluster's three nodes share the shards
+(and a second `cluster` refuses to start more), and down leaves no process and no port behind."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from devstack import nodes
+from devstack.base import service_root, wait_until
+from devstack.ports import free_port
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).parents[2]
+COMMAND_S = 600  # three services and three nodes start slowly on a loaded machine
+
+
+def answers(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Stack:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ports = {
+            name: free_port()
+            for name in ("postgres", "amqp", "management", "distribution", "zookeeper")
+        }
+        self.http_ports = [free_port() for _ in range(3)]
+
+    def attempt(self, command: str) -> subprocess.CompletedProcess[str]:
+        options = [f"--{name}-port={port}" for name, port in self.ports.items()]
+        options += [f"--root={self.root}", f"--http-ports={','.join(map(str, self.http_ports))}"]
+        return subprocess.run(
+            [sys.executable, "-m", "devstack", command, *options],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_S,
+        )
+
+    def run(self, command: str) -> str:
+        result = self.attempt(command)
+        assert result.returncode == 0, f"{command}: {result.stdout}\n{result.stderr}"
+        return result.stdout
+
+    def view(self, port: int) -> dict[str, Any]:
+        response = httpx.get(f"http://127.0.0.1:{port}/v1/cluster", timeout=10)
+        response.raise_for_status()
+        view: dict[str, Any] = response.json()
+        return view
+
+    def agreed(self) -> bool:
+        """Three members, the same assignment everywhere, and each shard owned by one node."""
+        try:
+            views = [self.view(port) for port in self.http_ports]
+        except httpx.HTTPError:
+            return False
+        assignments = [view["assignment"] for view in views]
+        owned = [set(view["owned"]) for view in views]
+        assigned = {shard for shards in assignments[0].values() for shard in shards}
+        return (
+            all(sorted(view["members"]) == ["node-1", "node-2", "node-3"] for view in views)
+            and all(assignment == assignments[0] for assignment in assignments)
+            and all(owned[i] == set(assignments[0][view["node"]]) for i, view in enumerate(views))
+            and sum(len(shards) for shards in owned) == len(assigned) > 0
+            and set().union(*owned) == assigned
+        )
+
+
+@pytest.fixture
+def stack() -> Iterator[Stack]:
+    stack = Stack(service_root("devstack"))
+    yield stack
+    subprocess.run(  # whatever the test left running
+        [sys.executable, "-m", "devstack", "down", f"--root={stack.root}"],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=COMMAND_S,
+    )
+    shutil.rmtree(stack.root, ignore_errors=True)
+
+
+def test_up_starts_postgres_and_rabbitmq_only_and_cluster_adds_zookeeper_and_three_nodes(
+    stack: Stack,
+) -> None:
+    out = stack.run("up")
+    assert answers(stack.ports["postgres"])
+    assert answers(stack.ports["amqp"])
+    assert not answers(stack.ports["zookeeper"])
+    assert "ZooKeeper" not in out
+    assert nodes.running(stack.root) == []
+
+    out = stack.run("cluster")
+    assert answers(stack.ports["zookeeper"])
+    assert nodes.running(stack.root) == ["node-1", "node-2", "node-3"]
+    for port in stack.http_ports:
+        assert f"http://127.0.0.1:{port}" in out
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=10).status_code == 200
+    assert wait_until(stack.agreed, 120), [stack.view(port) for port in stack.http_ports]
+    again = stack.attempt("cluster")
+    assert again.returncode != 0
+    assert "already run" in again.stderr
+    assert nodes.running(stack.root) == ["node-1", "node-2", "node-3"]
+
+    pids = [int(path.read_text().split()[0]) for path in (stack.root / "nodes").glob("*.pid")]
+    assert len(pids) == 3
+    stack.run("down")
+    assert [pid for pid in pids if nodes.alive(pid)] == []
+    ports = [*stack.ports.values(), *stack.http_ports]
+    assert wait_until(lambda: not any(answers(port) for port in ports), 60), [
+        port for port in ports if answers(port)
+    ]
