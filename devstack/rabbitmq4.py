@@ -21,7 +21,7 @@ from pathlib import Path
 from devstack.base import ServiceError
 from devstack.rabbitmq import BIN, RabbitServer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # the repository: devstack/ sits at its top
 CHROOT = ROOT / ".run" / "rabbitmq4" / "chroot"
 SUITE, MIRROR = "trixie", "http://deb.debian.org/debian"
 # Written last, inside the tree that is renamed into place: a chroot without it never existed.
