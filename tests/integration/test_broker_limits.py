@@ -19,7 +19,7 @@ from consumers_sdk.errors import DlqError, TopologyMismatch
 from devstack.rabbitmq import RabbitServer
 from dispatcher.node import Node
 from tests.support.nodes import client, running_node
-from tests.support.queues import depth_reaches, queue_depth
+from tests.support.queues import consumers_reach, depth_reaches, queue_depth, wait_for_queue
 from tests.support.waiting import until
 
 WORK = topology.work_queue("billing", "orders.expire")
@@ -38,10 +38,11 @@ def handler_topology(major: int) -> list[topology.QueueSpec]:
 
 
 async def put(amqp_url: str, queue: str, bodies: list[bytes], *, ids: list[str]) -> None:
-    """Publish straight into a queue (the default exchange), with confirms."""
+    """Publish straight into a queue (the default exchange), with confirms; a queue that is not
+    there fails the publish (returned), rather than dropping the message unseen."""
     connection = await aio_pika.connect(amqp_url)
     try:
-        channel = await connection.channel(publisher_confirms=True)
+        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
         for body, message_id in zip(bodies, ids, strict=True):
             await channel.default_exchange.publish(
                 aio_pika.Message(body, message_id=message_id, delivery_mode=2), routing_key=queue
@@ -152,6 +153,10 @@ async def test_a_refused_event_is_dead_lettered_counted_and_can_be_requeued(
     async with running_node(
         database_url=database_url, amqp_url=amqp_url, shard_count=2, stats_interval_s=0.2
     ) as node:
+        # The node is started once its publishers are; its events consumer declares the queue
+        # on its own connection: a message put before that would be dropped as unroutable.
+        await wait_for_queue(amqp_url, contract.EVENTS_QUEUE)
+        await consumers_reach(amqp_url, contract.EVENTS_QUEUE, 1, 30)
         await put(amqp_url, contract.EVENTS_QUEUE, [b"not an event"], ids=["x"])
         await depth_reaches(amqp_url, topology.EVENTS_DEAD_QUEUE, 1, 20)
         assert refused_total(node) == 1
