@@ -194,11 +194,11 @@ async def _apply(connection: asyncpg.Connection, shipped: list[Migration]) -> li
     if problems:
         raise _refuse(problems)
     done = {row.version for row in applied}
-    for migration in shipped:  # checksums of versions recorded before they were kept
-        if migration.version in done:
-            await connection.execute(
-                queries.ADOPT_MIGRATION_CHECKSUM, migration.version, migration.checksum
-            )
+    await connection.execute(  # checksums of versions recorded before they were kept
+        queries.ADOPT_MIGRATION_CHECKSUMS,
+        [m.version for m in shipped],
+        [m.checksum for m in shipped],
+    )
     versions: list[str] = []
     for migration in shipped:
         if migration.version in done:
@@ -229,7 +229,8 @@ async def check(dsn: str) -> None:
     problems = conflicts(shipped, applied)
     if problems:
         raise _refuse(problems)
-    pending = [m.version for m in shipped if m.version not in {row.version for row in applied}]
+    done = {row.version for row in applied}
+    pending = [m.version for m in shipped if m.version not in done]
     if pending:
         logger.warning(
             "%d migrations not applied (%s): run `dispatcher migrate`",

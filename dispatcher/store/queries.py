@@ -488,9 +488,12 @@ SELECT m.version, to_jsonb(m) ->> 'checksum' AS checksum, m.applied_at FROM sche
 MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('schema_migrations') IS NOT NULL"
 # $1 version, $2 checksum.
 RECORD_MIGRATION: Final = "INSERT INTO schema_migrations (version, checksum) VALUES ($1, $2)"
-# Adopt the shipped file's checksum for a version recorded without one. $1 version, $2 checksum.
-ADOPT_MIGRATION_CHECKSUM: Final = """
-UPDATE schema_migrations SET checksum = $2 WHERE version = $1 AND checksum IS NULL
+# Adopt the shipped files' checksums for versions recorded without one, in one statement.
+# $1 versions, $2 their checksums (parallel arrays).
+ADOPT_MIGRATION_CHECKSUMS: Final = """
+UPDATE schema_migrations m SET checksum = shipped.checksum
+FROM unnest($1::text[], $2::text[]) AS shipped(version, checksum)
+WHERE m.version = shipped.version AND m.checksum IS NULL
 """
 
 PING: Final = "SELECT 1"
