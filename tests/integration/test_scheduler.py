@@ -121,8 +121,10 @@ async def test_catch_up_drains_at_its_maximum_rate_while_new_jobs_fire(
         missing = await collector.wait_for([*overdue, *fresh], 90)
     assert missing == set()
     drained = arrivals(collector, overdue)
-    # The bucket holds one batch; after it, no faster than the rate (slower is allowed).
-    assert drained[-1] - drained[0] >= (len(overdue) - batch) / rate * 0.95
+    # The bucket holds one batch; after it, no faster than the rate (slower is allowed). The
+    # span starts at the first job after the bucket: the first publish of a fresh channel can
+    # arrive late and shorten a span measured from the very first arrival.
+    assert drained[-1] - drained[batch] >= (len(overdue) - 2 * batch) / rate * 0.95
     assert max(arrivals(collector, fresh)) < drained[-1]  # new jobs did not wait for the drain
 
 
