@@ -170,7 +170,8 @@ def _keys_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     revoke.add_argument("id", type=int)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and option of ``dispatcher``; the docs' CLI reference walks it too."""
     parser = argparse.ArgumentParser(prog="dispatcher", description="Delay dispatcher")
     parser.add_argument("--version", action="version", version=f"dispatcher {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -209,7 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="policy priority: above the vhost's own policies (a queue follows only one)",
     )
     http.add_parsers(commands)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     settings = Settings()
     logs.setup(settings.log_level)
