@@ -1,24 +1,64 @@
 """The commands that talk to a dispatcher's HTTP API with an API key: ``jobs list|show|cancel|
-requeue``, ``cluster status`` and ``stats``. Readable tables by default, ``--json`` for scripts;
-errors go to stderr with exit code 1."""
+requeue``, ``schedules list|show|pause|resume|delete``, ``cluster status`` and ``stats``; and the
+tables every command prints. Tables fit the terminal by default, ``--json`` prints everything for
+scripts; errors go to stderr with exit code 1."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import shutil
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import Any, TypeAlias
+from urllib.parse import quote
 
 import httpx
 
 from dispatcher.cli import progress
 
 Row = dict[str, Any]
+# A string: the class is generic only to type checkers.
+Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+GAP = "  "
+ELLIPSIS = "…"
+MIN_CELL = 6  # a column cut narrower than this says nothing any more
+PAGE = 1000  # rows asked for at a time (the API's most)
 
 
-def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def command(
+    commands: Commands,
+    name: str,
+    text: str,
+    *,
+    example: str | None = None,
+    parents: Sequence[argparse.ArgumentParser] = (),
+) -> argparse.ArgumentParser:
+    """A command whose one-line ``text`` is its help in its parent's list and its description
+    on its own page; ``example`` (command lines, one a line) becomes its epilog."""
+    return commands.add_parser(
+        name,
+        help=text,
+        description=text[0].upper() + text[1:] + ".",
+        epilog=f"example:\n  {example.replace(chr(10), chr(10) + '  ')}" if example else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=list(parents),
+    )
+
+
+def subcommands(parser: argparse.ArgumentParser, dest: str) -> Commands:
+    """The commands under ``parser``; the one chosen is ``args.<dest>``."""
+    return parser.add_subparsers(dest=dest, required=True, metavar="COMMAND", title="commands")
+
+
+def group(commands: Commands, name: str, text: str) -> Commands:
+    """A command of commands (``dispatcher NAME COMMAND``), chosen as ``args.<name>_command``."""
+    return subcommands(command(commands, name, text), f"{name}_command")
+
+
+def add_parsers(commands: Commands) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--url",
@@ -30,29 +70,68 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=os.environ.get("DISPATCHER_API_KEY"),
         help="an API key (default: $DISPATCHER_API_KEY)",
     )
-    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--json", action="store_true", help="machine-readable output, nothing cut")
 
-    jobs = commands.add_parser("jobs", help="jobs, through the HTTP API").add_subparsers(
-        dest="jobs_command", required=True
+    jobs = group(commands, "jobs", "jobs, through the HTTP API")
+    listing = command(
+        jobs,
+        "list",
+        "jobs in creation order, as a table that fits the terminal",
+        example="dispatcher jobs list --state dead --routing-key billing. --limit 20",
+        parents=[common],
     )
-    listing = jobs.add_parser("list", parents=[common], help="jobs in creation order")
-    listing.add_argument("--state", default=None)
-    listing.add_argument("--routing-key", default=None)
-    listing.add_argument("--idempotency-key", default=None)
+    listing.add_argument("--state", default=None, help="only jobs in this state, e.g. dead")
+    listing.add_argument("--routing-key", default=None, help="only jobs with this routing key")
+    listing.add_argument(
+        "--idempotency-key", default=None, help="only the job with this idempotency key"
+    )
     listing.add_argument("--limit", type=int, default=50, help="at most this many (all pages)")
-    show = jobs.add_parser("show", parents=[common], help="one job with its whole history")
-    show.add_argument("id")
+    show = command(jobs, "show", "one job with its whole history", parents=[common])
+    show.add_argument("id", help="the job's id")
     for name, text in (("cancel", "cancel scheduled jobs"), ("requeue", "requeue dead jobs")):
-        action = jobs.add_parser(name, parents=[common], help=text)
-        action.add_argument("ids", nargs="+", metavar="id")
-    cluster = commands.add_parser("cluster", help="the cluster, through the HTTP API")
-    cluster.add_subparsers(dest="cluster_command", required=True).add_parser(
-        "status", parents=[common], help="nodes, the leader, the shards each owns"
+        action = command(
+            jobs, name, text, example=f"dispatcher jobs {name} ID...", parents=[common]
+        )
+        action.add_argument("ids", nargs="+", metavar="id", help="a job's id (several: a bar)")
+    _schedules_parsers(commands, common)
+    command(
+        group(commands, "cluster", "the cluster, through the HTTP API"),
+        "status",
+        "nodes, the leader, the shards each owns",
+        parents=[common],
     )
-    commands.add_parser("stats", parents=[common], help="jobs per state and routing key")
+    command(commands, "stats", "jobs per state and routing key", parents=[common])
+
+
+def _schedules_parsers(commands: Commands, common: argparse.ArgumentParser) -> None:
+    schedules = group(commands, "schedules", "recurring schedules, through the HTTP API")
+    listing = command(
+        schedules,
+        "list",
+        "every schedule the key may see, in creation order",
+        example="dispatcher schedules list --json | jq '.[].name'",
+        parents=[common],
+    )
+    listing.add_argument("--limit", type=int, default=None, help="at most this many (all pages)")
+    for name, text in (
+        ("show", "one schedule with its next occurrences"),
+        ("pause", "pause a schedule: no new occurrences until it is resumed"),
+        ("resume", "resume a paused schedule from now on (missed occurrences are not made up)"),
+        ("delete", "delete a schedule; the jobs it already made stay"),
+    ):
+        action = command(
+            schedules,
+            name,
+            text,
+            example=f"dispatcher schedules {name} nightly-report",
+            parents=[common],
+        )
+        action.add_argument("name", help="the schedule's name")
 
 
 def run(args: argparse.Namespace, default_url: str) -> int:
+    # httpx logs every request at INFO: a line per job would bury the results and the bar.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     # Writes are JSON, the body-less ones too (the node refuses what a browser form could send).
     headers = {"content-type": "application/json"}
     if args.api_key:
@@ -61,6 +140,8 @@ def run(args: argparse.Namespace, default_url: str) -> int:
         with httpx.Client(base_url=args.url or default_url, headers=headers, timeout=30) as http:
             if args.command == "jobs":
                 return _jobs(http, args)
+            if args.command == "schedules":
+                return _schedules(http, args)
             if args.command == "cluster":
                 return _print(args, _get(http, "/v1/cluster"), _cluster_table)
             return _print(args, _get(http, "/v1/stats"), _stats_table)
@@ -72,7 +153,9 @@ def run(args: argparse.Namespace, default_url: str) -> int:
 
 
 class _Refused(Exception):
-    pass
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
 
 
 def _check(response: httpx.Response) -> Any:
@@ -81,7 +164,7 @@ def _check(response: httpx.Response) -> Any:
             message = response.json().get("message", response.text)
         except ValueError:
             message = response.text
-        raise _Refused(f"{response.status_code}: {message}")
+        raise _Refused(response.status_code, message)
     return response.json()
 
 
@@ -89,43 +172,78 @@ def _get(http: httpx.Client, path: str, **params: Any) -> Any:
     return _check(http.get(path, params={k: v for k, v in params.items() if v is not None}))
 
 
+def _pages(http: httpx.Client, path: str, key: str, limit: int | None, **params: Any) -> list[Row]:
+    """Follows the cursor (``next_after``) until ``limit`` rows or the last page."""
+    found: list[Row] = []
+    after = None
+    while limit is None or len(found) < limit:
+        size = PAGE if limit is None else min(limit - len(found), PAGE)
+        page = _get(http, path, limit=size, after=after, **params)
+        found.extend(page[key])
+        after = page["next_after"]
+        if after is None:
+            break
+    return found
+
+
 def _jobs(http: httpx.Client, args: argparse.Namespace) -> int:
     if args.jobs_command == "list":
-        found: list[Row] = []
-        after = None
-        while len(found) < args.limit:
-            page = _get(
-                http,
-                "/v1/jobs",
-                state=args.state,
-                routing_key=args.routing_key,
-                idempotency_key=args.idempotency_key,
-                limit=min(args.limit - len(found), 1000),
-                after=after,
-            )
-            found.extend(page["jobs"])
-            after = page["next_after"]
-            if after is None:
-                break
+        found = _pages(
+            http,
+            "/v1/jobs",
+            "jobs",
+            args.limit,
+            state=args.state,
+            routing_key=args.routing_key,
+            idempotency_key=args.idempotency_key,
+        )
         return _print(args, found, _jobs_table)
     if args.jobs_command == "show":
-        return _print(args, _get(http, f"/v1/jobs/{args.id}"), _job_table)
+        return _print(args, _get(http, f"/v1/jobs/{quote(args.id, safe='')}"), _job_table)
     method = "DELETE" if args.jobs_command == "cancel" else "POST"
     suffix = "" if args.jobs_command == "cancel" else "/requeue"
     done: list[Row] = []
     failed = 0
-    for index, job_id in enumerate(args.ids, 1):
-        try:
-            done.append(_check(http.request(method, f"/v1/jobs/{job_id}{suffix}")))
-        except _Refused as exc:
-            failed += 1
-            print(f"\n{job_id}: {exc}", file=sys.stderr)
-        if len(args.ids) > 1:
-            progress.draw(index, len(args.ids))
-    if len(args.ids) > 1:
-        sys.stderr.write("\n")
+    with progress.bar() as drawn:
+        for index, job_id in enumerate(args.ids, 1):
+            path = f"/v1/jobs/{quote(job_id, safe='')}{suffix}"
+            try:
+                done.append(_check(http.request(method, path)))
+            except _Refused as exc:
+                failed += 1
+                drawn.say(f"{job_id}: {exc}")
+            if len(args.ids) > 1:
+                drawn(index, len(args.ids))
     _print(args, done, _jobs_table)
     return 1 if failed else 0
+
+
+def _schedules(http: httpx.Client, args: argparse.Namespace) -> int:
+    if args.schedules_command == "list":
+        found = _pages(http, "/v1/schedules", "schedules", args.limit)
+        return _print(args, found, _schedules_table)
+    path = f"/v1/schedules/{quote(args.name, safe='')}"
+    try:
+        if args.schedules_command == "show":
+            return _print(args, _get(http, path), _schedule_table)
+        if args.schedules_command == "delete":
+            schedule = _check(http.delete(path))
+        else:
+            paused = args.schedules_command == "pause"
+            schedule = _check(http.patch(path, json={"paused": paused}))
+    except _Refused as exc:
+        if exc.status != 404:
+            raise
+        print(f"dispatcher schedules: no schedule {args.name}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(schedule))
+    elif args.schedules_command == "resume":
+        print(f"resumed schedule {args.name}; next occurrence at {schedule['next_at']}")
+    else:
+        done = {"pause": "paused", "delete": "deleted"}[args.schedules_command]
+        print(f"{done} schedule {args.name}")
+    return 0
 
 
 def _print(args: argparse.Namespace, data: Any, table: Any) -> int:
@@ -136,14 +254,65 @@ def _print(args: argparse.Namespace, data: Any, table: Any) -> int:
     return 0
 
 
-def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
-    """Columns padded to their widest cell."""
-    cells = [[str(h) for h in header], *[["" if c is None else str(c) for c in r] for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+def terminal_width() -> int | None:
+    """``$COLUMNS``, else the terminal's width; ``None`` (no limit) when stdout is no terminal."""
+    return shutil.get_terminal_size(fallback=(0, 0)).columns or None
+
+
+def table(
+    rows: Sequence[Sequence[object]],
+    header: Sequence[str],
+    *,
+    keep: Collection[int] = (0,),
+    width: int | None = None,
+) -> str:
+    """Columns padded to their widest cell; when the lines are wider than ``width`` (default:
+    ``terminal_width()``), the widest columns are cut with ``…``. The columns in ``keep`` (ids:
+    what a person copies) are cut only when the others alone cannot make room."""
+    cells = [[str(h) for h in header], *[[_flat(c) for c in row] for row in rows]]
+    natural = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    width = terminal_width() if width is None else width
+    widths = natural if width is None else fit(natural, width, keep)
+    lines = (
+        GAP.join(clip(cell, size).ljust(size) for cell, size in zip(row, widths, strict=True))
         for row in cells
     )
+    # The last resort of a terminal narrower than one character per column and the gaps.
+    return "\n".join(line.rstrip()[:width] for line in lines)
+
+
+def fit(natural: Sequence[int], width: int, keep: Collection[int] = ()) -> list[int]:
+    """Column widths that with the gaps between them fit ``width``: the widest column loses a
+    character at a time; first the columns not kept, down to ``MIN_CELL``, then all of them,
+    then down to one character."""
+    widths = list(natural)
+    excess = sum(widths) + len(GAP) * (len(widths) - 1) - width
+    everyone = range(len(widths))
+    passes = (
+        ([i for i in everyone if i not in keep], MIN_CELL),
+        (everyone, MIN_CELL),
+        (everyone, 1),
+    )
+    for columns, floor in passes:
+        while excess > 0:
+            widest = max(columns, key=lambda i: widths[i], default=None)
+            if widest is None or widths[widest] <= min(natural[widest], floor):
+                break
+            widths[widest] -= 1
+            excess -= 1
+    return widths
+
+
+def clip(cell: str, size: int) -> str:
+    """The cell cut to ``size`` characters, its last one ``…`` when it was cut."""
+    if len(cell) <= size:
+        return cell
+    return cell[: size - 1] + ELLIPSIS if size > 1 else cell[:size]
+
+
+def _flat(cell: object) -> str:
+    # One line per row: a multi-line error would break the table.
+    return "" if cell is None else " ".join(str(cell).split())
 
 
 def _jobs_table(jobs: list[Row]) -> str:
@@ -161,6 +330,53 @@ def _job_table(job: Row) -> str:
         for s in job.get("history", [])
     ]
     return head + "\n\n" + table(steps, ["at", "event", "attempt", "consumer", "error"])
+
+
+def _state(schedule: Row) -> str:
+    if schedule.get("error"):
+        return "parked"  # the dispatcher paused it: it could not be planned
+    if schedule["paused"]:
+        return "paused"
+    return "ended" if schedule["next_at"] is None else "active"
+
+
+def _timing(schedule: Row) -> str:
+    if schedule.get("cron"):
+        return f"{schedule['cron']} ({schedule['timezone']})"
+    return f"every {schedule['interval_s']}s"
+
+
+def _schedules_table(schedules: list[Row]) -> str:
+    rows = [
+        (
+            s["name"],
+            _state(s),
+            _timing(s),
+            s["job"]["routing_key"],
+            s["next_at"],
+            s.get("namespace"),
+        )
+        for s in schedules
+    ]
+    return table(rows, ["name", "state", "timing", "routing key", "next at", "namespace"])
+
+
+def _schedule_table(schedule: Row) -> str:
+    rows = [
+        ("name", schedule["name"]),
+        ("namespace", schedule.get("namespace")),
+        ("state", _state(schedule)),
+        ("timing", _timing(schedule)),
+        ("routing key", schedule["job"]["routing_key"]),
+        ("start at", schedule["start_at"]),
+        ("end at", schedule["end_at"]),
+        ("missed", f"{schedule['missed']} (grace {schedule['grace_s']}s)"),
+        ("next at", schedule["next_at"]),
+        ("last fired at", schedule["last_fired_at"]),
+        ("error", schedule.get("error")),
+        *(("upcoming", moment) for moment in schedule.get("upcoming") or []),
+    ]
+    return table(rows, ["field", "value"])
 
 
 def _cluster_table(cluster: Row) -> str:
