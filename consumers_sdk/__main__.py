@@ -48,12 +48,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """Every option of the runner; the docs' CLI reference walks it too."""
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Run a consumers_sdk Consumer until SIGTERM or SIGINT, then stop taking\n"
-        "deliveries and let the running handlers finish (up to its stop_timeout_s).\n"
-        "The flags override the pace the Consumer was built with.",
-        epilog="example:\n"
-        f"  {prog} billing.consumers:consumer --prefetch 64 --concurrency 16 \\\n"
-        "      --max-per-second 200 --log-level WARNING",
+        # Lines short enough for a 60-column terminal: argparse does not rewrap these.
+        description="Run a consumers_sdk Consumer until SIGTERM or SIGINT,\n"
+        "then stop taking deliveries and let the running handlers\n"
+        "finish (up to its stop_timeout_s). The flags override\n"
+        "the pace the Consumer was built with.",
+        epilog=f"example:\n  {prog} billing.consumers:consumer \\\n"
+        "      --prefetch 64 --concurrency 16 --max-per-second 200",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(

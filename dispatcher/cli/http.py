@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import sys
+import textwrap
 from collections.abc import Collection, Sequence
 from typing import Any, TypeAlias
 from urllib.parse import quote
@@ -24,8 +25,21 @@ Row = dict[str, Any]
 Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 GAP = "  "
 ELLIPSIS = "…"
-MIN_CELL = 6  # a column cut narrower than this says nothing any more
+MIN_CELL = 8  # a column cut narrower than this says too little: left out instead
 PAGE = 1000  # rows asked for at a time (the API's most)
+
+
+class Formatter(argparse.HelpFormatter):
+    """Descriptions and epilogs wrapped to the terminal paragraph by paragraph (one a line);
+    indented lines, the examples, are kept as written so that they can be copied."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(
+            indent + line
+            if line.startswith(" ") or not line
+            else textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
+            for line in text.splitlines()
+        )
 
 
 def command(
@@ -43,7 +57,7 @@ def command(
         help=text,
         description=text[0].upper() + text[1:] + ".",
         epilog=f"example:\n  {example.replace(chr(10), chr(10) + '  ')}" if example else None,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=Formatter,
         parents=list(parents),
     )
 
@@ -266,15 +280,16 @@ def table(
     keep: Collection[int] = (0,),
     width: int | None = None,
 ) -> str:
-    """Columns padded to their widest cell; when the lines are wider than ``width`` (default:
-    ``terminal_width()``), the widest columns are cut with ``…``. The columns in ``keep`` (ids:
-    what a person copies) are cut only when the others alone cannot make room."""
+    """Columns padded to their widest cell, cut to fit ``width`` (default: ``terminal_width()``)
+    as ``fit`` says. The columns in ``keep`` (ids: what a person copies) are cut last."""
     cells = [[str(h) for h in header], *[[_flat(c) for c in row] for row in rows]]
     natural = [max(len(row[i]) for row in cells) for i in range(len(header))]
     width = terminal_width() if width is None else width
     widths = natural if width is None else fit(natural, width, keep)
     lines = (
-        GAP.join(clip(cell, size).ljust(size) for cell, size in zip(row, widths, strict=True))
+        GAP.join(
+            clip(cell, size).ljust(size) for cell, size in zip(row, widths, strict=True) if size
+        )
         for row in cells
     )
     # The last resort of a terminal narrower than one character per column and the gaps.
@@ -282,25 +297,38 @@ def table(
 
 
 def fit(natural: Sequence[int], width: int, keep: Collection[int] = ()) -> list[int]:
-    """Column widths that with the gaps between them fit ``width``: the widest column loses a
-    character at a time; first the columns not kept, down to ``MIN_CELL``, then all of them,
-    then down to one character."""
-    widths = list(natural)
-    excess = sum(widths) + len(GAP) * (len(widths) - 1) - width
-    everyone = range(len(widths))
-    passes = (
-        ([i for i in everyone if i not in keep], MIN_CELL),
-        (everyone, MIN_CELL),
-        (everyone, 1),
-    )
-    for columns, floor in passes:
-        while excess > 0:
-            widest = max(columns, key=lambda i: widths[i], default=None)
-            if widest is None or widths[widest] <= min(natural[widest], floor):
-                break
-            widths[widest] -= 1
-            excess -= 1
+    """Column widths that with the gaps between them fit ``width`` (0: the column is left out).
+    The widest column loses a character at a time, the columns not kept down to ``MIN_CELL``;
+    when that is not enough the last of them are left out (a narrow terminal shows fewer
+    columns, not unreadable ones); then the kept ones are cut, down to one character."""
+    shown = list(range(len(natural)))
+    while True:
+        widths = [natural[i] if i in shown else 0 for i in range(len(natural))]
+        others = [i for i in shown if i not in keep]
+        excess = _shrink(widths, others, _excess(widths, width), MIN_CELL)
+        if excess <= 0 or not others:
+            break
+        shown.remove(others[-1])
+    excess = _shrink(widths, shown, excess, MIN_CELL)
+    _shrink(widths, shown, excess, 1)
     return widths
+
+
+def _excess(widths: Sequence[int], width: int) -> int:
+    shown = [size for size in widths if size]
+    return sum(shown) + len(GAP) * (len(shown) - 1) - width
+
+
+def _shrink(widths: list[int], columns: Sequence[int], excess: int, floor: int) -> int:
+    """Takes up to ``excess`` characters from ``columns``, the widest first, none below
+    ``floor`` (nor below its own width); returns what is still to take."""
+    while excess > 0:
+        widest = max(columns, key=lambda i: widths[i], default=None)
+        if widest is None or widths[widest] <= floor:
+            return excess
+        widths[widest] -= 1
+        excess -= 1
+    return excess
 
 
 def clip(cell: str, size: int) -> str:

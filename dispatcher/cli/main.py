@@ -173,8 +173,9 @@ def _keys_parser(commands: http.Commands) -> None:
         keys_commands,
         "create",
         "create a key and print its token once (on stdout, alone)",
-        example="TOKEN=$(dispatcher keys create --scope producer --namespace billing \\\n"
-        "          --routing-key-prefix billing. --name 'billing service')",
+        example="TOKEN=$(dispatcher keys create --scope producer \\\n"
+        "    --namespace billing --routing-key-prefix billing. \\\n"
+        "    --name 'billing service')",
     )
     create.add_argument(
         "--scope",
@@ -242,12 +243,12 @@ def build_parser() -> argparse.ArgumentParser:
     """Every command and option of ``dispatcher``; the docs' CLI reference walks it too."""
     parser = argparse.ArgumentParser(
         prog="dispatcher",
-        description="Run and operate a delay dispatcher: serve a node, migrate its database,\n"
-        "manage API keys and dead letters, and look at the jobs, schedules and cluster\n"
-        "behind a node's HTTP API.",
-        epilog="Settings come from DISPATCHER_* environment variables (DISPATCHER_DATABASE_URL,\n"
+        description="Run and operate a delay dispatcher: serve a node, migrate its database, "
+        "manage API keys and dead letters, and look at the jobs, schedules and cluster behind a "
+        "node's HTTP API.",
+        epilog="Settings come from DISPATCHER_* environment variables (DISPATCHER_DATABASE_URL, "
         "DISPATCHER_AMQP_URL, ...). 'dispatcher COMMAND --help' shows a command's options.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=http.Formatter,
     )
     parser.add_argument(
         "--version", action="version", version=f"dispatcher {__version__}", help="print the release"

@@ -40,10 +40,19 @@ def test_the_widest_columns_lose_first() -> None:
 
 def test_kept_columns_are_cut_only_when_the_others_cannot_make_room() -> None:
     assert http.fit([26, 30], 40, keep=[0]) == [26, 12]
-    widths = http.fit([26, 30], 16, keep=[0])
-    assert sum(widths) + 2 <= 16
-    assert widths[1] == http.MIN_CELL  # the others went down to their floor first
-    assert widths[0] < 26
+    assert http.fit([26, 30], 16, keep=[0]) == [16, 0]  # the other left out, then the id cut
+
+
+def test_a_narrow_terminal_shows_fewer_columns_rather_than_unreadable_ones() -> None:
+    # A job's uuid, state, routing key, run at, error in 60 columns: the last two are left
+    # out; what stays is readable and the id whole.
+    assert http.fit([36, 9, 62, 20, 5], 60, keep=[0]) == [36, 9, 11, 0, 0]
+    rows = [("01a20dba-734a-7000-b557-5ef8eb365014", "scheduled", LONG_KEY, "2026-11-24", "")]
+    lines = http.table(rows, HEADER, width=60).splitlines()
+    assert lines == [
+        "id                                    state      routing key",
+        "01a20dba-734a-7000-b557-5ef8eb365014  scheduled  billing.in…",
+    ]
 
 
 def test_a_terminal_too_narrow_for_every_column_still_gets_no_longer_line() -> None:
