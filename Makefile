@@ -48,7 +48,7 @@ down: ## stop the nodes and services 'make run' or 'make cluster' started
 	$(BIN)/python -m devstack down
 
 test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests on RabbitMQ 4.x
-	$(BIN)/python -m devstack ensure --browser
+	$(BIN)/python -m devstack ensure --browser --chroot
 	$(MAKE) --no-print-directory rabbitmq4-chroot
 	$(BIN)/pytest -q --durations=25
 	@echo "--- the broker-facing tests again, on RabbitMQ 4.x"
@@ -67,7 +67,7 @@ RABBITMQ4_TESTS := tests/integration/test_publisher.py tests/integration/test_co
 	tests/e2e/test_cli.py::test_broker_apply_policies_and_dlq_list_as_a_user_runs_them
 
 rabbitmq4-chroot: $(STAMP) ## build (once) the Debian trixie chroot RabbitMQ 4.x runs from
-	@command -v debootstrap >/dev/null || (apt-get update -qq && apt-get install -y -qq debootstrap)
+	$(BIN)/python -m devstack ensure --chroot
 	$(BIN)/python -m devstack.rabbitmq4 build
 
 test-rabbitmq4: $(STAMP) rabbitmq4-chroot ## only the broker-facing tests, against RabbitMQ 4.x
