@@ -85,8 +85,9 @@ fmt: $(STAMP) ## format and fix what ruff can
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-typecheck: $(STAMP) ## mypy --strict on dispatcher, consumers_sdk, examples and devstack
+typecheck: $(STAMP) ## mypy --strict on dispatcher, consumers_sdk, examples, devstack and the docs' hooks
 	$(BIN)/mypy
+	$(BIN)/mypy docs/hooks
 
 imports: $(STAMP) ## the layering rules: import-linter contracts (pyproject.toml)
 	$(BIN)/lint-imports --no-logo
@@ -94,8 +95,8 @@ imports: $(STAMP) ## the layering rules: import-linter contracts (pyproject.toml
 docs: $(STAMP) ## serve the documentation site on http://127.0.0.1:8000 (rebuilds on change)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
 
-docs-build: $(STAMP) ## build the documentation site into .run/site; any warning fails
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -q -d .run/site
+docs-build: $(STAMP) ## build the documentation site into .run/site; any warning fails (not -q: it hides them)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d .run/site
 
 check: lint imports typecheck docs-build ## lint, layering rules, typecheck and the docs build
 
