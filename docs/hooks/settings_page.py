@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import SecretStr
 from pydantic.fields import FieldInfo
@@ -32,8 +32,9 @@ def type_name(info: FieldInfo) -> str:
     annotation = info.annotation
     if annotation is SecretStr:
         return "secret string"
-    name = getattr(annotation, "__name__", None)
-    return name if name and name != "Literal" else str(annotation).replace("typing.", "")
+    if get_origin(annotation) is Literal:
+        return "one of " + ", ".join(f"`{choice}`" for choice in get_args(annotation))
+    return getattr(annotation, "__name__", str(annotation))
 
 
 def default_text(info: FieldInfo) -> str:
