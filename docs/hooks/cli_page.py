@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 from collections.abc import Iterator
 
@@ -37,11 +38,10 @@ def parsers() -> list[argparse.ArgumentParser]:
     """The ``dispatcher`` parser, and the SDK's consumer runner's when it has one."""
     # dispatcher.cli re-exports main(), which hides its module of the same name.
     roots = [importlib.import_module("dispatcher.cli.main").build_parser()]
-    for name in ("cli", "__main__"):
-        try:
-            module = importlib.import_module(f"{consumers_sdk.__name__}.{name}")
-        except ImportError:
-            continue
+    for name in (f"{consumers_sdk.__name__}.cli", f"{consumers_sdk.__name__}.__main__"):
+        if importlib.util.find_spec(name) is None:
+            continue  # a module that exists but fails to import fails the build
+        module = importlib.import_module(name)
         if hasattr(module, "build_parser"):
             roots.append(module.build_parser())
             break
