@@ -81,3 +81,10 @@ def test_the_readmes_consumer_example_registers_its_handler() -> None:
     consumer = namespace["consumer"]
     assert consumer.group == "billing"
     assert [spec.routing_key for spec in consumer._handlers] == ["orders.expire"]
+
+
+def test_every_code_block_of_the_readme_and_the_pages_is_closed() -> None:
+    """An unclosed fence turns the rest of a page into code, on GitHub and in the site alike."""
+    for path in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        fences = [line for line in path.read_text().splitlines() if line.lstrip().startswith("```")]
+        assert len(fences) % 2 == 0, path
