@@ -1,7 +1,7 @@
 """The commands that talk to a dispatcher's HTTP API with an API key: ``jobs list|show|cancel|
-requeue``, ``schedules list|show|pause|resume|delete``, ``cluster status`` and ``stats``; and the
-tables every command prints. Tables fit the terminal by default, ``--json`` prints everything for
-scripts; errors go to stderr with exit code 1."""
+requeue``, ``schedules list|show|pause|resume|delete``, ``cluster status`` and ``stats``.
+Tables that fit the terminal by default, ``--json`` with everything for scripts; errors go to
+stderr with exit code 1."""
 
 from __future__ import annotations
 
@@ -9,70 +9,20 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sys
-import textwrap
-from collections.abc import Collection, Sequence
-from typing import Any, TypeAlias
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import quote
 
 import httpx
 
-from dispatcher.cli import progress
+from dispatcher.cli import parsers, progress, tables
 
 Row = dict[str, Any]
-# A string: the class is generic only to type checkers.
-Commands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-GAP = "  "
-ELLIPSIS = "…"
-MIN_CELL = 8  # a column cut narrower than this says too little: left out instead
 PAGE = 1000  # rows asked for at a time (the API's most)
 
 
-class Formatter(argparse.HelpFormatter):
-    """Descriptions and epilogs wrapped to the terminal paragraph by paragraph (one a line);
-    indented lines, the examples, are kept as written so that they can be copied."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "\n".join(
-            indent + line
-            if line.startswith(" ") or not line
-            else textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent)
-            for line in text.splitlines()
-        )
-
-
-def command(
-    commands: Commands,
-    name: str,
-    text: str,
-    *,
-    example: str | None = None,
-    parents: Sequence[argparse.ArgumentParser] = (),
-) -> argparse.ArgumentParser:
-    """A command whose one-line ``text`` is its help in its parent's list and its description
-    on its own page; ``example`` (command lines, one a line) becomes its epilog."""
-    return commands.add_parser(
-        name,
-        help=text,
-        description=text[0].upper() + text[1:] + ".",
-        epilog=f"example:\n  {example.replace(chr(10), chr(10) + '  ')}" if example else None,
-        formatter_class=Formatter,
-        parents=list(parents),
-    )
-
-
-def subcommands(parser: argparse.ArgumentParser, dest: str) -> Commands:
-    """The commands under ``parser``; the one chosen is ``args.<dest>``."""
-    return parser.add_subparsers(dest=dest, required=True, metavar="COMMAND", title="commands")
-
-
-def group(commands: Commands, name: str, text: str) -> Commands:
-    """A command of commands (``dispatcher NAME COMMAND``), chosen as ``args.<name>_command``."""
-    return subcommands(command(commands, name, text), f"{name}_command")
-
-
-def add_parsers(commands: Commands) -> None:
+def add_parsers(commands: parsers.Commands) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--url",
@@ -86,8 +36,8 @@ def add_parsers(commands: Commands) -> None:
     )
     common.add_argument("--json", action="store_true", help="machine-readable output, nothing cut")
 
-    jobs = group(commands, "jobs", "jobs, through the HTTP API")
-    listing = command(
+    jobs = parsers.group(commands, "jobs", "jobs, through the HTTP API")
+    listing = parsers.command(
         jobs,
         "list",
         "jobs in creation order, as a table that fits the terminal",
@@ -100,26 +50,26 @@ def add_parsers(commands: Commands) -> None:
         "--idempotency-key", default=None, help="only the job with this idempotency key"
     )
     listing.add_argument("--limit", type=int, default=50, help="at most this many (all pages)")
-    show = command(jobs, "show", "one job with its whole history", parents=[common])
+    show = parsers.command(jobs, "show", "one job with its whole history", parents=[common])
     show.add_argument("id", help="the job's id")
     for name, text in (("cancel", "cancel scheduled jobs"), ("requeue", "requeue dead jobs")):
-        action = command(
+        action = parsers.command(
             jobs, name, text, example=f"dispatcher jobs {name} ID...", parents=[common]
         )
         action.add_argument("ids", nargs="+", metavar="id", help="a job's id (several: a bar)")
     _schedules_parsers(commands, common)
-    command(
-        group(commands, "cluster", "the cluster, through the HTTP API"),
+    parsers.command(
+        parsers.group(commands, "cluster", "the cluster, through the HTTP API"),
         "status",
         "nodes, the leader, the shards each owns",
         parents=[common],
     )
-    command(commands, "stats", "jobs per state and routing key", parents=[common])
+    parsers.command(commands, "stats", "jobs per state and routing key", parents=[common])
 
 
-def _schedules_parsers(commands: Commands, common: argparse.ArgumentParser) -> None:
-    schedules = group(commands, "schedules", "recurring schedules, through the HTTP API")
-    listing = command(
+def _schedules_parsers(commands: parsers.Commands, common: argparse.ArgumentParser) -> None:
+    schedules = parsers.group(commands, "schedules", "recurring schedules, through the HTTP API")
+    listing = parsers.command(
         schedules,
         "list",
         "every schedule the key may see, in creation order",
@@ -133,7 +83,7 @@ def _schedules_parsers(commands: Commands, common: argparse.ArgumentParser) -> N
         ("resume", "resume a paused schedule from now on (missed occurrences are not made up)"),
         ("delete", "delete a schedule; the jobs it already made stay"),
     ):
-        action = command(
+        action = parsers.command(
             schedules,
             name,
             text,
@@ -260,91 +210,16 @@ def _schedules(http: httpx.Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def _print(args: argparse.Namespace, data: Any, table: Any) -> int:
+def _print(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> int:
     if args.json:
         print(json.dumps(data, indent=None))
     else:
-        print(table(data))
+        print(render(data))
     return 0
 
 
-def terminal_width() -> int | None:
-    """``$COLUMNS``, else the terminal's width; ``None`` (no limit) when stdout is no terminal."""
-    return shutil.get_terminal_size(fallback=(0, 0)).columns or None
-
-
-def table(
-    rows: Sequence[Sequence[object]],
-    header: Sequence[str],
-    *,
-    keep: Collection[int] = (0,),
-    width: int | None = None,
-) -> str:
-    """Columns padded to their widest cell, cut to fit ``width`` (default: ``terminal_width()``)
-    as ``fit`` says. The columns in ``keep`` (ids: what a person copies) are cut last."""
-    cells = [[str(h) for h in header], *[[_flat(c) for c in row] for row in rows]]
-    natural = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    width = terminal_width() if width is None else width
-    widths = natural if width is None else fit(natural, width, keep)
-    lines = (
-        GAP.join(
-            clip(cell, size).ljust(size) for cell, size in zip(row, widths, strict=True) if size
-        )
-        for row in cells
-    )
-    # The last resort of a terminal narrower than one character per column and the gaps.
-    return "\n".join(line.rstrip()[:width] for line in lines)
-
-
-def fit(natural: Sequence[int], width: int, keep: Collection[int] = ()) -> list[int]:
-    """Column widths that with the gaps between them fit ``width`` (0: the column is left out).
-    The widest column loses a character at a time, the columns not kept down to ``MIN_CELL``;
-    when that is not enough the last of them are left out (a narrow terminal shows fewer
-    columns, not unreadable ones); then the kept ones are cut, down to one character."""
-    shown = list(range(len(natural)))
-    while True:
-        widths = [natural[i] if i in shown else 0 for i in range(len(natural))]
-        others = [i for i in shown if i not in keep]
-        excess = _shrink(widths, others, _excess(widths, width), MIN_CELL)
-        if excess <= 0 or not others:
-            break
-        shown.remove(others[-1])
-    excess = _shrink(widths, shown, excess, MIN_CELL)
-    _shrink(widths, shown, excess, 1)
-    return widths
-
-
-def _excess(widths: Sequence[int], width: int) -> int:
-    shown = [size for size in widths if size]
-    return sum(shown) + len(GAP) * (len(shown) - 1) - width
-
-
-def _shrink(widths: list[int], columns: Sequence[int], excess: int, floor: int) -> int:
-    """Takes up to ``excess`` characters from ``columns``, the widest first, none below
-    ``floor`` (nor below its own width); returns what is still to take."""
-    while excess > 0:
-        widest = max(columns, key=lambda i: widths[i], default=None)
-        if widest is None or widths[widest] <= floor:
-            return excess
-        widths[widest] -= 1
-        excess -= 1
-    return excess
-
-
-def clip(cell: str, size: int) -> str:
-    """The cell cut to ``size`` characters, its last one ``…`` when it was cut."""
-    if len(cell) <= size:
-        return cell
-    return cell[: size - 1] + ELLIPSIS if size > 1 else cell[:size]
-
-
-def _flat(cell: object) -> str:
-    # One line per row: a multi-line error would break the table.
-    return "" if cell is None else " ".join(str(cell).split())
-
-
 def _jobs_table(jobs: list[Row]) -> str:
-    return table(
+    return tables.table(
         [(j["id"], j["state"], j["routing_key"], j["run_at"], j.get("last_error")) for j in jobs],
         ["id", "state", "routing key", "run at", "error"],
     )
@@ -352,12 +227,12 @@ def _jobs_table(jobs: list[Row]) -> str:
 
 def _job_table(job: Row) -> str:
     fields = ["id", "state", "routing_key", "run_at", "dispatched_at", "idempotency_key"]
-    head = table([(name, job.get(name)) for name in fields], ["field", "value"])
+    head = tables.table([(name, job.get(name)) for name in fields], ["field", "value"])
     steps = [
         (s["at"], s["event"], s.get("attempt"), s.get("consumer"), s.get("error"))
         for s in job.get("history", [])
     ]
-    return head + "\n\n" + table(steps, ["at", "event", "attempt", "consumer", "error"])
+    return head + "\n\n" + tables.table(steps, ["at", "event", "attempt", "consumer", "error"])
 
 
 def _state(schedule: Row) -> str:
@@ -386,7 +261,7 @@ def _schedules_table(schedules: list[Row]) -> str:
         )
         for s in schedules
     ]
-    return table(rows, ["name", "state", "timing", "routing key", "next at", "namespace"])
+    return tables.table(rows, ["name", "state", "timing", "routing key", "next at", "namespace"])
 
 
 def _schedule_table(schedule: Row) -> str:
@@ -404,7 +279,7 @@ def _schedule_table(schedule: Row) -> str:
         ("error", schedule.get("error")),
         *(("upcoming", moment) for moment in schedule.get("upcoming") or []),
     ]
-    return table(rows, ["field", "value"])
+    return tables.table(rows, ["field", "value"])
 
 
 def _cluster_table(cluster: Row) -> str:
@@ -420,7 +295,7 @@ def _cluster_table(cluster: Row) -> str:
         )
         for node in nodes
     ]
-    return f"mode: {cluster.get('mode')}\n" + table(rows, ["node", "role", "shards", "owns"])
+    return f"mode: {cluster.get('mode')}\n" + tables.table(rows, ["node", "role", "shards", "owns"])
 
 
 def _ranges(shards: list[int]) -> str:
@@ -435,12 +310,12 @@ def _ranges(shards: list[int]) -> str:
 
 
 def _stats_table(stats: Row) -> str:
-    by_state = table(sorted(stats["by_state"].items()), ["state", "jobs"])
+    by_state = tables.table(sorted(stats["by_state"].items()), ["state", "jobs"])
     named = sorted((c["routing_key"], c["state"], c["jobs"]) for c in stats["counts"])
     other = [
         ("(other keys)", state, jobs)
         for state, jobs in sorted(stats.get("other", {}).items())
         if jobs
     ]
-    counts = table(named + other, ["routing key", "state", "jobs"])
+    counts = tables.table(named + other, ["routing key", "state", "jobs"])
     return f"counted at {stats['counted_at']}\n\n{by_state}\n\n{counts}"

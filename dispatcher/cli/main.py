@@ -1,5 +1,6 @@
-"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | cluster | stats``.
-Parses, builds Settings, calls; no logic (the HTTP API's commands are in ``cli.http``)."""
+"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | schedules |
+cluster | stats``. Parses, builds Settings, calls; no logic (the HTTP API's commands are in
+``cli.http``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from dispatcher import api_keys, errors, logs
-from dispatcher.cli import http, progress
+from dispatcher.cli import http, parsers, progress, tables
 from dispatcher.settings import Settings
 from dispatcher.version import __version__
 
@@ -71,7 +72,7 @@ def _dlq(args: argparse.Namespace, settings: Settings) -> int:
             (queue.name, "?" if queue.messages is None else queue.messages, queue.work_queue)
             for queue in queues
         ]
-        print(http.table(rows, ["dead-letter queue", "messages", "work queue"]))
+        print(tables.table(rows, ["dead-letter queue", "messages", "work queue"]))
     return 0
 
 
@@ -164,12 +165,12 @@ def _keys_table(keys: list[api_keys.ApiKey]) -> str:
         for key in keys
     ]
     header = ["id", "scope", "namespace", "prefixes", "name", "created", "revoked"]
-    return http.table(rows, header)
+    return tables.table(rows, header)
 
 
-def _keys_parser(commands: http.Commands) -> None:
-    keys_commands = http.group(commands, "keys", "API keys, stored in PostgreSQL")
-    create = http.command(
+def _keys_parser(commands: parsers.Commands) -> None:
+    keys_commands = parsers.group(commands, "keys", "API keys, stored in PostgreSQL")
+    create = parsers.command(
         keys_commands,
         "create",
         "create a key and print its token once (on stdout, alone)",
@@ -191,9 +192,9 @@ def _keys_parser(commands: http.Commands) -> None:
         help="producer keys: allowed routing-key prefix (repeat for several; none: any)",
     )
     create.add_argument("--name", default="", help="a label for humans, shown by 'keys list'")
-    listing = http.command(keys_commands, "list", "every key, revoked ones too; no secrets")
+    listing = parsers.command(keys_commands, "list", "every key, revoked ones too; no secrets")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
-    revoke = http.command(
+    revoke = parsers.command(
         keys_commands,
         "revoke",
         "revoke a key (refused by every node at once)",
@@ -202,11 +203,11 @@ def _keys_parser(commands: http.Commands) -> None:
     revoke.add_argument("id", type=int, help="the key's id, as 'keys list' shows it")
 
 
-def _dlq_parser(commands: http.Commands) -> None:
-    dlq = http.group(commands, "dlq", "dead-letter queues of the consumers")
-    dlq_list = http.command(dlq, "list", "the dead-letter queues and their message counts")
+def _dlq_parser(commands: parsers.Commands) -> None:
+    dlq = parsers.group(commands, "dlq", "dead-letter queues of the consumers")
+    dlq_list = parsers.command(dlq, "list", "the dead-letter queues and their message counts")
     dlq_list.add_argument("--json", action="store_true", help="machine-readable output")
-    dlq_requeue = http.command(
+    dlq_requeue = parsers.command(
         dlq,
         "requeue",
         "move dead jobs back to their work queue (a progress bar on a terminal)",
@@ -222,9 +223,9 @@ def _dlq_parser(commands: http.Commands) -> None:
     )
 
 
-def _broker_parser(commands: http.Commands) -> None:
-    broker_commands = http.group(commands, "broker", "RabbitMQ settings of the project's queues")
-    apply = http.command(
+def _broker_parser(commands: parsers.Commands) -> None:
+    broker_commands = parsers.group(commands, "broker", "RabbitMQ settings of the project's queues")
+    apply = parsers.command(
         broker_commands,
         "apply-policies",
         "give queues an earlier release declared this release's delivery limits (policies)",
@@ -248,19 +249,19 @@ def build_parser() -> argparse.ArgumentParser:
         "node's HTTP API.",
         epilog="Settings come from DISPATCHER_* environment variables (DISPATCHER_DATABASE_URL, "
         "DISPATCHER_AMQP_URL, ...). 'dispatcher COMMAND --help' shows a command's options.",
-        formatter_class=http.Formatter,
+        formatter_class=parsers.Formatter,
     )
     parser.add_argument(
         "--version", action="version", version=f"dispatcher {__version__}", help="print the release"
     )
-    commands = http.subcommands(parser, "command")
-    http.command(
+    commands = parsers.subcommands(parser, "command")
+    parsers.command(
         commands,
         "serve",
         "run a dispatcher node (applies migrations first) until SIGTERM",
         example="DISPATCHER_DATABASE_URL=postgresql://... dispatcher serve",
     )
-    migrate = http.command(commands, "migrate", "apply the database migrations and exit")
+    migrate = parsers.command(commands, "migrate", "apply the database migrations and exit")
     migrate.add_argument(
         "--status",
         action="store_true",
