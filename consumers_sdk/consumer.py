@@ -82,17 +82,10 @@ class Consumer:
         ``report_events`` sends each attempt's outcome to the dispatcher (``reporter.py``), at
         most ``events_buffer`` of them held while the broker refuses; ``name`` is this consumer
         in those events (default: host-pid)."""
-        if prefetch < 1 or (concurrency is not None and concurrency < 1):
-            raise ValueError("prefetch and concurrency must be at least 1")
-        if max_per_second is not None and max_per_second <= 0:
-            raise ValueError("max_per_second must be positive")
+        self._started = False
+        self._pace(prefetch, concurrency, max_per_second)
         self._url = amqp_url
         self.group = group
-        self._prefetch = prefetch
-        self._concurrency = min(concurrency or prefetch, prefetch)
-        self._slots = asyncio.Semaphore(self._concurrency)
-        self._rate = _RateLimit(max_per_second)
-        self._max_per_second = max_per_second
         self._queue_type = queue_type
         self._tiers = retry.validate_tiers(retry_tiers)
         self._dedup = deduplicator
@@ -117,6 +110,49 @@ class Consumer:
         self.ready = asyncio.Event()
         self._running = 0
         self.max_in_flight = 0  # the most deliveries handled at once, for operators and tests
+
+    def _pace(self, prefetch: int, concurrency: int | None, max_per_second: float | None) -> None:
+        if prefetch < 1 or (concurrency is not None and concurrency < 1):
+            raise ValueError("prefetch and concurrency must be at least 1")
+        if max_per_second is not None and max_per_second <= 0:
+            raise ValueError("max_per_second must be positive")
+        self._prefetch = prefetch
+        self._concurrency_given = concurrency
+        self._concurrency = min(concurrency or prefetch, prefetch)
+        self._slots = asyncio.Semaphore(self._concurrency)
+        self._rate = _RateLimit(max_per_second)
+        self._max_per_second = max_per_second
+
+    def configure(
+        self,
+        *,
+        prefetch: int | None = None,
+        concurrency: int | None = None,
+        max_per_second: float | None = None,
+    ) -> None:
+        """Override the pace given to the constructor (what ``dispatcher-consumer``'s flags do);
+        ``None`` keeps a setting. Only before ``run``: a running consumer's channel and slots
+        are sized already."""
+        if self._started:
+            raise RuntimeError("configure() before run(), not while the consumer runs")
+        self._pace(
+            self._prefetch if prefetch is None else prefetch,
+            self._concurrency_given if concurrency is None else concurrency,
+            self._max_per_second if max_per_second is None else max_per_second,
+        )
+
+    @property
+    def prefetch(self) -> int:
+        return self._prefetch
+
+    @property
+    def concurrency(self) -> int:
+        """Handlers running at once: ``concurrency``, else ``prefetch``; at most ``prefetch``."""
+        return self._concurrency
+
+    @property
+    def max_per_second(self) -> float | None:
+        return self._max_per_second
 
     def handler(
         self,
@@ -162,6 +198,7 @@ class Consumer:
             raise ValueError("no handler registered")
         self._warn_if_deliveries_can_outwait_the_broker()
         signals = self._install_signals() if handle_signals else []
+        self._started = True
         try:
             connection = await self._connect()
             if connection is None:  # stopped before the broker answered
@@ -174,6 +211,7 @@ class Consumer:
                 await connection.close()
                 self._outcomes = None
         finally:
+            self._started = False
             loop = asyncio.get_running_loop()
             for signum in signals:
                 loop.remove_signal_handler(signum)

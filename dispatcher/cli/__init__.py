@@ -1,4 +1,5 @@
-"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | cluster | stats``."""
+"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | schedules | cluster |
+stats``."""
 
 from dispatcher.cli.main import main
 

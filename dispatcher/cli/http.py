@@ -1,24 +1,28 @@
 """The commands that talk to a dispatcher's HTTP API with an API key: ``jobs list|show|cancel|
-requeue``, ``cluster status`` and ``stats``. Readable tables by default, ``--json`` for scripts;
-errors go to stderr with exit code 1."""
+requeue``, ``schedules list|show|pause|resume|delete``, ``cluster status`` and ``stats``.
+Tables that fit the terminal by default, ``--json`` with everything for scripts; errors go to
+stderr with exit code 1."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
-from dispatcher.cli import progress
+from dispatcher.cli import parsers, progress, tables
 
 Row = dict[str, Any]
+PAGE = 1000  # rows asked for at a time (the API's most)
 
 
-def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(commands: parsers.Commands) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--url",
@@ -30,29 +34,68 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
         default=os.environ.get("DISPATCHER_API_KEY"),
         help="an API key (default: $DISPATCHER_API_KEY)",
     )
-    common.add_argument("--json", action="store_true", help="machine-readable output")
+    common.add_argument("--json", action="store_true", help="machine-readable output, nothing cut")
 
-    jobs = commands.add_parser("jobs", help="jobs, through the HTTP API").add_subparsers(
-        dest="jobs_command", required=True
+    jobs = parsers.group(commands, "jobs", "jobs, through the HTTP API")
+    listing = parsers.command(
+        jobs,
+        "list",
+        "jobs in creation order, as a table that fits the terminal",
+        example="dispatcher jobs list --state dead --routing-key billing. --limit 20",
+        parents=[common],
     )
-    listing = jobs.add_parser("list", parents=[common], help="jobs in creation order")
-    listing.add_argument("--state", default=None)
-    listing.add_argument("--routing-key", default=None)
-    listing.add_argument("--idempotency-key", default=None)
+    listing.add_argument("--state", default=None, help="only jobs in this state, e.g. dead")
+    listing.add_argument("--routing-key", default=None, help="only jobs with this routing key")
+    listing.add_argument(
+        "--idempotency-key", default=None, help="only the job with this idempotency key"
+    )
     listing.add_argument("--limit", type=int, default=50, help="at most this many (all pages)")
-    show = jobs.add_parser("show", parents=[common], help="one job with its whole history")
-    show.add_argument("id")
+    show = parsers.command(jobs, "show", "one job with its whole history", parents=[common])
+    show.add_argument("id", help="the job's id")
     for name, text in (("cancel", "cancel scheduled jobs"), ("requeue", "requeue dead jobs")):
-        action = jobs.add_parser(name, parents=[common], help=text)
-        action.add_argument("ids", nargs="+", metavar="id")
-    cluster = commands.add_parser("cluster", help="the cluster, through the HTTP API")
-    cluster.add_subparsers(dest="cluster_command", required=True).add_parser(
-        "status", parents=[common], help="nodes, the leader, the shards each owns"
+        action = parsers.command(
+            jobs, name, text, example=f"dispatcher jobs {name} ID...", parents=[common]
+        )
+        action.add_argument("ids", nargs="+", metavar="id", help="a job's id (several: a bar)")
+    _schedules_parsers(commands, common)
+    parsers.command(
+        parsers.group(commands, "cluster", "the cluster, through the HTTP API"),
+        "status",
+        "nodes, the leader, the shards each owns",
+        parents=[common],
     )
-    commands.add_parser("stats", parents=[common], help="jobs per state and routing key")
+    parsers.command(commands, "stats", "jobs per state and routing key", parents=[common])
+
+
+def _schedules_parsers(commands: parsers.Commands, common: argparse.ArgumentParser) -> None:
+    schedules = parsers.group(commands, "schedules", "recurring schedules, through the HTTP API")
+    listing = parsers.command(
+        schedules,
+        "list",
+        "every schedule the key may see, in creation order",
+        example="dispatcher schedules list --json | jq '.[].name'",
+        parents=[common],
+    )
+    listing.add_argument("--limit", type=int, default=None, help="at most this many (all pages)")
+    for name, text in (
+        ("show", "one schedule with its next occurrences"),
+        ("pause", "pause a schedule: no new occurrences until it is resumed"),
+        ("resume", "resume a paused schedule from now on (missed occurrences are not made up)"),
+        ("delete", "delete a schedule; the jobs it already made stay"),
+    ):
+        action = parsers.command(
+            schedules,
+            name,
+            text,
+            example=f"dispatcher schedules {name} nightly-report",
+            parents=[common],
+        )
+        action.add_argument("name", help="the schedule's name")
 
 
 def run(args: argparse.Namespace, default_url: str) -> int:
+    # httpx logs every request at INFO: a line per job would bury the results and the bar.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     # Writes are JSON, the body-less ones too (the node refuses what a browser form could send).
     headers = {"content-type": "application/json"}
     if args.api_key:
@@ -61,6 +104,8 @@ def run(args: argparse.Namespace, default_url: str) -> int:
         with httpx.Client(base_url=args.url or default_url, headers=headers, timeout=30) as http:
             if args.command == "jobs":
                 return _jobs(http, args)
+            if args.command == "schedules":
+                return _schedules(http, args)
             if args.command == "cluster":
                 return _print(args, _get(http, "/v1/cluster"), _cluster_table)
             return _print(args, _get(http, "/v1/stats"), _stats_table)
@@ -72,7 +117,9 @@ def run(args: argparse.Namespace, default_url: str) -> int:
 
 
 class _Refused(Exception):
-    pass
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
 
 
 def _check(response: httpx.Response) -> Any:
@@ -81,7 +128,7 @@ def _check(response: httpx.Response) -> Any:
             message = response.json().get("message", response.text)
         except ValueError:
             message = response.text
-        raise _Refused(f"{response.status_code}: {message}")
+        raise _Refused(response.status_code, message)
     return response.json()
 
 
@@ -89,65 +136,90 @@ def _get(http: httpx.Client, path: str, **params: Any) -> Any:
     return _check(http.get(path, params={k: v for k, v in params.items() if v is not None}))
 
 
+def _pages(http: httpx.Client, path: str, key: str, limit: int | None, **params: Any) -> list[Row]:
+    """Follows the cursor (``next_after``) until ``limit`` rows or the last page."""
+    found: list[Row] = []
+    after = None
+    while limit is None or len(found) < limit:
+        size = PAGE if limit is None else min(limit - len(found), PAGE)
+        page = _get(http, path, limit=size, after=after, **params)
+        found.extend(page[key])
+        after = page["next_after"]
+        if after is None:
+            break
+    return found
+
+
 def _jobs(http: httpx.Client, args: argparse.Namespace) -> int:
     if args.jobs_command == "list":
-        found: list[Row] = []
-        after = None
-        while len(found) < args.limit:
-            page = _get(
-                http,
-                "/v1/jobs",
-                state=args.state,
-                routing_key=args.routing_key,
-                idempotency_key=args.idempotency_key,
-                limit=min(args.limit - len(found), 1000),
-                after=after,
-            )
-            found.extend(page["jobs"])
-            after = page["next_after"]
-            if after is None:
-                break
+        found = _pages(
+            http,
+            "/v1/jobs",
+            "jobs",
+            args.limit,
+            state=args.state,
+            routing_key=args.routing_key,
+            idempotency_key=args.idempotency_key,
+        )
         return _print(args, found, _jobs_table)
     if args.jobs_command == "show":
-        return _print(args, _get(http, f"/v1/jobs/{args.id}"), _job_table)
+        return _print(args, _get(http, f"/v1/jobs/{quote(args.id, safe='')}"), _job_table)
     method = "DELETE" if args.jobs_command == "cancel" else "POST"
     suffix = "" if args.jobs_command == "cancel" else "/requeue"
     done: list[Row] = []
     failed = 0
-    for index, job_id in enumerate(args.ids, 1):
-        try:
-            done.append(_check(http.request(method, f"/v1/jobs/{job_id}{suffix}")))
-        except _Refused as exc:
-            failed += 1
-            print(f"\n{job_id}: {exc}", file=sys.stderr)
-        if len(args.ids) > 1:
-            progress.draw(index, len(args.ids))
-    if len(args.ids) > 1:
-        sys.stderr.write("\n")
+    with progress.bar() as drawn:
+        for index, job_id in enumerate(args.ids, 1):
+            path = f"/v1/jobs/{quote(job_id, safe='')}{suffix}"
+            try:
+                done.append(_check(http.request(method, path)))
+            except _Refused as exc:
+                failed += 1
+                drawn.say(f"{job_id}: {exc}")
+            if len(args.ids) > 1:
+                drawn(index, len(args.ids))
     _print(args, done, _jobs_table)
     return 1 if failed else 0
 
 
-def _print(args: argparse.Namespace, data: Any, table: Any) -> int:
+def _schedules(http: httpx.Client, args: argparse.Namespace) -> int:
+    if args.schedules_command == "list":
+        found = _pages(http, "/v1/schedules", "schedules", args.limit)
+        return _print(args, found, _schedules_table)
+    path = f"/v1/schedules/{quote(args.name, safe='')}"
+    try:
+        if args.schedules_command == "show":
+            return _print(args, _get(http, path), _schedule_table)
+        if args.schedules_command == "delete":
+            schedule = _check(http.delete(path))
+        else:
+            paused = args.schedules_command == "pause"
+            schedule = _check(http.patch(path, json={"paused": paused}))
+    except _Refused as exc:
+        if exc.status != 404:
+            raise
+        print(f"dispatcher schedules: no schedule {args.name}", file=sys.stderr)
+        return 1
     if args.json:
-        print(json.dumps(data, indent=None))
+        print(json.dumps(schedule))
+    elif args.schedules_command == "resume":
+        print(f"resumed schedule {args.name}; next occurrence at {schedule['next_at']}")
     else:
-        print(table(data))
+        done = {"pause": "paused", "delete": "deleted"}[args.schedules_command]
+        print(f"{done} schedule {args.name}")
     return 0
 
 
-def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
-    """Columns padded to their widest cell."""
-    cells = [[str(h) for h in header], *[["" if c is None else str(c) for c in r] for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    )
+def _print(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> int:
+    if args.json:
+        print(json.dumps(data, indent=None))
+    else:
+        print(render(data))
+    return 0
 
 
 def _jobs_table(jobs: list[Row]) -> str:
-    return table(
+    return tables.table(
         [(j["id"], j["state"], j["routing_key"], j["run_at"], j.get("last_error")) for j in jobs],
         ["id", "state", "routing key", "run at", "error"],
     )
@@ -155,12 +227,59 @@ def _jobs_table(jobs: list[Row]) -> str:
 
 def _job_table(job: Row) -> str:
     fields = ["id", "state", "routing_key", "run_at", "dispatched_at", "idempotency_key"]
-    head = table([(name, job.get(name)) for name in fields], ["field", "value"])
+    head = tables.table([(name, job.get(name)) for name in fields], ["field", "value"])
     steps = [
         (s["at"], s["event"], s.get("attempt"), s.get("consumer"), s.get("error"))
         for s in job.get("history", [])
     ]
-    return head + "\n\n" + table(steps, ["at", "event", "attempt", "consumer", "error"])
+    return head + "\n\n" + tables.table(steps, ["at", "event", "attempt", "consumer", "error"])
+
+
+def _state(schedule: Row) -> str:
+    if schedule.get("error"):
+        return "parked"  # the dispatcher paused it: it could not be planned
+    if schedule["paused"]:
+        return "paused"
+    return "ended" if schedule["next_at"] is None else "active"
+
+
+def _timing(schedule: Row) -> str:
+    if schedule.get("cron"):
+        return f"{schedule['cron']} ({schedule['timezone']})"
+    return f"every {schedule['interval_s']}s"
+
+
+def _schedules_table(schedules: list[Row]) -> str:
+    rows = [
+        (
+            s["name"],
+            _state(s),
+            _timing(s),
+            s["job"]["routing_key"],
+            s["next_at"],
+            s.get("namespace"),
+        )
+        for s in schedules
+    ]
+    return tables.table(rows, ["name", "state", "timing", "routing key", "next at", "namespace"])
+
+
+def _schedule_table(schedule: Row) -> str:
+    rows = [
+        ("name", schedule["name"]),
+        ("namespace", schedule.get("namespace")),
+        ("state", _state(schedule)),
+        ("timing", _timing(schedule)),
+        ("routing key", schedule["job"]["routing_key"]),
+        ("start at", schedule["start_at"]),
+        ("end at", schedule["end_at"]),
+        ("missed", f"{schedule['missed']} (grace {schedule['grace_s']}s)"),
+        ("next at", schedule["next_at"]),
+        ("last fired at", schedule["last_fired_at"]),
+        ("error", schedule.get("error")),
+        *(("upcoming", moment) for moment in schedule.get("upcoming") or []),
+    ]
+    return tables.table(rows, ["field", "value"])
 
 
 def _cluster_table(cluster: Row) -> str:
@@ -176,7 +295,7 @@ def _cluster_table(cluster: Row) -> str:
         )
         for node in nodes
     ]
-    return f"mode: {cluster.get('mode')}\n" + table(rows, ["node", "role", "shards", "owns"])
+    return f"mode: {cluster.get('mode')}\n" + tables.table(rows, ["node", "role", "shards", "owns"])
 
 
 def _ranges(shards: list[int]) -> str:
@@ -191,12 +310,12 @@ def _ranges(shards: list[int]) -> str:
 
 
 def _stats_table(stats: Row) -> str:
-    by_state = table(sorted(stats["by_state"].items()), ["state", "jobs"])
+    by_state = tables.table(sorted(stats["by_state"].items()), ["state", "jobs"])
     named = sorted((c["routing_key"], c["state"], c["jobs"]) for c in stats["counts"])
     other = [
         ("(other keys)", state, jobs)
         for state, jobs in sorted(stats.get("other", {}).items())
         if jobs
     ]
-    counts = table(named + other, ["routing key", "state", "jobs"])
+    counts = tables.table(named + other, ["routing key", "state", "jobs"])
     return f"counted at {stats['counted_at']}\n\n{by_state}\n\n{counts}"

@@ -1,5 +1,6 @@
-"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | cluster | stats``.
-Parses, builds Settings, calls; no logic (the HTTP API's commands are in ``cli.http``)."""
+"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | schedules |
+cluster | stats``. Parses, builds Settings, calls; no logic (the HTTP API's commands are in
+``cli.http``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from dispatcher import api_keys, errors, logs
-from dispatcher.cli import http, progress
+from dispatcher.cli import http, parsers, progress, tables
 from dispatcher.settings import Settings
 from dispatcher.version import __version__
 
@@ -54,11 +55,9 @@ def _dlq(args: argparse.Namespace, settings: Settings) -> int:
             print(f"requeued job {args.job} from {args.queue} to routing key {routing_key}")
             return 0
         else:
-            with progress.drawn():
+            with progress.bar() as drawn:
                 moved = asyncio.run(
-                    dlq.requeue(
-                        settings.amqp_url, args.queue, limit=args.limit, progress=progress.draw
-                    )
+                    dlq.requeue(settings.amqp_url, args.queue, limit=args.limit, progress=drawn)
                 )
     except errors.DlqError as exc:
         print(f"dispatcher dlq: {exc}", file=sys.stderr)
@@ -68,10 +67,12 @@ def _dlq(args: argparse.Namespace, settings: Settings) -> int:
     elif args.json:
         print(json.dumps([dataclasses.asdict(queue) for queue in queues]))
     else:
-        print(f"{'dead-letter queue':50} {'messages':>9}  work queue")
-        for queue in queues:
-            messages = "?" if queue.messages is None else queue.messages  # the broker cannot say
-            print(f"{queue.name:50} {messages:>9}  {queue.work_queue}")
+        rows = [
+            # "?": the broker cannot say
+            (queue.name, "?" if queue.messages is None else queue.messages, queue.work_queue)
+            for queue in queues
+        ]
+        print(tables.table(rows, ["dead-letter queue", "messages", "work queue"]))
     return 0
 
 
@@ -122,12 +123,11 @@ async def _keys(args: argparse.Namespace, settings: Settings) -> int:
             print(f"created key {key.id}; the token is shown this once:", file=sys.stderr)
             print(token)
         elif args.keys_command == "list":
-            listed = [_key_view(key) for key in await store.list()]
+            listed = await store.list()
             if args.json:
-                print(json.dumps(listed))
+                print(json.dumps([_key_view(key) for key in listed]))
             else:
-                for view in listed:
-                    print(" ".join(f"{name}={value}" for name, value in view.items()))
+                print(_keys_table(listed))
         elif not await store.revoke(args.id):
             print(f"dispatcher keys: no live key {args.id}", file=sys.stderr)
             return 1
@@ -151,11 +151,39 @@ def _key_view(key: api_keys.ApiKey) -> dict[str, object]:
     }
 
 
-def _keys_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser("keys", help="API keys stored in PostgreSQL")
-    keys_commands = parser.add_subparsers(dest="keys_command", required=True)
-    create = keys_commands.add_parser("create", help="create a key and print its token once")
-    create.add_argument("--scope", required=True, choices=[scope.value for scope in api_keys.Scope])
+def _keys_table(keys: list[api_keys.ApiKey]) -> str:
+    rows = [
+        (
+            key.id,
+            key.scope.value,
+            key.namespace,
+            ",".join(key.routing_key_prefixes) or "*",  # "*": no prefix, any routing key
+            key.name,
+            key.created_at.isoformat(timespec="seconds"),
+            key.revoked_at.isoformat(timespec="seconds") if key.revoked_at else None,
+        )
+        for key in keys
+    ]
+    header = ["id", "scope", "namespace", "prefixes", "name", "created", "revoked"]
+    return tables.table(rows, header)
+
+
+def _keys_parser(commands: parsers.Commands) -> None:
+    keys_commands = parsers.group(commands, "keys", "API keys, stored in PostgreSQL")
+    create = parsers.command(
+        keys_commands,
+        "create",
+        "create a key and print its token once (on stdout, alone)",
+        example="TOKEN=$(dispatcher keys create --scope producer \\\n"
+        "    --namespace billing --routing-key-prefix billing. \\\n"
+        "    --name 'billing service')",
+    )
+    create.add_argument(
+        "--scope",
+        required=True,
+        choices=[scope.value for scope in api_keys.Scope],
+        help="producer: its namespace's jobs; monitor: probes and metrics; admin: everything",
+    )
     create.add_argument("--namespace", default=None, help="producer keys: the key's namespace")
     create.add_argument(
         "--routing-key-prefix",
@@ -164,31 +192,28 @@ def _keys_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="producer keys: allowed routing-key prefix (repeat for several; none: any)",
     )
     create.add_argument("--name", default="", help="a label for humans, shown by 'keys list'")
-    listing = keys_commands.add_parser("list", help="every key, revoked ones too; no secrets")
+    listing = parsers.command(keys_commands, "list", "every key, revoked ones too; no secrets")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
-    revoke = keys_commands.add_parser("revoke", help="revoke a key (refused by every node at once)")
-    revoke.add_argument("id", type=int)
+    revoke = parsers.command(
+        keys_commands,
+        "revoke",
+        "revoke a key (refused by every node at once)",
+        example="dispatcher keys revoke 7",
+    )
+    revoke.add_argument("id", type=int, help="the key's id, as 'keys list' shows it")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Every command and option of ``dispatcher``; the docs' CLI reference walks it too."""
-    parser = argparse.ArgumentParser(prog="dispatcher", description="Delay dispatcher")
-    parser.add_argument("--version", action="version", version=f"dispatcher {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="run a dispatcher node (applies migrations first)")
-    migrate = commands.add_parser("migrate", help="apply the database migrations and exit")
-    migrate.add_argument(
-        "--status",
-        action="store_true",
-        help="list the shipped and applied migrations and change nothing",
-    )
-    _keys_parser(commands)
-    dlq = commands.add_parser("dlq", help="dead-letter queues of the consumers").add_subparsers(
-        dest="dlq_command", required=True
-    )
-    dlq_list = dlq.add_parser("list", help="the dead-letter queues and their message counts")
+def _dlq_parser(commands: parsers.Commands) -> None:
+    dlq = parsers.group(commands, "dlq", "dead-letter queues of the consumers")
+    dlq_list = parsers.command(dlq, "list", "the dead-letter queues and their message counts")
     dlq_list.add_argument("--json", action="store_true", help="machine-readable output")
-    dlq_requeue = dlq.add_parser("requeue", help="move dead jobs back to their work queue")
+    dlq_requeue = parsers.command(
+        dlq,
+        "requeue",
+        "move dead jobs back to their work queue (a progress bar on a terminal)",
+        example="dispatcher dlq requeue billing.orders.expire.dead --limit 100\n"
+        "dispatcher dlq requeue billing.orders.expire.dead --job 0f3c...",
+    )
     dlq_requeue.add_argument("queue", help="a dead-letter queue, e.g. billing.orders.expire.dead")
     dlq_requeue.add_argument("--limit", type=int, default=None, help="move at most this many")
     dlq_requeue.add_argument(
@@ -196,11 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="only this job (id), back to its original routing key with its attempt history",
     )
-    broker = commands.add_parser("broker", help="RabbitMQ settings of the project's queues")
-    broker_commands = broker.add_subparsers(dest="broker_command", required=True)
-    apply = broker_commands.add_parser(
+
+
+def _broker_parser(commands: parsers.Commands) -> None:
+    broker_commands = parsers.group(commands, "broker", "RabbitMQ settings of the project's queues")
+    apply = parsers.command(
+        broker_commands,
         "apply-policies",
-        help="give queues an earlier release declared this release's delivery limits (policies)",
+        "give queues an earlier release declared this release's delivery limits (policies)",
+        example="dispatcher broker apply-policies --dry-run",
     )
     apply.add_argument("--dry-run", action="store_true", help="print the policies; write nothing")
     apply.add_argument(
@@ -209,6 +238,38 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="policy priority: above the vhost's own policies (a queue follows only one)",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every command and option of ``dispatcher``; the docs' CLI reference walks it too."""
+    parser = argparse.ArgumentParser(
+        prog="dispatcher",
+        description="Run and operate a delay dispatcher: serve a node, migrate its database, "
+        "manage API keys and dead letters, and look at the jobs, schedules and cluster behind a "
+        "node's HTTP API.",
+        epilog="Settings come from DISPATCHER_* environment variables (DISPATCHER_DATABASE_URL, "
+        "DISPATCHER_AMQP_URL, ...). 'dispatcher COMMAND --help' shows a command's options.",
+        formatter_class=parsers.Formatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"dispatcher {__version__}", help="print the release"
+    )
+    commands = parsers.subcommands(parser, "command")
+    parsers.command(
+        commands,
+        "serve",
+        "run a dispatcher node (applies migrations first) until SIGTERM",
+        example="DISPATCHER_DATABASE_URL=postgresql://... dispatcher serve",
+    )
+    migrate = parsers.command(commands, "migrate", "apply the database migrations and exit")
+    migrate.add_argument(
+        "--status",
+        action="store_true",
+        help="list the shipped and applied migrations and change nothing",
+    )
+    _keys_parser(commands)
+    _dlq_parser(commands)
+    _broker_parser(commands)
     http.add_parsers(commands)
     return parser
 

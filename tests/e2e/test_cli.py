@@ -16,6 +16,8 @@ import pytest
 
 from consumers_sdk import Consumer, Job, topology
 from devstack.rabbitmq import RabbitServer
+from dispatcher.cli import http as cli_http
+from dispatcher.cli import main as dispatcher_main
 from tests.integration.test_consumer import depth_reaches, queue_depth
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess, served
@@ -66,7 +68,7 @@ async def test_jobs_cluster_and_stats_commands_with_an_api_key(
     assert ids[0] in shown
     cancelled = await cli(env, "jobs", "cancel", ids[0], ids[1])
     assert cancelled.returncode == 0, cancelled.stderr
-    assert "2/2" in cancelled.stderr  # the progress bar
+    assert cancelled.stderr == ""  # no progress bar off a terminal
     status = (await cli(env, "cluster", "status")).stdout
     assert "node  leader  256     0-255" in status
     await asyncio.sleep(0.5)  # a stats round
@@ -144,3 +146,112 @@ async def test_broker_apply_policies_and_dlq_list_as_a_user_runs_them(
     )
     assert unreachable.returncode == 1
     assert "management API" in unreachable.stderr
+
+
+async def create_schedules(url: str, *names: str) -> None:
+    async with httpx.AsyncClient(
+        base_url=url, headers={"authorization": f"Bearer {ADMIN}"}
+    ) as http:
+        for name in names:
+            created = await http.post(
+                "/v1/schedules",
+                json={
+                    "name": name,
+                    "cron": "0 3 * * *",
+                    "timezone": "Europe/Paris",
+                    "job": {"routing_key": f"reports.{name}", "payload": {"report": name}},
+                },
+            )
+            assert created.status_code == 201, created.text
+
+
+async def test_schedules_list_show_pause_resume_delete(dispatcher: DispatcherProcess) -> None:
+    env = {"DISPATCHER_URL": dispatcher.url, "DISPATCHER_API_KEY": ADMIN}
+    await create_schedules(dispatcher.url, "nightly", "weekly")
+
+    listed = await cli(env, "schedules", "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split()[:3] == ["name", "state", "timing"]
+    assert lines[1].split()[:5] == ["nightly", "active", "0", "3", "*"]
+    assert "(Europe/Paris)  reports.nightly" in lines[1]
+    assert lines[2].startswith("weekly ")
+    as_json = json.loads((await cli(env, "schedules", "list", "--json")).stdout)
+    assert [s["name"] for s in as_json] == ["nightly", "weekly"]
+    assert as_json[0]["job"]["payload"] == {"report": "nightly"}
+
+    shown = await cli(env, "schedules", "show", "nightly")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("upcoming") == 5  # the next occurrences, one a line
+    assert "state          active" in shown.stdout
+
+    paused = await cli(env, "schedules", "pause", "nightly")
+    assert (paused.returncode, paused.stdout) == (0, "paused schedule nightly\n")
+    shown = await cli(env, "schedules", "show", "nightly", "--json")
+    assert json.loads(shown.stdout)["paused"] is True
+    assert "paused" in (await cli(env, "schedules", "list")).stdout.splitlines()[1]
+
+    resumed = await cli(env, "schedules", "resume", "nightly", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["paused"] is False
+    assert json.loads(resumed.stdout)["next_at"] is not None
+
+    deleted = await cli(env, "schedules", "delete", "weekly")
+    assert (deleted.returncode, deleted.stdout) == (0, "deleted schedule weekly\n")
+    left = json.loads((await cli(env, "schedules", "list", "--json")).stdout)
+    assert [s["name"] for s in left] == ["nightly"]
+
+    for action in ("show", "pause", "resume", "delete"):
+        missing = await cli(env, "schedules", action, "weekly")
+        assert (missing.returncode, missing.stdout) == (1, ""), action
+        assert missing.stderr == "dispatcher schedules: no schedule weekly\n"
+    refused = await cli({**env, "DISPATCHER_API_KEY": "wrong"}, "schedules", "list")
+    assert refused.returncode == 1
+    assert "401" in refused.stderr
+
+
+async def test_schedules_list_follows_the_pages(
+    dispatcher: DispatcherProcess,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    names = [f"report-{i}" for i in range(5)]
+    await create_schedules(dispatcher.url, *names)
+    monkeypatch.setattr(cli_http, "PAGE", 2)  # three pages for five schedules
+    argv = ["schedules", "list", "--json", "--url", dispatcher.url, "--api-key", ADMIN]
+    assert await asyncio.to_thread(dispatcher_main, argv) == 0
+    assert [s["name"] for s in json.loads(capsys.readouterr().out)] == names
+    assert await asyncio.to_thread(dispatcher_main, [*argv, "--limit", "3"]) == 0
+    assert [s["name"] for s in json.loads(capsys.readouterr().out)] == names[:3]
+
+
+async def test_keys_list_is_a_table(database_url: str) -> None:
+    env = {"DISPATCHER_DATABASE_URL": database_url}
+    created = await cli(
+        env,
+        "keys",
+        "create",
+        "--scope",
+        "producer",
+        "--namespace",
+        "billing",
+        "--routing-key-prefix",
+        "billing.",
+        "--routing-key-prefix",
+        "audit.",
+        "--name",
+        "ci",
+    )
+    assert created.returncode == 0, created.stderr
+    await cli(env, "keys", "create", "--scope", "monitor", "--name", "prometheus")
+    revoked = await cli(env, "keys", "revoke", "2")
+    assert revoked.returncode == 0, revoked.stderr
+    listed = await cli(env, "keys", "list")
+    assert listed.returncode == 0, listed.stderr
+    header, first, second = listed.stdout.splitlines()
+    assert header.split() == ["id", "scope", "namespace", "prefixes", "name", "created", "revoked"]
+    assert first.split()[:5] == ["1", "producer", "billing", "billing.,audit.", "ci"]
+    assert len(first.split()) == 6  # not revoked: the last cell is empty
+    assert second.split()[:4] == ["2", "monitor", "*", "prometheus"]
+    assert len(second.split()) == 6  # its revocation time; no namespace
+    assert json.loads((await cli(env, "keys", "list", "--json")).stdout)[0]["name"] == "ci"
