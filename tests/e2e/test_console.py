@@ -1,5 +1,7 @@
 """The web console in a real headless browser (Debian's chromium through Selenium): it opens with
-an API key, finds a job by idempotency key and by id with its history, and requeues a dead job.
+an API key; tells apart two jobs made in the same minute; finds a job by idempotency key and by id
+with its payload, headers and history; counts the next jobs due per minute and routing key; pauses
+and resumes a schedule; and requeues a dead job, saying what becomes of its copy in the dead queue.
 A screenshot is saved to test-artifacts/console.png."""
 
 from __future__ import annotations
@@ -7,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -70,13 +73,31 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     dispatcher: DispatcherProcess, amqp_url: str, database_url: str, browser: webdriver.Chrome
 ) -> None:
     http = httpx.Client(base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"})
-    job = {"routing_key": "orders.expire", "payload": {"order": 7}, "idempotency_key": "order-7"}
+    job = {
+        "routing_key": "orders.expire",
+        "payload": {"order": 7, "lines": ["socks", "shoes"]},
+        "headers": {"x-tenant": "acme"},
+        "idempotency_key": "order-7",
+    }
     job_id = http.post("/v1/jobs", json=job).json()["id"]
-    later = {"routing_key": "orders.remind", "payload": {"order": 8}, "delay_ms": 600_000}
-    http.post("/v1/jobs", json=later).raise_for_status()
-    until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dispatched")
-    asyncio.run(report_dead(amqp_url, database_url, job_id))  # as a consumer that gave up would
-    until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dead")
+    twin = {"routing_key": "orders.expire", "payload": {"order": 8}}
+    twin_id = http.post("/v1/jobs", json=twin).json()["id"]  # made in the same minute
+    # Three jobs due in the same minute (a ten minutes ahead) are one row counting 3.
+    minute = (datetime.now(UTC) + timedelta(minutes=10)).replace(second=0, microsecond=0)
+    for second in (5, 20, 40):
+        run_at = (minute + timedelta(seconds=second)).isoformat()
+        later = {"routing_key": "orders.remind", "payload": {"order": 8}, "run_at": run_at}
+        http.post("/v1/jobs", json=later).raise_for_status()
+    nightly = {
+        "name": "nightly-report",
+        "interval_s": 3600,
+        "job": {"routing_key": "reports.nightly", "payload": {}},
+    }
+    http.post("/v1/schedules", json=nightly).raise_for_status()
+    for dead in (job_id, twin_id):
+        until(lambda dead=dead: http.get(f"/v1/jobs/{dead}").json()["state"] == "dispatched")
+        asyncio.run(report_dead(amqp_url, database_url, dead))  # as a consumer that gave up would
+        until(lambda dead=dead: http.get(f"/v1/jobs/{dead}").json()["state"] == "dead")
 
     # The console re-renders its panels on every poll: an element found a moment ago may be gone.
     wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
@@ -84,9 +105,22 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     browser.find_element(By.ID, "api-key").send_keys(ADMIN)
     browser.find_element(By.ID, "key-save").click()
     wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"]'))
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, f'#dead tr[data-job="{twin_id}"]'))
     wait.until(lambda b: "node" in b.find_element(By.ID, "cluster").text)
-    wait.until(lambda b: "orders.remind" in b.find_element(By.ID, "timeline").text)
     wait.until(lambda b: "dispatcher.events" in b.find_element(By.ID, "queues").text)
+
+    # Jobs of the same minute: what the dead table shows of each id differs, and it is the id.
+    shown = {dead: visible_id(browser, dead) for dead in (job_id, twin_id)}
+    assert shown[job_id] != shown[twin_id], shown
+    assert shown == {job_id: job_id, twin_id: twin_id}, shown
+
+    # The next-due panel: one row for orders.remind's minute, counting its three jobs.
+    due_row = '#due tr[data-routing-key="orders.remind"] td.jobs'
+    wait.until(lambda b: b.find_element(By.CSS_SELECTOR, due_row).text.strip() == "3")
+    assert (
+        len(browser.find_elements(By.CSS_SELECTOR, '#due tr[data-routing-key="orders.remind"]'))
+        == 1
+    )
 
     search = browser.find_element(By.ID, "search")
     search.send_keys("order-7")  # by idempotency key
@@ -98,16 +132,50 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     wait.until(lambda b: "RuntimeError: order 7 is locked" in b.find_element(By.ID, "job").text)
     steps = ("scheduled", "dispatched", "started", "dead")
     wait.until(lambda b: all(s in b.find_element(By.ID, "history").text for s in steps))
+    payload = browser.find_element(By.ID, "payload").text
+    assert '"order": 7' in payload, payload
+    assert '"socks"' in payload, payload
+    headers = browser.find_element(By.ID, "headers").text
+    assert "x-tenant" in headers, headers
+    assert "acme" in headers, headers
+
+    # Schedules: listed with their timing and next occurrence; pause and resume reach the API.
+    schedule_row = '#schedules tr[data-schedule="nightly-report"]'
+    wait.until(lambda b: "reports.nightly" in b.find_element(By.CSS_SELECTOR, schedule_row).text)
+    listed = browser.find_element(By.CSS_SELECTOR, schedule_row).text
+    assert "every 1h" in listed, listed
+    assert "active" in listed, listed
+    toggle = 'button.pause-toggle[data-schedule="nightly-report"]'
+    for paused, label in ((True, "Resume"), (False, "Pause")):
+        wait.until(lambda b: click(b, toggle))
+        until(
+            lambda paused=paused: (
+                http.get("/v1/schedules/nightly-report").json()["paused"] is paused
+            )
+        )
+        wait.until(lambda b, label=label: b.find_element(By.CSS_SELECTOR, toggle).text == label)
 
     # Found and clicked in one step of the wait: the dead panel may re-render in between.
     wait.until(lambda b: click(b, f'button.requeue[data-job="{job_id}"]'))
     wait.until(lambda b: f"requeued {job_id}" in b.find_element(By.ID, "dead-message").text)
+    said = browser.find_element(By.ID, "dead-message").text
+    assert "its copy in billing.orders.expire.dead stays there" in said, said
+    assert "dispatcher dlq requeue" in said, said
     assert http.get(f"/v1/jobs/{job_id}").json()["state"] != "dead"  # back on its way
     wait.until(lambda b: "requeued" in b.find_element(By.ID, "history").text)
     wait.until(lambda b: not b.find_elements(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"]'))
     ARTIFACTS.mkdir(exist_ok=True)
+    browser.set_window_size(1400, 2000)  # the whole console, from the top, for the docs
+    browser.execute_script("window.scrollTo(0, 0)")
     assert browser.save_screenshot(str(ARTIFACTS / "console.png"))
     http.close()
+
+
+def visible_id(browser: webdriver.Chrome, job_id: str) -> str:
+    """The id as the dead table shows it (what a person sees, not an attribute)."""
+    cell = browser.find_element(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"] .job-id')
+    assert cell.is_displayed()
+    return str(cell.text)
 
 
 def click(browser: webdriver.Chrome, selector: str) -> bool:
