@@ -35,7 +35,7 @@ function fill(tbody, rows) {
 
 // A panel's table says why it is empty when this key may not read it (or the read failed).
 function unavailable(table, error) {
-  const text = error.status === 403 ? `needs a producer or admin key (${error.message})` : error.message;
+  const text = error.status === 403 ? `not for this key: ${error.message}` : error.message;
   const tr = row([text]);
   tr.cells[0].colSpan = table.tHead.rows[0].cells.length;
   tr.className = "unavailable";
@@ -337,9 +337,14 @@ async function refreshAll() {
     status.textContent = `live, updated ${new Date().toLocaleTimeString()}`;
     status.className = "status";
   } catch (error) {
-    status.textContent = error.status === 401 || error.status === 403 ? `API key: ${error.message}` : error.message;
     status.className = "status error";
-    return;
+    if (error.status !== 403) {
+      status.textContent = error.status === 401 ? `API key: ${error.message}` : error.message;
+      return;
+    }
+    // A producer key: no figures, but its namespace's jobs and schedules below.
+    status.textContent = `updated ${new Date().toLocaleTimeString()}; the figures need a monitor or admin key`;
+    unavailable($("due"), error);
   }
   // A monitor key sees the figures above; jobs and schedules need a producer or admin key.
   await api("/v1/jobs?state=dead&limit=50").then(renderDead, (error) => unavailable($("dead"), error));

@@ -7,8 +7,7 @@ A screenshot is saved to test-artifacts/console.png."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,18 +15,18 @@ import httpx
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from consumers_sdk import reporter
 from devstack.rabbitmq import RabbitServer
+from tests.support.browser import click, until
 from tests.support.dispatched import dispatch_round as round_of
 from tests.support.process import DispatcherProcess, served
 
 pytestmark = pytest.mark.e2e
 ADMIN = "console-admin-0123456789abcdef"
+MONITOR = "console-monitor-0123456789abcdef"
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
 
 
@@ -40,7 +39,7 @@ def dispatcher(
         database_url,
         amqp_url,
         env={
-            "DISPATCHER_API_KEYS": f"{ADMIN}:admin",
+            "DISPATCHER_API_KEYS": f"{ADMIN}:admin,{MONITOR}:monitor",
             "DISPATCHER_STATS_INTERVAL_S": "0.5",
             "DISPATCHER_AMQP_MANAGEMENT_URL": rabbit_server.mgmt_url.replace(
                 "http://", "http://guest:guest@"
@@ -48,25 +47,6 @@ def dispatcher(
         },
         api_key=ADMIN,
     )
-
-
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
-    options = Options()
-    options.binary_location = "/usr/bin/chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(argument)
-    options.add_argument("--window-size=1400,1200")
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-    yield driver
-    driver.quit()
-
-
-def until(check: Callable[[], object], timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
 
 
 def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
@@ -171,16 +151,30 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     http.close()
 
 
+def test_a_monitor_key_sees_the_figures_but_neither_jobs_nor_schedules(
+    dispatcher: DispatcherProcess, browser: webdriver.Chrome
+) -> None:
+    http = httpx.Client(base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"})
+    later = {"routing_key": "orders.remind", "payload": {"order": 8}, "delay_ms": 600_000}
+    http.post("/v1/jobs", json=later).raise_for_status()
+    nightly = {"name": "nightly", "interval_s": 60, "job": {"routing_key": "r.n", "payload": {}}}
+    http.post("/v1/schedules", json=nightly).raise_for_status()
+    http.close()
+    wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
+    browser.get(f"{dispatcher.url}/console/")
+    browser.find_element(By.ID, "api-key").send_keys(MONITOR)
+    browser.find_element(By.ID, "key-save").click()
+    wait.until(lambda b: "orders.remind" in b.find_element(By.ID, "due").text)
+    wait.until(lambda b: "this needs producer" in b.find_element(By.ID, "schedules").text)
+    assert "this needs producer" in browser.find_element(By.ID, "dead").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.pause-toggle")
+
+
 def visible_id(browser: webdriver.Chrome, job_id: str) -> str:
     """The id as the dead table shows it (what a person sees, not an attribute)."""
     cell = browser.find_element(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"] .job-id')
     assert cell.is_displayed()
     return str(cell.text)
-
-
-def click(browser: webdriver.Chrome, selector: str) -> bool:
-    browser.find_element(By.CSS_SELECTOR, selector).click()
-    return True
 
 
 async def report_dead(amqp_url: str, database_url: str, job_id: str) -> None:
