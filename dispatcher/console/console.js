@@ -210,7 +210,7 @@ async function requeue(id, button) {
     await api(`/v1/jobs/${id}/requeue`, { method: "POST" });
     // What is true today: the requeue schedules the job again, and leaves the consumer's copy
     // in the dead queue alone; `dispatcher dlq requeue` would run that copy too.
-    const where = queue ? `its copy in ${queue}` : "its copy in the consumer group's .dead queue";
+    const where = queue ? `Its copy in ${queue}` : "Its copy in the consumer group's .dead queue";
     message.replaceChildren(
       `requeued ${id}: it is due now. ${where} stays there: delete it in the `,
       queue ? rabbitLink(`queues/${vhost()}/${encodeURIComponent(queue)}`, "RabbitMQ UI") : "RabbitMQ UI",
