@@ -31,7 +31,7 @@ def test_the_swagger_ui_lists_the_operations_without_internet(
     dispatcher: DispatcherProcess, offline: webdriver.Chrome
 ) -> None:
     offline.get(f"{dispatcher.url}/docs")
-    wait = WebDriverWait(offline, 30)
+    wait = WebDriverWait(offline, 60)  # a loaded machine renders slowly
     wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, ".opblock"))
     operations = offline.find_element(By.CSS_SELECTOR, ".swagger-ui").text
     assert "/v1/jobs" in operations, operations
@@ -45,7 +45,7 @@ def test_redoc_renders_the_reference_without_internet(
     dispatcher: DispatcherProcess, offline: webdriver.Chrome
 ) -> None:
     offline.get(f"{dispatcher.url}/redoc")
-    wait = WebDriverWait(offline, 30)
+    wait = WebDriverWait(offline, 60)  # a loaded machine renders slowly
     # Redoc's menu lists the operations once it has loaded its script and the OpenAPI document.
     wait.until(lambda b: "/v1/jobs" in b.find_element(By.TAG_NAME, "body").text)
     page = offline.find_element(By.TAG_NAME, "body").text
