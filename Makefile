@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.runtime
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dist run cluster down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck check bench soak screenshots clean
+.PHONY: help venv dist run cluster down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck docs docs-build check bench soak screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -48,7 +48,7 @@ down: ## stop the nodes and services 'make run' or 'make cluster' started
 	$(BIN)/python -m devstack down
 
 test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests on RabbitMQ 4.x
-	$(BIN)/python -m devstack ensure --browser
+	$(BIN)/python -m devstack ensure --browser --chroot
 	$(MAKE) --no-print-directory rabbitmq4-chroot
 	$(BIN)/pytest -q --durations=25
 	@echo "--- the broker-facing tests again, on RabbitMQ 4.x"
@@ -67,7 +67,7 @@ RABBITMQ4_TESTS := tests/integration/test_publisher.py tests/integration/test_co
 	tests/e2e/test_cli.py::test_broker_apply_policies_and_dlq_list_as_a_user_runs_them
 
 rabbitmq4-chroot: $(STAMP) ## build (once) the Debian trixie chroot RabbitMQ 4.x runs from
-	@command -v debootstrap >/dev/null || (apt-get update -qq && apt-get install -y -qq debootstrap)
+	$(BIN)/python -m devstack ensure --chroot
 	$(BIN)/python -m devstack.rabbitmq4 build
 
 test-rabbitmq4: $(STAMP) rabbitmq4-chroot ## only the broker-facing tests, against RabbitMQ 4.x
@@ -85,13 +85,20 @@ fmt: $(STAMP) ## format and fix what ruff can
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-typecheck: $(STAMP) ## mypy --strict on dispatcher, consumers_sdk, examples and devstack
+typecheck: $(STAMP) ## mypy --strict on dispatcher, consumers_sdk, examples, devstack and the docs' hooks
 	$(BIN)/mypy
+	$(BIN)/mypy docs/hooks
 
 imports: $(STAMP) ## the layering rules: import-linter contracts (pyproject.toml)
 	$(BIN)/lint-imports --no-logo
 
-check: lint imports typecheck ## lint, layering rules and typecheck
+docs: $(STAMP) ## serve the documentation site on http://127.0.0.1:8000 (rebuilds on change)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
+
+docs-build: $(STAMP) ## build the documentation site into .run/site; any warning fails (not -q: it hides them)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d .run/site
+
+check: lint imports typecheck docs-build ## lint, layering rules, typecheck and the docs build
 
 bench: $(STAMP) ## run the benchmarks against throwaway services; prints tables, writes bench/results/
 	$(BIN)/pip install -q -e '.[dev,bench]'

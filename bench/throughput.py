@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -38,6 +37,7 @@ from bench import harness
 from bench.harness import median, services, write
 from consumers_sdk import contract
 from consumers_sdk.ids import JobIds
+from devstack import packages
 from devstack.ports import free_port
 from dispatcher.amqp.publisher import Publisher, PublishPath
 from dispatcher.metrics import Metrics
@@ -163,8 +163,7 @@ async def ceiling_consume(channel: aio_pika.abc.AbstractChannel, name: str, mess
 def wrk(url: str, body: str, *, connections: int, seconds: int) -> tuple[float, float, float]:
     """POST ``body`` with wrk (a native client: Python clients cap out below the server here);
     returns requests/s, p50 and p99 latency in seconds."""
-    if shutil.which("wrk") is None:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=True, capture_output=True)
+    packages.ensure({packages.Group.BENCH})
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(
             'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'

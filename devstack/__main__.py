@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from devstack import nodes, stack
+from devstack import nodes, packages, stack
 
 CLUSTER_HTTP_PORTS = "8081,8082,8083"  # beside `make run`'s 8080
 
@@ -22,6 +22,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("command", choices=["ensure", "up", "cluster", "down", "status"])
     parser.add_argument("--root", type=Path, default=Path(".run"), help="data, logs and pids")
     parser.add_argument("--browser", action="store_true", help="ensure: chromium too (tests)")
+    parser.add_argument(
+        "--chroot", action="store_true", help="ensure: debootstrap too (the RabbitMQ 4.x tests)"
+    )
     defaults = stack.Ports()
     for field in ("postgres", "amqp", "management", "distribution", "zookeeper"):
         parser.add_argument(f"--{field}-port", type=int, default=getattr(defaults, field))
@@ -67,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
         zookeeper=args.zookeeper_port,
     )
     if args.command == "ensure":
-        stack.ensure_packages(browser=args.browser)
+        groups = {packages.Group.BROWSER} if args.browser else set()
+        packages.ensure(groups | ({packages.Group.CHROOT} if args.chroot else set()))
     elif args.command == "up":
         up(root, ports, zookeeper=False)
     elif args.command == "cluster":

@@ -2,7 +2,7 @@
 ZooKeeper as local processes under a root folder (.run/), on their standard ports unless told
 otherwise, detached so they outlive the command that started them (``python -m devstack``).
 
-``ensure_packages`` only installs the Debian packages that are missing.
+Their Debian packages: devstack/packages.py.
 """
 
 from __future__ import annotations
@@ -11,24 +11,19 @@ import contextlib
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from devstack import packages
 from devstack.ports import wait_port_free
-from devstack.postgres import BIN as PG_BIN
 from devstack.postgres import PostgresServer
-from devstack.rabbitmq import BIN as RABBIT_BIN
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
 
-PACKAGES = ["postgresql", "rabbitmq-server", "zookeeper", "default-jre-headless"]
-BROWSER_PACKAGES = ["chromium", "chromium-driver"]
 PORTS_FILE = "ports.json"  # under the root: what `down` stops, whichever ports `up` was given
 
 
@@ -66,37 +61,6 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def ensure_packages(*, browser: bool = False) -> None:
-    """Install the Debian packages that are missing, and stop the services they auto-start."""
-    missing = not (PG_BIN / "initdb").exists() or not (RABBIT_BIN / "rabbitmq-server").exists()
-    missing = (
-        missing or not Path("/usr/share/java/zookeeper.jar").exists() or not shutil.which("java")
-    )
-    packages = PACKAGES if missing else []
-    if browser and not (shutil.which("chromium") and shutil.which("chromedriver")):
-        packages = [*packages, *BROWSER_PACKAGES]
-    if not packages:
-        return
-    if os.geteuid() != 0:
-        sys.exit(f"missing {' '.join(packages)}: run as root to install them")
-    print("installing", " ".join(packages))
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *packages], check=True, env=env)
-    stop_system_services()
-
-
-def stop_system_services() -> None:
-    """Debian may start its own PostgreSQL and RabbitMQ on install; ours need their ports."""
-    for command in (
-        ["service", "rabbitmq-server", "stop"],
-        ["service", "postgresql", "stop"],
-        ["service", "zookeeper", "stop"],
-    ):
-        if shutil.which(command[0]):
-            subprocess.run(command, capture_output=True)
-
-
 def postgres_root(root: Path) -> Path:
     """Under ROOT, unless the postgres user cannot reach it (a checkout in /root, say)."""
     wanted = root / "postgres"
@@ -123,7 +87,7 @@ def servers(root: Path, ports: Ports) -> tuple[PostgresServer, RabbitServer, Zoo
 
 def up(root: Path, ports: Ports, *, zookeeper: bool) -> Urls:
     """Start PostgreSQL and RabbitMQ (and ZooKeeper if asked) unless they already run."""
-    ensure_packages()
+    packages.ensure(set())
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
     ports.save(root)

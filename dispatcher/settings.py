@@ -31,14 +31,25 @@ class Settings(BaseSettings):
     )
 
     # Services
-    database_url: str = "postgresql://postgres@127.0.0.1:5432/dispatcher"
-    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    database_url: str = Field(
+        "postgresql://postgres@127.0.0.1:5432/dispatcher",
+        description="PostgreSQL; ?sslmode=verify-full&sslrootcert=... for TLS",
+    )
+    amqp_url: str = Field(
+        "amqp://guest:guest@127.0.0.1:5672/", description="RabbitMQ; amqps://...?cafile=... for TLS"
+    )
     amqp_management_url: str = Field(
         "http://guest:guest@127.0.0.1:15672", description="RabbitMQ management API (dlq list)"
     )
-    zk_hosts: str = Field("", description="empty: single-node mode, this node owns every shard")
-    zk_path: str = "/dispatcher"
-    zk_session_timeout_s: float = Field(10.0, gt=0)
+    zk_hosts: str = Field(
+        "",
+        description="ZooKeeper hosts (host:port,...[/chroot]); empty: single-node mode, this node "
+        "owns every shard",
+    )
+    zk_path: str = Field("/dispatcher", description="the cluster's state in ZooKeeper")
+    zk_session_timeout_s: float = Field(
+        10.0, gt=0, description="ZooKeeper session timeout; failover takes about this long"
+    )
     zk_auth: SecretStr = Field(
         SecretStr(""),
         description="user:password: digest auth, and an ACL for that identity on every znode",
@@ -48,7 +59,7 @@ class Settings(BaseSettings):
     http_host: str = Field(
         "127.0.0.1", description="loopback unless told otherwise: an open node stays unreachable"
     )
-    http_port: int = Field(8080, ge=0, le=65535)
+    http_port: int = Field(8080, ge=0, le=65535, description="where the API listens")
     http_max_connections: int = Field(1024, ge=1, description="one more is closed at accept")
     http_max_requests: int = Field(
         256, ge=1, description="requests in progress at once (503 beyond); /healthz not counted"
@@ -63,21 +74,33 @@ class Settings(BaseSettings):
     allowed_hosts: str = Field(
         "", description="comma list of Host names (name or name:port); empty: any (400 otherwise)"
     )
-    node_id: str = Field(default_factory=_default_node_id, min_length=1, max_length=200)
+    node_id: str = Field(
+        default_factory=_default_node_id,
+        min_length=1,
+        max_length=200,
+        description="this node's name in logs, the cluster view and its AMQP connection's name "
+        "(default: hostname-pid)",
+    )
 
     # Messaging
-    exchange: str = "dispatcher.jobs"
-    unroutable_exchange: str = "dispatcher.unroutable"
+    exchange: str = Field("dispatcher.jobs", description="the topic exchange jobs go to")
+    unroutable_exchange: str = Field(
+        "dispatcher.unroutable", description="alternate exchange and queue for unroutable jobs"
+    )
 
     # Scheduling
-    shard_count: int = Field(256, ge=1, le=65536)
+    shard_count: int = Field(
+        256, ge=1, le=65536, description="logical shards; fixed when the database is first used"
+    )
     lookahead_s: float = Field(60.0, gt=0, description="jobs due this far ahead are kept in memory")
     heap_cap: int = Field(200_000, ge=100, description="most jobs held in memory")
     load_batch: int = Field(5000, ge=1, description="rows per loader query")
     fire_batch: int = Field(500, ge=1, description="jobs claimed and published per round trip")
     fire_workers: int = Field(4, ge=1, description="batches in flight at once")
     lease_s: float = Field(30.0, gt=0, description="a claimed, unconfirmed job is re-fired after")
-    publish_timeout_s: float = Field(10.0, gt=0)
+    publish_timeout_s: float = Field(
+        10.0, gt=0, description="a publish not confirmed by then counts as failed"
+    )
     publish_path: Literal["auto", "framed", "per_message"] = Field(
         "auto",
         description="framed: batches as one write (tested aiormq only); per_message: public API; "
@@ -98,28 +121,44 @@ class Settings(BaseSettings):
 
     # PostgreSQL
     db_timeout_s: float = Field(2.0, gt=0, description="a request waits this long, then 503")
-    db_pool_min: int = Field(2, ge=1)
-    db_pool_max: int = Field(20, ge=1)
-    migrate_on_start: bool = True
+    db_pool_min: int = Field(2, ge=1, description="connections the pool keeps open")
+    db_pool_max: int = Field(20, ge=1, description="connections the pool opens at most")
+    migrate_on_start: bool = Field(True, description="serve applies the migrations first")
     group_commit: bool = Field(
         True, description="concurrent single submissions share one transaction (off: one each)"
     )
 
     # Input limits
     max_payload_bytes: int = Field(
-        _LIMITS.max_payload_bytes, ge=1, le=validation.MAX_PAYLOAD_BYTES_CEILING
+        _LIMITS.max_payload_bytes,
+        ge=1,
+        le=validation.MAX_PAYLOAD_BYTES_CEILING,
+        description="a job's payload, encoded (413 above; at most 15 MiB)",
     )
-    max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024)
-    max_batch: int = Field(1000, ge=1)
-    max_headers: int = Field(_LIMITS.max_headers, ge=0)
-    max_header_bytes: int = Field(_LIMITS.max_header_bytes, ge=1)
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="request body ceiling (413 above); each route has a tighter bound",
+    )
+    max_batch: int = Field(1000, ge=1, description="jobs per batch request")
+    max_headers: int = Field(_LIMITS.max_headers, ge=0, description="headers per job")
+    max_header_bytes: int = Field(
+        _LIMITS.max_header_bytes, ge=1, description="bytes per header name + value"
+    )
     max_routing_key_bytes: int = Field(
-        _LIMITS.max_routing_key_bytes, ge=1, le=validation.AMQP_SHORTSTR_BYTES
+        _LIMITS.max_routing_key_bytes,
+        ge=1,
+        le=validation.AMQP_SHORTSTR_BYTES,
+        description="routing key limit",
     )
-    max_idempotency_key_length: int = Field(_LIMITS.max_idempotency_key_length, ge=1)
-    max_delay_days: int = Field(_LIMITS.max_delay_days, ge=1)
+    max_idempotency_key_length: int = Field(
+        _LIMITS.max_idempotency_key_length, ge=1, description="idempotency key limit (characters)"
+    )
+    max_delay_days: int = Field(
+        _LIMITS.max_delay_days, ge=1, description="how far ahead run_at may be"
+    )
 
-    # API keys (see README, Security)
+    # API keys (see the docs: how-to/api-keys.md)
     api_keys: SecretStr = Field(
         SecretStr(""),
         description="static keys: comma-separated token:scope[:namespace[:prefix|prefix...]]",
@@ -179,7 +218,7 @@ class Settings(BaseSettings):
         1000, ge=1, description="schedules one namespace may hold (409 beyond)"
     )
 
-    log_level: str = "INFO"
+    log_level: str = Field("INFO", description="the logging level: DEBUG, INFO, WARNING, ERROR")
 
     @field_validator("allowed_hosts")
     @classmethod

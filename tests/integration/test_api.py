@@ -334,7 +334,7 @@ BAD_REQUESTS: list[tuple[str, str, bytes, int, str]] = [
         422,
         "body",
     ),
-    # The limits of the README at their defaults (configured values: tests/unit/test_schemas.py).
+    # The documented limits at their defaults (configured values: tests/unit/test_schemas.py).
     (
         "too many headers",
         "/v1/jobs",

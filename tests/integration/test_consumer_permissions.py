@@ -1,4 +1,4 @@
-"""A consumer under a RabbitMQ user with exactly the permissions the README gives a consumer
+"""A consumer under a RabbitMQ user with exactly the permissions the docs give a consumer
 group ("Consumer events: who may publish them"): it consumes, retries, dead-letters and reports
 events, and cannot publish jobs."""
 
@@ -22,7 +22,7 @@ from tests.support.nodes import client, running_node
 from tests.support.queues import depth_reaches
 from tests.support.waiting import job_when
 
-# As in the README: configure, write, read.
+# As in docs/concepts/job-life.md: configure, write, read.
 CONFIGURE = r"^billing\."
 WRITE = r"^(billing\..*|amq\.default|dispatcher\.events)$"
 READ = r"^(billing\..*|dispatcher\.jobs)$"
@@ -31,7 +31,7 @@ PASSWORD = "billing-secret"
 
 @pytest.fixture
 def consumer_url(rabbit_server: RabbitServer, amqp_url: str) -> Iterator[str]:
-    """The AMQP URL of a new user of the test's vhost with the README's consumer permissions."""
+    """The AMQP URL of a new user of the test's vhost with the docs' consumer permissions."""
     user = f"billing-{uuid.uuid4().hex[:8]}"
     vhost = unquote(urlsplit(amqp_url).path.lstrip("/"))
     quoted = quote(vhost, safe="")

@@ -95,6 +95,19 @@ def test_service_wheel_holds_only_dispatcher_and_pins_the_sdk_of_its_release(
     assert not [n for n in listed.stdout.split() if "consumers_sdk" in n or "/sdk/" in n]
 
 
+@pytest.mark.parametrize("pattern", ["delay_dispatcher-*.whl", "delay_dispatcher_sdk-*.whl"])
+def test_each_wheel_carries_what_a_user_checks_before_adopting(dist: Path, pattern: str) -> None:
+    headers = metadata_headers(the_one(dist, pattern))
+    assert "License-Expression: MIT" in headers
+    assert "License-File: LICENSE" in headers
+    urls = dict(h.removeprefix("Project-URL: ").split(", ", 1) for h in headers if "URL: " in h)
+    assert set(urls) == {"Homepage", "Documentation", "Repository", "Issues", "Changelog"}
+    assert all(url.startswith("https://") for url in urls.values())
+    classifiers = {h.removeprefix("Classifier: ") for h in headers if h.startswith("Classifier: ")}
+    assert {"Programming Language :: Python :: 3.11", "Typing :: Typed"} <= classifiers
+    assert any(c.startswith("Development Status :: ") for c in classifiers)
+
+
 def test_sdk_wheel_installs_alone_and_runs_without_the_server_packages(
     dist: Path, tmp_path: Path
 ) -> None:

@@ -1,5 +1,5 @@
-"""The README's layout tree matches the code: every folder and module it names exists, and every
-package and module of the dispatcher and the SDK is named."""
+"""The layout tree of the docs (docs/development/layout.md) matches the code: every folder and
+module it names exists, and every package and module of the dispatcher and the SDK is named."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ ROOT = Path(__file__).parents[2]
 
 
 def tree() -> list[str]:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### Layout", 1)[1]
-    return section.split("```", 2)[1].strip("\n").splitlines()
+    page = (ROOT / "docs" / "development" / "layout.md").read_text()
+    return page.split("```", 2)[1].strip("\n").splitlines()
 
 
 def named_paths() -> set[Path]:

@@ -1,0 +1,74 @@
+"""The Debian packages the local services, the browser tests, the RabbitMQ 4.x chroot and the
+benchmarks need: one list, with the file by which each is known to be installed. `make run`,
+`make test` and `bench/` install from it and nothing else does (a test holds this, and checks each
+file against dpkg)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from devstack.postgres import BIN as PG_BIN
+from devstack.rabbitmq import BIN as RABBIT_BIN
+
+
+class Group(Enum):
+    SERVICES = "services"  # PostgreSQL, RabbitMQ, ZooKeeper: make run, make cluster, the tests
+    BROWSER = "browser"  # the console's and the management UI's browser tests
+    CHROOT = "chroot"  # the Debian trixie chroot the RabbitMQ 4.x tests run in
+    BENCH = "bench"  # bench/: a native HTTP load generator
+
+
+@dataclass(frozen=True, slots=True)
+class Package:
+    name: str
+    group: Group
+    marker: Path  # a file the package itself installs (dpkg -S names it)
+
+    def installed(self) -> bool:
+        return self.marker.exists()
+
+
+PACKAGES = (
+    Package("postgresql-15", Group.SERVICES, PG_BIN / "initdb"),
+    Package("rabbitmq-server", Group.SERVICES, RABBIT_BIN / "rabbitmq-server"),
+    Package("zookeeper", Group.SERVICES, Path("/etc/zookeeper/conf_example/zoo.cfg")),
+    Package("libzookeeper-java", Group.SERVICES, Path("/usr/share/java/zookeeper.jar")),
+    Package("default-jre-headless", Group.SERVICES, Path("/usr/lib/jvm/default-java")),
+    Package("chromium", Group.BROWSER, Path("/usr/bin/chromium")),
+    Package("chromium-driver", Group.BROWSER, Path("/usr/bin/chromedriver")),
+    Package("debootstrap", Group.CHROOT, Path("/usr/sbin/debootstrap")),
+    Package("wrk", Group.BENCH, Path("/usr/bin/wrk")),
+)
+
+
+def missing(groups: set[Group]) -> list[str]:
+    """The packages of these groups that are not installed, in the list's order."""
+    return [p.name for p in PACKAGES if p.group in groups and not p.installed()]
+
+
+def ensure(groups: set[Group]) -> None:
+    """Install the packages of these groups that are missing, and stop the services Debian
+    starts on install (ours need their ports)."""
+    wanted = missing(groups | {Group.SERVICES})
+    if not wanted:
+        return
+    if os.geteuid() != 0:
+        sys.exit(f"missing {' '.join(wanted)}: run as root to install them")
+    print("installing", " ".join(wanted))
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", *wanted], check=True, env=env)
+    stop_system_services()
+
+
+def stop_system_services() -> None:
+    """Debian may start its own PostgreSQL, RabbitMQ and ZooKeeper on install."""
+    for service in ("rabbitmq-server", "postgresql", "zookeeper"):
+        if shutil.which("service"):
+            subprocess.run(["service", service, "stop"], capture_output=True)
