@@ -145,7 +145,7 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     wait.until(lambda b: "requeued" in b.find_element(By.ID, "history").text)
     wait.until(lambda b: not b.find_elements(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"]'))
     ARTIFACTS.mkdir(exist_ok=True)
-    browser.set_window_size(1400, 2000)  # the whole console, from the top, for the docs
+    browser.set_window_size(1400, 1850)  # the whole console, from the top, for the docs
     browser.execute_script("window.scrollTo(0, 0)")
     assert browser.save_screenshot(str(ARTIFACTS / "console.png"))
     http.close()
