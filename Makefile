@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.runtime
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dist run cluster down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck docs docs-build check bench soak clean
+.PHONY: help venv dist run cluster down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck docs docs-build check bench soak screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -106,6 +106,15 @@ bench: $(STAMP) ## run the benchmarks against throwaway services; prints tables,
 
 soak: $(STAMP) ## hold a steady load for 10 minutes: lost jobs, duplicates, lateness and RSS over time
 	$(BIN)/python -m bench.soak --duration-s $${SOAK_S:-600} --rate $${SOAK_RATE:-500}
+
+# The docs' pictures, made by the browser tests that assert what they show.
+SCREENSHOTS := console.png rabbitmq-queues.png rabbitmq-dead-letter-queue.png
+screenshots: $(STAMP) ## run the browser tests that take the docs' screenshots; copy them to docs/img/
+	$(BIN)/python -m devstack ensure --browser
+	rm -f $(addprefix test-artifacts/,$(SCREENSHOTS))
+	$(BIN)/pytest -q tests/e2e/test_console.py tests/e2e/test_rabbitmq_ui.py
+	mkdir -p docs/img
+	cp $(addprefix test-artifacts/,$(SCREENSHOTS)) docs/img/
 
 clean: ## remove the venv, caches and local service data
 	@# Nothing may stay mounted under .run (the RabbitMQ 4 chroot) when rm walks it.

@@ -1,5 +1,5 @@
-"""The HTTP API: ``create_api(deps)`` builds the FastAPI app (OpenAPI at /openapi.json, /docs) on
-what the routes use (``deps.ApiDeps``), which the node builds."""
+"""The HTTP API: ``create_api(deps)`` builds the FastAPI app (OpenAPI at /openapi.json, /docs,
+/redoc) on what the routes use (``deps.ApiDeps``), which the node builds."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from importlib import resources
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 
 from dispatcher.api import jobs, ops, problems, schedules
 from dispatcher.api.browsers import BrowserGuard
@@ -16,12 +17,19 @@ from dispatcher.api.gate import Gate, Rules
 from dispatcher.api.timing import Timing
 from dispatcher.version import __version__
 
+DOCS_ASSETS = "/docs-assets"
+
 
 def create_api(deps: ApiDeps) -> FastAPI:
-    app = FastAPI(
+    # /docs and /redoc load their JS and CSS from DOCS_ASSETS on this node, not from a CDN, so
+    # they work on a machine without internet. The validator badge would send the spec's address
+    # to a public service: off.
+    app = FastAPIOffline(
         title="Delay dispatcher",
         version=__version__,
         description="Schedule jobs; each is published to RabbitMQ when it is due.",
+        static_url=DOCS_ASSETS,
+        swagger_ui_parameters={"validatorUrl": None},
     )
     app.state.deps = deps
     problems.install(app)

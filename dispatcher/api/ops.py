@@ -17,6 +17,11 @@ from dispatcher.api.deps import Deps
 
 router = APIRouter(tags=["operations"])
 NEXT_DUE = 20
+# The console's grouped view of what is due: the next hour, per minute and routing key, counted
+# over at most DUE_SCANNED jobs (each poll's cost is bounded whatever the backlog).
+DUE_WINDOW_S = 3600.0
+DUE_GROUPS = 60
+DUE_SCANNED = 10_000
 
 # Every route here but /healthz takes a key once keys are configured; the HTTP edge may refuse a
 # Host not allowed (400), a body (413), unknown keys tried too fast (429) or a busy node (503).
@@ -65,9 +70,13 @@ async def stats(deps: Deps, caller: auth.Monitor) -> Response:
     """Jobs per state; per state and routing key for the ``stats_routing_keys`` keys with the
     most jobs, the rest of each state in ``other``; ``counted_at``: the oldest state's count
     (each state's in ``counted_at_by_state``). Also the next jobs due and this node's scheduler
-    figures."""
+    figures. ``next_due_by_minute``: the jobs due in the next ``next_due_window_s`` per minute and
+    routing key, counted over at most the next ``next_due_scanned`` jobs."""
     snapshot = deps.counts()
     due = await deps.history.next_due(NEXT_DUE)
+    grouped = await deps.history.next_due_by_minute(
+        window_s=DUE_WINDOW_S, groups=DUE_GROUPS, scanned=DUE_SCANNED
+    )
     return schemas.json_response(
         {
             "counted_at": min(snapshot.counted_at.values(), default=None),
@@ -78,6 +87,9 @@ async def stats(deps: Deps, caller: auth.Monitor) -> Response:
             "next_due": [
                 {"id": str(d.id), "routing_key": d.routing_key, "run_at": d.run_at} for d in due
             ],
+            "next_due_by_minute": [dataclasses.asdict(group) for group in grouped],
+            "next_due_window_s": DUE_WINDOW_S,
+            "next_due_scanned": DUE_SCANNED,
             "node": deps.settings.node_id,
             "heap_size": deps.heap_size(),
             "rabbitmq_ui": deps.settings.rabbitmq_ui(),

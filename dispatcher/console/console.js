@@ -4,6 +4,7 @@
 "use strict";
 
 const POLL_MS = 3000;
+const PAYLOAD_SHOWN_BYTES = 4096; // a larger payload is cut, and says so
 const KEY = "dispatcher.apiKey";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 let shownJob = null; // the id whose history is on screen, refreshed with the rest
@@ -30,6 +31,25 @@ function row(cells) {
 
 function fill(tbody, rows) {
   tbody.replaceChildren(...rows);
+}
+
+// A panel's table says why it is empty when this key may not read it (or the read failed).
+function unavailable(table, error) {
+  const text = error.status === 403 ? `not for this key: ${error.message}` : error.message;
+  const tr = row([text]);
+  tr.cells[0].colSpan = table.tHead.rows[0].cells.length;
+  tr.className = "unavailable";
+  fill(table.tBodies[0], [tr]);
+}
+
+// A job id, whole and in monospace (selectable, so copied whole). UUIDv7 ids made in the same
+// minute share their first characters (the time, to the millisecond); the rest, which tells
+// jobs made together apart, is bold.
+function jobId(id) {
+  const code = el("code", null, "job-id");
+  code.title = id;
+  code.append(el("span", id.slice(0, 14), "id-time"), el("b", id.slice(14)));
+  return code;
 }
 
 async function api(path, options = {}) {
@@ -82,26 +102,62 @@ function renderStats(stats) {
     ...counts.map((c) => row([c.routing_key, c.state, c.jobs])),
     ...other.map(([state, jobs]) => row(["(other keys)", state, jobs])),
   ]);
-  const horizon = Math.max(60, ...stats.next_due.map((d) => (new Date(d.run_at) - Date.now()) / 1000));
-  $("timeline").replaceChildren(
-    ...stats.next_due.map((due) => {
-      const li = el("li");
+  renderDue(stats);
+}
+
+// The next hour's jobs per minute and routing key: one row with a count, not a row per job.
+function renderDue(stats) {
+  const groups = stats.next_due_by_minute || [];
+  const most = Math.max(1, ...groups.map((g) => g.jobs));
+  const counted = groups.reduce((sum, g) => sum + g.jobs, 0);
+  fill(
+    $("due").tBodies[0],
+    groups.map((group) => {
       const bar = el("div", null, "bar");
-      bar.style.width = `${Math.max(0, ((new Date(due.run_at) - Date.now()) / 1000 / horizon) * 100)}%`;
-      bar.title = `${due.routing_key} ${due.id} at ${due.run_at}`;
-      const what = el("div");
-      what.append(bar, el("small", due.routing_key));
-      li.append(el("span", since(due.run_at)), what);
-      return li;
+      bar.style.width = `${(group.jobs / most) * 100}%`;
+      const jobs = el("div", null, "count");
+      jobs.append(el("b", group.jobs), bar);
+      const minute = new Date(group.minute);
+      const when = el("span", `${minute.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })} (${since(group.minute)})`);
+      when.title = group.minute;
+      const tr = row([when, group.routing_key, jobs]);
+      tr.dataset.routingKey = group.routing_key;
+      tr.cells[2].className = "jobs";
+      return tr;
     }),
   );
-  if (!stats.next_due.length) $("timeline").replaceChildren(el("li", "nothing scheduled"));
+  if (!groups.length) fill($("due").tBodies[0], [row(["nothing due in the next hour"])]);
+  const capped = counted >= stats.next_due_scanned ? ` (counted over the next ${stats.next_due_scanned} jobs)` : "";
+  $("due-note").textContent = `${counted} jobs due in the next ${stats.next_due_window_s / 60} minutes${capped}`;
 }
+
+function renderPayload(job) {
+  const text = JSON.stringify(job.payload, null, 2) ?? "null";
+  const bytes = new TextEncoder().encode(text);
+  const shown = bytes.length > PAYLOAD_SHOWN_BYTES ? new TextDecoder().decode(bytes.slice(0, PAYLOAD_SHOWN_BYTES)) : text;
+  const pre = el("pre", shown, "payload");
+  pre.id = "payload";
+  const note = el("small", bytes.length > PAYLOAD_SHOWN_BYTES ? `shown ${PAYLOAD_SHOWN_BYTES} of ${bytes.length} bytes` : `${bytes.length} bytes`);
+  note.id = "payload-size";
+  return [el("h3", "Payload"), note, pre];
+}
+
+function renderHeaders(job) {
+  const names = Object.keys(job.headers || {}).sort();
+  const table = el("table");
+  table.id = "headers";
+  table.appendChild(el("thead")).appendChild(row(["header", "value"]));
+  const body = table.appendChild(el("tbody"));
+  for (const name of names) body.appendChild(row([name, JSON.stringify(job.headers[name])]));
+  if (!names.length) body.appendChild(row(["no headers", ""]));
+  return [el("h3", "Headers"), table];
+}
+
 
 function renderJob(job) {
   const box = $("job");
   const head = el("p");
-  head.append(el("code", job.id), ` ${job.routing_key} `, el("b", job.state, `job-state state-${job.state}`));
+  head.append(jobId(job.id), ` ${job.routing_key} `, el("b", job.state, `job-state state-${job.state}`));
   if (job.idempotency_key) head.append(` key ${job.idempotency_key}`);
   const table = el("table");
   table.id = "history";
@@ -116,7 +172,7 @@ function renderJob(job) {
     tr.cells[4].className = "error";
     body.appendChild(tr);
   }
-  box.replaceChildren(head, table);
+  box.replaceChildren(head, ...renderPayload(job), ...renderHeaders(job), el("h3", "History"), table);
 }
 
 async function search(text) {
@@ -139,13 +195,31 @@ async function search(text) {
   }
 }
 
+// The dead queue its consumer group parked the job in: from the job's last "dead" event.
+async function deadQueue(id) {
+  const job = await api(`/v1/jobs/${id}`).catch(() => null);
+  const dead = job && [...job.history].reverse().find((step) => step.event === "dead" && step.group);
+  return dead ? `${dead.group}.${job.routing_key}.dead` : null;
+}
+
 async function requeue(id, button) {
   button.disabled = true;
+  const message = $("dead-message");
   try {
+    const queue = await deadQueue(id);
     await api(`/v1/jobs/${id}/requeue`, { method: "POST" });
-    $("dead-message").textContent = `requeued ${id}`;
+    // What is true today: the requeue schedules the job again, and leaves the consumer's copy
+    // in the dead queue alone; `dispatcher dlq requeue` would run that copy too.
+    const where = queue ? `Its copy in ${queue}` : "Its copy in the consumer group's .dead queue";
+    message.replaceChildren(
+      `requeued ${id}: it is due now. ${where} stays there: delete it in the `,
+      queue ? rabbitLink(`queues/${vhost()}/${encodeURIComponent(queue)}`, "RabbitMQ UI") : "RabbitMQ UI",
+      " or it runs again on ",
+      el("code", "dispatcher dlq requeue"),
+      ".",
+    );
   } catch (error) {
-    $("dead-message").textContent = `could not requeue ${id}: ${error.message}`;
+    message.textContent = `could not requeue ${id}: ${error.message}`;
     button.disabled = false;
   }
   await refresh();
@@ -158,9 +232,9 @@ function renderDead(page) {
       const button = el("button", "Requeue", "requeue");
       button.dataset.job = job.id;
       button.addEventListener("click", () => requeue(job.id, button));
-      const id = el("a", job.id.slice(0, 8) + "…");
+      const id = el("a");
+      id.appendChild(jobId(job.id));
       id.href = "#";
-      id.title = job.id;
       id.addEventListener("click", (event) => { event.preventDefault(); $("search").value = job.id; search(job.id); });
       const tr = row([id, job.routing_key, job.last_error, since(job.updated_at), button]);
       tr.cells[2].className = "error";
@@ -168,6 +242,46 @@ function renderDead(page) {
       return tr;
     }),
   );
+}
+
+function every(seconds) {
+  if (seconds % 86400 === 0) return `every ${seconds / 86400}d`;
+  if (seconds % 3600 === 0) return `every ${seconds / 3600}h`;
+  if (seconds % 60 === 0) return `every ${seconds / 60}m`;
+  return `every ${seconds}s`;
+}
+
+async function pause(schedule, paused, button) {
+  button.disabled = true;
+  const message = $("schedules-message");
+  try {
+    await api(`/v1/schedules/${encodeURIComponent(schedule.name)}`, { method: "PATCH", body: JSON.stringify({ paused }) });
+    message.textContent = `${paused ? "paused" : "resumed"} ${schedule.name}`;
+  } catch (error) {
+    message.textContent = `could not ${paused ? "pause" : "resume"} ${schedule.name}: ${error.message}`;
+    button.disabled = false;
+  }
+  await refresh();
+}
+
+function renderSchedules(page) {
+  fill(
+    $("schedules").tBodies[0],
+    page.schedules.map((schedule) => {
+      const timing = schedule.cron ? `${schedule.cron} (${schedule.timezone})` : every(schedule.interval_s);
+      const next = schedule.paused || !schedule.next_at ? "" : `${new Date(schedule.next_at).toLocaleString()} (${since(schedule.next_at)})`;
+      const state = schedule.error ? `paused: ${schedule.error}` : schedule.paused ? "paused" : "active";
+      const button = el("button", schedule.paused ? "Resume" : "Pause", "pause-toggle");
+      button.dataset.schedule = schedule.name;
+      button.addEventListener("click", () => pause(schedule, !schedule.paused, button));
+      const name = schedule.namespace ? `${schedule.name} (${schedule.namespace})` : schedule.name;
+      const tr = row([name, timing, schedule.job.routing_key, next, state, button]);
+      tr.dataset.schedule = schedule.name;
+      tr.cells[4].className = `schedule-state ${schedule.paused ? "paused" : "active"}`;
+      return tr;
+    }),
+  );
+  if (!page.schedules.length) fill($("schedules").tBodies[0], [row(["no schedules"])]);
 }
 
 function ranges(shards) {
@@ -220,14 +334,21 @@ async function refreshAll() {
   const status = $("status");
   try {
     renderStats(await api("/v1/stats"));
-    renderDead(await api("/v1/jobs?state=dead&limit=50"));
     status.textContent = `live, updated ${new Date().toLocaleTimeString()}`;
     status.className = "status";
   } catch (error) {
-    status.textContent = error.status === 401 || error.status === 403 ? `API key: ${error.message}` : error.message;
     status.className = "status error";
-    return;
+    if (error.status !== 403) {
+      status.textContent = error.status === 401 ? `API key: ${error.message}` : error.message;
+      return;
+    }
+    // A producer key: no figures, but its namespace's jobs and schedules below.
+    status.textContent = `updated ${new Date().toLocaleTimeString()}; the figures need a monitor or admin key`;
+    unavailable($("due"), error);
   }
+  // A monitor key sees the figures above; jobs and schedules need a producer or admin key.
+  await api("/v1/jobs?state=dead&limit=50").then(renderDead, (error) => unavailable($("dead"), error));
+  await api("/v1/schedules?limit=100").then(renderSchedules, (error) => unavailable($("schedules"), error));
   // Admin and management views: shown when this key may see them.
   await api("/v1/cluster").then(renderCluster, () => fill($("cluster").tBodies[0], [row(["needs an admin key"])]));
   await api("/v1/queues").then(renderQueues, (error) => $("queues").replaceChildren(el("li", error.message)));

@@ -39,6 +39,15 @@ class Due:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DueGroup:
+    """The jobs of one routing key due in one minute."""
+
+    minute: datetime
+    routing_key: str
+    jobs: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Recorded:
     """An event newly recorded: counted, or kept in the history with why it was ignored."""
 
@@ -147,4 +156,16 @@ class HistoryStore:
             rows = await connection.fetch(queries.NEXT_DUE, limit)
         return [
             Due(id=row["id"], routing_key=row["routing_key"], run_at=row["run_at"]) for row in rows
+        ]
+
+    async def next_due_by_minute(
+        self, *, window_s: float, groups: int, scanned: int
+    ) -> list[DueGroup]:
+        """The jobs due within ``window_s`` (overdue ones too) per minute and routing key, the
+        earliest ``groups`` groups, counted over at most the next ``scanned`` jobs."""
+        async with self._db.connection() as connection:
+            rows = await connection.fetch(queries.NEXT_DUE_BY_MINUTE, window_s, groups, scanned)
+        return [
+            DueGroup(minute=row["minute"], routing_key=row["routing_key"], jobs=row["jobs"])
+            for row in rows
         ]

@@ -403,6 +403,19 @@ NEXT_DUE: Final = """
 SELECT id, routing_key, run_at FROM jobs WHERE state = 'scheduled' ORDER BY run_at, id LIMIT $1
 """
 
+# The next scheduled jobs counted per minute and routing key, for the console: reads at most $3
+# jobs in due order up to $1 seconds from now (an index-only range of jobs_due: a backlog of
+# millions costs no more than $3 rows), then groups them. $1 window seconds, $2 groups, $3 jobs.
+NEXT_DUE_BY_MINUTE: Final = """
+SELECT date_trunc('minute', run_at) AS minute, routing_key, count(*)::bigint AS jobs
+FROM (
+    SELECT run_at, routing_key FROM jobs
+    WHERE state = 'scheduled' AND run_at < now() + make_interval(secs => $1)
+    ORDER BY run_at, id LIMIT $3
+) AS due
+GROUP BY 1, 2 ORDER BY 1, 2 LIMIT $2
+"""
+
 # A job by idempotency key, in any namespace allowed by the filter (jobs_idempotency_key_namespace:
 # the key first). $1 key, $2 namespace filter.
 SELECT_BY_IDEMPOTENCY_KEY: Final = """

@@ -6,7 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from selenium import webdriver
 
+from tests.support import browser as chromium
 from tests.support.process import DispatcherProcess, served
 
 
@@ -14,3 +16,11 @@ from tests.support.process import DispatcherProcess, served
 def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[DispatcherProcess]:
     """One dispatcher process with default settings (test modules may override it)."""
     yield from served(tmp_path, database_url, amqp_url)
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    """A headless chromium (Debian's, with its chromedriver)."""
+    driver = chromium.chromium()
+    yield driver
+    driver.quit()

@@ -1,30 +1,32 @@
 """The web console in a real headless browser (Debian's chromium through Selenium): it opens with
-an API key, finds a job by idempotency key and by id with its history, and requeues a dead job.
+an API key; tells apart two jobs made in the same minute; finds a job by idempotency key and by id
+with its payload, headers and history; counts the next jobs due per minute and routing key; pauses
+and resumes a schedule; and requeues a dead job, saying what becomes of its copy in the dead queue.
 A screenshot is saved to test-artifacts/console.png."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from consumers_sdk import reporter
 from devstack.rabbitmq import RabbitServer
+from tests.support.browser import click, until
 from tests.support.dispatched import dispatch_round as round_of
 from tests.support.process import DispatcherProcess, served
 
 pytestmark = pytest.mark.e2e
 ADMIN = "console-admin-0123456789abcdef"
+MONITOR = "console-monitor-0123456789abcdef"
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts"
 
 
@@ -37,7 +39,7 @@ def dispatcher(
         database_url,
         amqp_url,
         env={
-            "DISPATCHER_API_KEYS": f"{ADMIN}:admin",
+            "DISPATCHER_API_KEYS": f"{ADMIN}:admin,{MONITOR}:monitor",
             "DISPATCHER_STATS_INTERVAL_S": "0.5",
             "DISPATCHER_AMQP_MANAGEMENT_URL": rabbit_server.mgmt_url.replace(
                 "http://", "http://guest:guest@"
@@ -47,36 +49,35 @@ def dispatcher(
     )
 
 
-@pytest.fixture
-def browser() -> Iterator[webdriver.Chrome]:
-    options = Options()
-    options.binary_location = "/usr/bin/chromium"
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(argument)
-    options.add_argument("--window-size=1400,1200")
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-    yield driver
-    driver.quit()
-
-
-def until(check: Callable[[], object], timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     dispatcher: DispatcherProcess, amqp_url: str, database_url: str, browser: webdriver.Chrome
 ) -> None:
     http = httpx.Client(base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"})
-    job = {"routing_key": "orders.expire", "payload": {"order": 7}, "idempotency_key": "order-7"}
+    job = {
+        "routing_key": "orders.expire",
+        "payload": {"order": 7, "lines": ["socks", "shoes"]},
+        "headers": {"x-tenant": "acme"},
+        "idempotency_key": "order-7",
+    }
     job_id = http.post("/v1/jobs", json=job).json()["id"]
-    later = {"routing_key": "orders.remind", "payload": {"order": 8}, "delay_ms": 600_000}
-    http.post("/v1/jobs", json=later).raise_for_status()
-    until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dispatched")
-    asyncio.run(report_dead(amqp_url, database_url, job_id))  # as a consumer that gave up would
-    until(lambda: http.get(f"/v1/jobs/{job_id}").json()["state"] == "dead")
+    twin = {"routing_key": "orders.expire", "payload": {"order": 8}}
+    twin_id = http.post("/v1/jobs", json=twin).json()["id"]  # made in the same minute
+    # Three jobs due in the same minute (a ten minutes ahead) are one row counting 3.
+    minute = (datetime.now(UTC) + timedelta(minutes=10)).replace(second=0, microsecond=0)
+    for second in (5, 20, 40):
+        run_at = (minute + timedelta(seconds=second)).isoformat()
+        later = {"routing_key": "orders.remind", "payload": {"order": 8}, "run_at": run_at}
+        http.post("/v1/jobs", json=later).raise_for_status()
+    nightly = {
+        "name": "nightly-report",
+        "interval_s": 3600,
+        "job": {"routing_key": "reports.nightly", "payload": {}},
+    }
+    http.post("/v1/schedules", json=nightly).raise_for_status()
+    for dead in (job_id, twin_id):
+        until(lambda dead=dead: http.get(f"/v1/jobs/{dead}").json()["state"] == "dispatched")
+        asyncio.run(report_dead(amqp_url, database_url, dead))  # as a consumer that gave up would
+        until(lambda dead=dead: http.get(f"/v1/jobs/{dead}").json()["state"] == "dead")
 
     # The console re-renders its panels on every poll: an element found a moment ago may be gone.
     wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
@@ -84,9 +85,22 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     browser.find_element(By.ID, "api-key").send_keys(ADMIN)
     browser.find_element(By.ID, "key-save").click()
     wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"]'))
+    wait.until(lambda b: b.find_elements(By.CSS_SELECTOR, f'#dead tr[data-job="{twin_id}"]'))
     wait.until(lambda b: "node" in b.find_element(By.ID, "cluster").text)
-    wait.until(lambda b: "orders.remind" in b.find_element(By.ID, "timeline").text)
     wait.until(lambda b: "dispatcher.events" in b.find_element(By.ID, "queues").text)
+
+    # Jobs of the same minute: what the dead table shows of each id differs, and it is the id.
+    shown = {dead: visible_id(browser, dead) for dead in (job_id, twin_id)}
+    assert shown[job_id] != shown[twin_id], shown
+    assert shown == {job_id: job_id, twin_id: twin_id}, shown
+
+    # The next-due panel: one row for orders.remind's minute, counting its three jobs.
+    due_row = '#due tr[data-routing-key="orders.remind"] td.jobs'
+    wait.until(lambda b: b.find_element(By.CSS_SELECTOR, due_row).text.strip() == "3")
+    assert (
+        len(browser.find_elements(By.CSS_SELECTOR, '#due tr[data-routing-key="orders.remind"]'))
+        == 1
+    )
 
     search = browser.find_element(By.ID, "search")
     search.send_keys("order-7")  # by idempotency key
@@ -98,21 +112,69 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     wait.until(lambda b: "RuntimeError: order 7 is locked" in b.find_element(By.ID, "job").text)
     steps = ("scheduled", "dispatched", "started", "dead")
     wait.until(lambda b: all(s in b.find_element(By.ID, "history").text for s in steps))
+    payload = browser.find_element(By.ID, "payload").text
+    assert '"order": 7' in payload, payload
+    assert '"socks"' in payload, payload
+    headers = browser.find_element(By.ID, "headers").text
+    assert "x-tenant" in headers, headers
+    assert "acme" in headers, headers
+
+    # Schedules: listed with their timing and next occurrence; pause and resume reach the API.
+    schedule_row = '#schedules tr[data-schedule="nightly-report"]'
+    wait.until(lambda b: "reports.nightly" in b.find_element(By.CSS_SELECTOR, schedule_row).text)
+    listed = browser.find_element(By.CSS_SELECTOR, schedule_row).text
+    assert "every 1h" in listed, listed
+    assert "active" in listed, listed
+    toggle = 'button.pause-toggle[data-schedule="nightly-report"]'
+    for paused, label in ((True, "Resume"), (False, "Pause")):
+        wait.until(lambda b: click(b, toggle))
+        until(
+            lambda paused=paused: (
+                http.get("/v1/schedules/nightly-report").json()["paused"] is paused
+            )
+        )
+        wait.until(lambda b, label=label: b.find_element(By.CSS_SELECTOR, toggle).text == label)
 
     # Found and clicked in one step of the wait: the dead panel may re-render in between.
     wait.until(lambda b: click(b, f'button.requeue[data-job="{job_id}"]'))
     wait.until(lambda b: f"requeued {job_id}" in b.find_element(By.ID, "dead-message").text)
+    said = browser.find_element(By.ID, "dead-message").text
+    assert "Its copy in billing.orders.expire.dead stays there" in said, said
+    assert "dispatcher dlq requeue" in said, said
     assert http.get(f"/v1/jobs/{job_id}").json()["state"] != "dead"  # back on its way
     wait.until(lambda b: "requeued" in b.find_element(By.ID, "history").text)
     wait.until(lambda b: not b.find_elements(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"]'))
     ARTIFACTS.mkdir(exist_ok=True)
+    browser.set_window_size(1400, 1850)  # the whole console, from the top, for the docs
+    browser.execute_script("window.scrollTo(0, 0)")
     assert browser.save_screenshot(str(ARTIFACTS / "console.png"))
     http.close()
 
 
-def click(browser: webdriver.Chrome, selector: str) -> bool:
-    browser.find_element(By.CSS_SELECTOR, selector).click()
-    return True
+def test_a_monitor_key_sees_the_figures_but_neither_jobs_nor_schedules(
+    dispatcher: DispatcherProcess, browser: webdriver.Chrome
+) -> None:
+    http = httpx.Client(base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"})
+    later = {"routing_key": "orders.remind", "payload": {"order": 8}, "delay_ms": 600_000}
+    http.post("/v1/jobs", json=later).raise_for_status()
+    nightly = {"name": "nightly", "interval_s": 60, "job": {"routing_key": "r.n", "payload": {}}}
+    http.post("/v1/schedules", json=nightly).raise_for_status()
+    http.close()
+    wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
+    browser.get(f"{dispatcher.url}/console/")
+    browser.find_element(By.ID, "api-key").send_keys(MONITOR)
+    browser.find_element(By.ID, "key-save").click()
+    wait.until(lambda b: "orders.remind" in b.find_element(By.ID, "due").text)
+    wait.until(lambda b: "this needs producer" in b.find_element(By.ID, "schedules").text)
+    assert "this needs producer" in browser.find_element(By.ID, "dead").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.pause-toggle")
+
+
+def visible_id(browser: webdriver.Chrome, job_id: str) -> str:
+    """The id as the dead table shows it (what a person sees, not an attribute)."""
+    cell = browser.find_element(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"] .job-id')
+    assert cell.is_displayed()
+    return str(cell.text)
 
 
 async def report_dead(amqp_url: str, database_url: str, job_id: str) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
 
 import httpx
 import pytest
@@ -177,3 +179,70 @@ async def test_stats_and_cluster_come_from_the_callables_given(http: httpx.Async
     assert stats.json()["heap_size"] == HEAP_SIZE
     assert cluster.status_code == 200, cluster.text
     assert cluster.json() == CLUSTER
+
+
+async def test_stats_count_the_next_jobs_due_per_minute_and_routing_key(
+    http: httpx.AsyncClient,
+) -> None:
+    minute = (datetime.now(UTC) + timedelta(minutes=10)).replace(second=0, microsecond=0)
+    plan = [
+        ("deps.a", minute + timedelta(seconds=5)),
+        ("deps.a", minute + timedelta(seconds=30)),
+        ("deps.a", minute + timedelta(seconds=59)),
+        ("deps.b", minute + timedelta(seconds=10)),
+        ("deps.a", minute + timedelta(minutes=1, seconds=1)),
+        ("deps.a", minute + timedelta(minutes=1, seconds=2)),
+        ("deps.a", minute + timedelta(hours=3)),  # beyond the window
+    ]
+    for routing_key, run_at in plan:
+        job = {"routing_key": routing_key, "payload": 1, "run_at": run_at.isoformat()}
+        created = await http.post("/v1/jobs", json=job, headers=bearer(ADMIN))
+        assert created.status_code == 201, created.text
+    stats = await http.get("/v1/stats", headers=bearer(ADMIN))
+    assert stats.status_code == 200, stats.text
+    grouped = [
+        (datetime.fromisoformat(group["minute"]), group["routing_key"], group["jobs"])
+        for group in stats.json()["next_due_by_minute"]
+    ]
+    assert grouped == [
+        (minute, "deps.a", 3),
+        (minute, "deps.b", 1),
+        (minute + timedelta(minutes=1), "deps.a", 2),
+    ]
+    assert len(stats.json()["next_due"]) == len(plan)  # the ungrouped list is still there
+
+
+class Assets(HTMLParser):
+    """The addresses a page loads: script sources and link targets, with the link's rel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        if tag == "script" and attributes.get("src"):
+            self.found.append(("script", attributes["src"] or ""))
+        if tag == "link" and attributes.get("href"):
+            self.found.append((attributes.get("rel") or "", attributes["href"] or ""))
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+async def test_the_api_docs_load_every_asset_from_the_node_itself(
+    http: httpx.AsyncClient, page: str
+) -> None:
+    answer = await http.get(page)  # no key: the docs hold no data
+    assert answer.status_code == 200, answer.text
+    parser = Assets()
+    parser.feed(answer.text)
+    kinds = {kind for kind, _ in parser.found}
+    assert "script" in kinds, answer.text
+    if page == "/docs":
+        assert "stylesheet" in kinds, answer.text
+    for kind, address in parser.found:
+        assert address.startswith("/"), address
+        assert not address.startswith("//"), address  # same origin, not a protocol-relative CDN
+        asset = await http.get(address)
+        assert asset.status_code == 200, address
+        expected = {"script": "javascript", "stylesheet": "text/css"}.get(kind, "image/")
+        assert expected in asset.headers["content-type"], (address, asset.headers)

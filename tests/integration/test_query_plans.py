@@ -112,3 +112,14 @@ async def test_what_every_node_reads_each_round_is_the_counts_table_only(million
         for plan in await plans(million_jobs, query, args):
             scanned = {n["Relation Name"] for n in nodes(plan) if "Relation Name" in n}
             assert scanned <= {"job_counts"}, json.dumps(plan, indent=1)
+
+
+async def test_the_consoles_grouped_next_due_reads_the_due_index_only(million_jobs: str) -> None:
+    for plan in await plans(million_jobs, queries.NEXT_DUE_BY_MINUTE, (3600.0, 60, 10_000)):
+        assert seq_scans(plan) == [], json.dumps(plan, indent=1)
+        assert indexes(plan) == {"jobs_due"}, json.dumps(plan, indent=1)
+        # Bounded by the LIMIT under the grouping, not by how many jobs are scheduled.
+        grouping = [n for n in nodes(plan) if n["Node Type"] == "Aggregate"]
+        assert grouping, json.dumps(plan, indent=1)
+        below = list(nodes(grouping[0]))[1:]
+        assert any(n["Node Type"] == "Limit" for n in below), json.dumps(plan, indent=1)

@@ -1,0 +1,39 @@
+"""Debian's headless chromium through Selenium, for the browser tests and the docs' screenshots."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+# Every name but the machine's own resolves to nothing: a page that needs a CDN fails to load it.
+OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost"
+
+
+def chromium(*arguments: str, size: tuple[int, int] = (1400, 1200)) -> webdriver.Chrome:
+    options = Options()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(argument)
+    for argument in arguments:
+        options.add_argument(argument)
+    options.add_argument(f"--window-size={size[0]},{size[1]}")
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def until(check: Callable[[], object], timeout_s: float = 20) -> None:
+    """Return once ``check()`` holds (state in another process); AssertionError at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def click(browser: webdriver.Chrome, selector: str) -> bool:
+    """Find and click in one step (for a wait: a page that re-renders may replace the element)."""
+    browser.find_element(By.CSS_SELECTOR, selector).click()
+    return True
