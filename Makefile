@@ -14,8 +14,12 @@ RUN_STAMP := $(VENV)/.runtime
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
+# Debian's python3 makes no venv without python3-venv: devstack/packages.py installs it (stdlib only).
+ENSURE_VENV := $(PYTHON) -c 'import ensurepip' 2>/dev/null || $(PYTHON) -m devstack.packages python
+
 # The SDK first, from sdk/: the service depends on it and no index has it.
 $(STAMP): pyproject.toml sdk/pyproject.toml
+	$(ENSURE_VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ./sdk -e '.[dev]'
@@ -29,6 +33,7 @@ dist: $(STAMP) ## build the SDK's and the service's wheels and sdists into dist/
 	$(BIN)/python -m build -q -o $(DIST) .
 
 $(RUN_STAMP): pyproject.toml sdk/pyproject.toml
+	$(ENSURE_VENV)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ./sdk -e .

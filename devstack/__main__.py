@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
         zookeeper=args.zookeeper_port,
     )
     if args.command == "ensure":
-        groups = {packages.Group.BROWSER} if args.browser else set()
+        groups = {packages.Group.SERVICES}
+        groups |= {packages.Group.BROWSER} if args.browser else set()
         packages.ensure(groups | ({packages.Group.CHROOT} if args.chroot else set()))
     elif args.command == "up":
         up(root, ports, zookeeper=False)

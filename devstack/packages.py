@@ -1,7 +1,10 @@
 """The Debian packages the local services, the browser tests, the RabbitMQ 4.x chroot and the
 benchmarks need: one list, with the file by which each is known to be installed. `make run`,
 `make test` and `bench/` install from it and nothing else does (a test holds this, and checks each
-file against dpkg)."""
+file against dpkg).
+
+Standard library only: the Makefile runs ``python3 -m devstack.packages python`` before any
+virtual environment exists (Debian's python3 makes none without python3-venv)."""
 
 from __future__ import annotations
 
@@ -14,10 +17,12 @@ from enum import Enum
 from pathlib import Path
 
 from devstack.postgres import BIN as PG_BIN
-from devstack.rabbitmq import BIN as RABBIT_BIN
+
+RABBITMQ_SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")  # devstack.rabbitmq.BIN's (a test)
 
 
 class Group(Enum):
+    PYTHON = "python"  # a virtual environment from Debian's python3: make venv, make run
     SERVICES = "services"  # PostgreSQL, RabbitMQ, ZooKeeper: make run, make cluster, the tests
     BROWSER = "browser"  # the console's and the management UI's browser tests
     CHROOT = "chroot"  # the Debian trixie chroot the RabbitMQ 4.x tests run in
@@ -36,7 +41,8 @@ class Package:
 
 PACKAGES = (
     Package("postgresql-15", Group.SERVICES, PG_BIN / "initdb"),
-    Package("rabbitmq-server", Group.SERVICES, RABBIT_BIN / "rabbitmq-server"),
+    Package("python3-venv", Group.PYTHON, Path("/usr/share/doc/python3-venv")),
+    Package("rabbitmq-server", Group.SERVICES, RABBITMQ_SERVER),
     Package("zookeeper", Group.SERVICES, Path("/etc/zookeeper/conf_example/zoo.cfg")),
     Package("libzookeeper-java", Group.SERVICES, Path("/usr/share/java/zookeeper.jar")),
     Package("default-jre-headless", Group.SERVICES, Path("/usr/lib/jvm/default-java")),
@@ -55,7 +61,7 @@ def missing(groups: set[Group]) -> list[str]:
 def ensure(groups: set[Group]) -> None:
     """Install the packages of these groups that are missing, and stop the services Debian
     starts on install (ours need their ports)."""
-    wanted = missing(groups | {Group.SERVICES})
+    wanted = missing(groups)
     if not wanted:
         return
     if os.geteuid() != 0:
@@ -72,3 +78,7 @@ def stop_system_services() -> None:
     for service in ("rabbitmq-server", "postgresql", "zookeeper"):
         if shutil.which("service"):
             subprocess.run(["service", service, "stop"], capture_output=True)
+
+
+if __name__ == "__main__":
+    ensure({Group(name) for name in sys.argv[1:]})

@@ -87,7 +87,7 @@ def servers(root: Path, ports: Ports) -> tuple[PostgresServer, RabbitServer, Zoo
 
 def up(root: Path, ports: Ports, *, zookeeper: bool) -> Urls:
     """Start PostgreSQL and RabbitMQ (and ZooKeeper if asked) unless they already run."""
-    packages.ensure(set())
+    packages.ensure({packages.Group.SERVICES})
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
     ports.save(root)

@@ -5,12 +5,13 @@ the same services at the same versions."""
 
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from devstack import packages
+from devstack import packages, rabbitmq
 from devstack.postgres import BIN as PG_BIN
 
 ROOT = Path(__file__).parents[2]
@@ -75,3 +76,15 @@ def test_compose_runs_the_services_of_the_list_at_their_versions() -> None:
     if zookeeper.returncode == 0:
         major_minor = ".".join(zookeeper.stdout.split(".")[:2])
         assert services["zookeeper"]["image"] == f"zookeeper:{major_minor}"
+
+
+def test_the_list_runs_before_any_virtual_environment_exists() -> None:
+    """`make venv` calls it with Debian's bare python3: no site-packages, so the standard library
+    only (-S leaves site-packages off the path)."""
+    ran = subprocess.run(
+        [sys.executable, "-S", "-m", "devstack.packages"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert packages.RABBITMQ_SERVER == rabbitmq.BIN / "rabbitmq-server"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-m devstack.packages python" in makefile
