@@ -40,11 +40,7 @@ $(RUN_STAMP): pyproject.toml sdk/pyproject.toml
 	touch $(RUN_STAMP)
 
 run: $(RUN_STAMP) ## install the runtime, start PostgreSQL + RabbitMQ, migrate, serve http://127.0.0.1:8080
-	$(BIN)/python -m devstack up
-	@echo "API docs:    http://127.0.0.1:8080/docs"
-	@echo "Console:     http://127.0.0.1:8080/console/"
-	@echo "Ctrl-C stops the dispatcher; 'make down' stops the services."
-	exec $(BIN)/dispatcher serve
+	exec $(BIN)/python -m devstack serve
 
 cluster: $(RUN_STAMP) ## ZooKeeper, PostgreSQL, RabbitMQ and three nodes in the background on 8081-8083
 	$(BIN)/python -m devstack cluster

@@ -2,6 +2,7 @@
 `make down` and `make test` call.
 
     up       PostgreSQL + RabbitMQ (what the default single-node settings use), migrated
+    serve    up, then become one node in the foreground on --http-port (`make run`)
     cluster  ZooKeeper too, then NODES dispatcher nodes in the background on --http-ports
     down     every node and service started under --root, whichever ports they were given
 """
@@ -19,7 +20,7 @@ CLUSTER_HTTP_PORTS = "8081,8082,8083"  # beside `make run`'s 8080
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m devstack")
-    parser.add_argument("command", choices=["ensure", "up", "cluster", "down", "status"])
+    parser.add_argument("command", choices=["ensure", "up", "serve", "cluster", "down", "status"])
     parser.add_argument("--root", type=Path, default=Path(".run"), help="data, logs and pids")
     parser.add_argument("--browser", action="store_true", help="ensure: chromium too (tests)")
     parser.add_argument(
@@ -28,6 +29,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     defaults = stack.Ports()
     for field in ("postgres", "amqp", "management", "distribution", "zookeeper"):
         parser.add_argument(f"--{field}-port", type=int, default=getattr(defaults, field))
+    parser.add_argument("--http-port", type=int, default=8080, help="serve: the node's HTTP port")
     parser.add_argument(
         "--http-ports",
         default=CLUSTER_HTTP_PORTS,
@@ -43,9 +45,23 @@ def up(root: Path, ports: stack.Ports, *, zookeeper: bool) -> stack.Urls:
     return urls
 
 
-def cluster(root: Path, ports: stack.Ports, http_ports: list[int]) -> None:
+def refuse_if_running(root: Path) -> None:
+    """A single node and a cluster on one database would both fire every shard."""
     if running := nodes.running(root):
         sys.exit(f"{' '.join(running)} already run under {root}: 'make down' first")
+
+
+def serve(root: Path, ports: stack.Ports, http_port: int) -> None:
+    refuse_if_running(root)
+    urls = up(root, ports, zookeeper=False)
+    url = f"http://127.0.0.1:{http_port}"
+    print(f"API docs:    {url}/docs\nConsole:     {url}/console/")
+    print("Ctrl-C stops the dispatcher; 'make down' stops it and the services.")
+    nodes.serve(root, urls, "dispatcher", http_port)
+
+
+def cluster(root: Path, ports: stack.Ports, http_ports: list[int]) -> None:
+    refuse_if_running(root)
     urls = up(root, ports, zookeeper=True)
     started = [
         nodes.start(root, urls, f"node-{number}", port)
@@ -75,6 +91,8 @@ def main(argv: list[str] | None = None) -> None:
         packages.ensure(groups | ({packages.Group.CHROOT} if args.chroot else set()))
     elif args.command == "up":
         up(root, ports, zookeeper=False)
+    elif args.command == "serve":
+        serve(root, ports, args.http_port)
     elif args.command == "cluster":
         cluster(root, ports, [int(port) for port in args.http_ports.split(",")])
     elif args.command == "down":

@@ -1,5 +1,6 @@
-"""Dispatcher nodes in the background for `make cluster`: one process per node, its log and pid
-file under ROOT/nodes/, stopped by `make down` from those pid files."""
+"""Dispatcher nodes: in the background for `make cluster` (one process per node, its log and pid
+file under ROOT/nodes/), or `make run`'s one node in the foreground (its pid file too), all
+stopped by `make down` from those pid files."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import httpx
 
@@ -54,18 +56,40 @@ def migrate(urls: Urls) -> None:
     )
 
 
-def start(root: Path, urls: Urls, name: str, http_port: int) -> NodeProcess:
-    """Start one node detached from this command; its pid file is what `stop_all` reads."""
-    nodes = folder(root)
-    nodes.mkdir(parents=True, exist_ok=True)
-    log = nodes / f"{name}.log"
-    env = {
+def node_env(urls: Urls, name: str, http_port: int) -> dict[str, str]:
+    return {
         **os.environ,
         **settings_env(urls),
         "DISPATCHER_NODE_ID": name,
         "DISPATCHER_HTTP_HOST": "127.0.0.1",
         "DISPATCHER_HTTP_PORT": str(http_port),
     }
+
+
+def record(root: Path, name: str, pid: int, http_port: int) -> None:
+    nodes = folder(root)
+    nodes.mkdir(parents=True, exist_ok=True)
+    (nodes / f"{name}.pid").write_text(f"{pid} {http_port}\n")
+
+
+def serve(root: Path, urls: Urls, name: str, http_port: int) -> NoReturn:
+    """Become the node, in the foreground (Ctrl-C stops it), recorded so `make down` stops it
+    too: the pid stays the same across exec."""
+    record(root, name, os.getpid(), http_port)
+    sys.stdout.flush()
+    os.execve(
+        sys.executable,
+        [sys.executable, "-m", "dispatcher", "serve"],
+        node_env(urls, name, http_port),
+    )
+
+
+def start(root: Path, urls: Urls, name: str, http_port: int) -> NodeProcess:
+    """Start one node detached from this command; its pid file is what `stop_all` reads."""
+    nodes = folder(root)
+    nodes.mkdir(parents=True, exist_ok=True)
+    log = nodes / f"{name}.log"
+    env = node_env(urls, name, http_port)
     with log.open("ab") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "dispatcher", "serve"],
@@ -74,7 +98,7 @@ def start(root: Path, urls: Urls, name: str, http_port: int) -> NodeProcess:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    (nodes / f"{name}.pid").write_text(f"{process.pid} {http_port}\n")
+    record(root, name, process.pid, http_port)
     return NodeProcess(name=name, http_port=http_port, pid=process.pid, log=log)
 
 
@@ -101,8 +125,12 @@ def alive(pid: int) -> bool:
 
 
 def signal_group(pid: int, sig: int) -> None:
+    """A background node leads its own process group; `make run`'s node does not (it is make's)."""
     with contextlib.suppress(ProcessLookupError):  # it exited in the meantime
-        os.killpg(pid, sig)
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
 
 
 def stop(pid: int) -> None:

@@ -66,7 +66,7 @@ def ensure(groups: set[Group]) -> None:
         return
     if os.geteuid() != 0:
         sys.exit(f"missing {' '.join(wanted)}: run as root to install them")
-    print("installing", " ".join(wanted))
+    print("installing", " ".join(wanted), flush=True)  # before apt-get's own lines
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
     subprocess.run(["apt-get", "install", "-y", "-qq", *wanted], check=True, env=env)

@@ -25,6 +25,13 @@ ROOT = Path(__file__).parents[2]
 COMMAND_S = 600  # three services and three nodes start slowly on a loaded machine
 
 
+def ready(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def answers(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -54,6 +61,28 @@ class Stack:
         result = self.attempt(command)
         assert result.returncode == 0, f"{command}: {result.stdout}\n{result.stderr}"
         return result.stdout
+
+    def serve(self, http_port: int) -> subprocess.Popen[bytes]:
+        """`make run`'s command, in the background here."""
+        options = [f"--{name}-port={port}" for name, port in self.ports.items()]
+        with (self.root / "serve.log").open("wb") as log:
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "devstack",
+                    "serve",
+                    f"--root={self.root}",
+                    f"--http-port={http_port}",
+                    *options,
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def serve_log(self) -> str:
+        return (self.root / "serve.log").read_text()
 
     def view(self, port: int) -> dict[str, Any]:
         response = httpx.get(f"http://127.0.0.1:{port}/v1/cluster", timeout=10)
@@ -101,6 +130,22 @@ def test_up_starts_postgres_and_rabbitmq_only_and_cluster_adds_zookeeper_and_thr
     assert not answers(stack.ports["zookeeper"])
     assert "ZooKeeper" not in out
     assert nodes.running(stack.root) == []
+
+    # `make run`'s node: in the foreground, refused beside a cluster, stopped by `down`.
+    serve_port = free_port()
+    served = stack.serve(serve_port)
+    try:
+        assert wait_until(lambda: ready(serve_port), 120), stack.serve_log()
+        assert nodes.running(stack.root) == ["dispatcher"]
+        refused = stack.attempt("cluster")
+        assert refused.returncode != 0
+        assert "dispatcher already run" in refused.stderr
+        stack.run("down")
+        assert served.wait(timeout=60) is not None
+        assert nodes.running(stack.root) == []
+        assert not answers(serve_port)
+    finally:
+        served.kill()
 
     out = stack.run("cluster")
     assert answers(stack.ports["zookeeper"])
