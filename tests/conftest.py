@@ -1,5 +1,6 @@
 """Markers and cross-cutting fixtures only; the service fixtures live in tests/fixtures.py."""
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -11,6 +12,11 @@ from tests.support.collector import Collector
 from tests.support.process import FAST_LEASE, DispatcherProcess, served
 
 pytest_plugins = ["tests.fixtures"]
+
+# Tests read what their child processes print (a consumer's handler, a runner) from log files:
+# unbuffered, or a line stays in the child's buffer until it exits. Set here, not left to the
+# caller's environment (a fresh machine's shell does not set it).
+os.environ["PYTHONUNBUFFERED"] = "1"
 
 
 @pytest.fixture
