@@ -57,6 +57,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "      --prefetch 64 --concurrency 16 --max-per-second 200",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_arguments(parser)
+    parser.add_argument(
+        "--version", action="version", version=f"{prog} {_version()}", help="print the release"
+    )
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """TARGET and the flags: this runner's, and Django's ``manage.py run_consumer``'s."""
     parser.add_argument(
         "target",
         metavar="TARGET",
@@ -98,10 +107,6 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="a folder put first on the import path, as 'python -m' does with the current one "
         "(default: the current folder)",
     )
-    parser.add_argument(
-        "--version", action="version", version=f"{prog} {_version()}", help="print the release"
-    )
-    return parser
 
 
 def load(target: str) -> Consumer:
@@ -125,19 +130,21 @@ def load(target: str) -> Consumer:
     return consumer
 
 
-def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
-    args = build_parser(prog).parse_args(argv)
+def prepare(args: argparse.Namespace) -> Consumer:
+    """The Consumer that ``args.target`` names, paced by the flags; BadTarget or ValueError when
+    there is none or a flag does not fit it."""
     sys.path.insert(0, os.path.abspath(args.app_dir))
-    try:
-        consumer = load(args.target)
-        consumer.configure(
-            prefetch=args.prefetch,
-            concurrency=args.concurrency,
-            max_per_second=args.max_per_second,
-        )
-    except (BadTarget, ValueError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+    consumer = load(args.target)
+    consumer.configure(
+        prefetch=args.prefetch,
+        concurrency=args.concurrency,
+        max_per_second=args.max_per_second,
+    )
+    return consumer
+
+
+def run(consumer: Consumer, args: argparse.Namespace) -> None:
+    """Log to stderr at ``--log-level`` and consume until SIGTERM or SIGINT."""
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -150,6 +157,16 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
         consumer.max_per_second or "unlimited",
     )
     asyncio.run(consumer.run())
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        consumer = prepare(args)
+    except (BadTarget, ValueError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    run(consumer, args)
     return 0
 
 

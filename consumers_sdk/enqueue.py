@@ -1,9 +1,11 @@
-"""enqueue(): schedule a job inside the caller's own PostgreSQL transaction.
+"""enqueue() and enqueue_sync(): schedule a job inside the caller's own PostgreSQL transaction.
 
 For applications whose data lives in the dispatcher's database: the job row is written on the
-caller's connection, so it exists if and only if the caller's transaction commits. Nothing here
-opens a transaction or commits; on a connection outside any transaction the statement commits by
-itself (as ``POST /v1/jobs`` would). The row is written by the database's contract function
+caller's connection (asyncpg or psycopg 3 async for ``enqueue``, psycopg 3 sync, Django's among
+them, for ``enqueue_sync``: ``sql_drivers``), so it exists if and only if the caller's transaction
+commits. Nothing here opens a transaction or commits; on a connection in autocommit (asyncpg
+outside a transaction, Django outside ``atomic``) the statement commits by itself (as
+``POST /v1/jobs`` would). The row is written by the database's contract function
 ``dispatcher_enqueue_v1`` (created by the dispatcher's migration 0012; the dispatcher's own intake
 calls it too), which also sends the due notice that PostgreSQL delivers only on commit: the
 dispatcher nodes listen and put a job due soon on the owning node's heap at once; the loader (or
@@ -15,25 +17,20 @@ job raises ValueError or TypeError naming the argument, and the caller's transac
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 
 import orjson
 
-try:
-    import asyncpg
-    from asyncpg.pool import PoolConnectionProxy
-except ImportError as missing:  # the SDK installs without it: enqueue is the one part that needs it
-    raise ImportError(
-        "consumers_sdk.enqueue needs asyncpg: pip install 'delay-dispatcher-sdk[asyncpg]'",
-        name=missing.name,
-    ) from missing
+from consumers_sdk import contract, ids, sql_drivers, validation
 
-from consumers_sdk import contract, ids, validation
+if TYPE_CHECKING:
+    from consumers_sdk.sql_drivers import AsyncConnection, SyncConnection
 
 # Insert one job, through the contract function with one-element arrays (one function serves
 # the dispatcher's batches and this): a shard chosen by the id's hash among the shards the
@@ -50,11 +47,11 @@ FROM dispatcher_enqueue_v1(ARRAY[$1::uuid], NULL, ARRAY[$2::bigint], ARRAY[$3::t
 """
 
 # The job stored earlier under an idempotency key. $1 namespace ('' for the default), $2 key.
+# Both statements run on asyncpg and on psycopg's raw cursors alike (sql_drivers).
 SELECT_BY_KEY: Final = """
 SELECT id, run_at FROM jobs WHERE coalesce(namespace, '') = $1 AND idempotency_key = $2
 """
 
-Connection = asyncpg.Connection | PoolConnectionProxy
 _PAYLOAD_OPTIONS: Final = (  # refuse what the API could not receive as JSON (dates, dataclasses)
     orjson.OPT_PASSTHROUGH_DATETIME
     | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -70,6 +67,13 @@ class SchemaTooOld(RuntimeError):
     """The database lacks dispatcher_enqueue_v1: migrate it with a newer dispatcher first."""
 
 
+# What the statements' errors mean, by SQLSTATE (the same on every driver).
+_REFUSALS: Final[dict[str, type[RuntimeError]]] = {
+    "22012": NoShards,  # division_by_zero: count(*) of shard_epochs was 0
+    "42883": SchemaTooOld,  # undefined_function: a dispatcher before migration 0012
+}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnqueuedJob:
     id: uuid.UUID
@@ -80,54 +84,101 @@ class EnqueuedJob:
 _IDS = ids.JobIds()  # one generator per process: its ids are strictly increasing
 
 
-async def enqueue(
-    conn: Connection,
-    routing_key: str,
-    payload: Any,
-    *,
-    delay: timedelta | float | None = None,
-    run_at: datetime | None = None,
-    headers: Mapping[str, contract.HeaderValue] | None = None,
-    priority: int | None = None,
-    ttl: timedelta | float | None = None,
-    idempotency_key: str | None = None,
-    namespace: str | None = None,
-    max_attempts: int | None = None,
-    retry_backoff: Sequence[timedelta | float] | None = None,
-    limits: validation.Limits = validation.DEFAULT_LIMITS,
-) -> EnqueuedJob:
-    """Schedule a job on ``conn`` within whatever transaction it is in.
+class EnqueueOptions(TypedDict, total=False):
+    """The keyword arguments of ``enqueue`` and ``enqueue_sync``; each may be left out.
 
     ``delay`` (a timedelta or seconds) or ``run_at`` (timezone-aware; in the past means now),
     neither means now. ``max_attempts`` and ``retry_backoff`` (seconds after each failed attempt,
     the last repeated) are the job's own retry policy. ``limits`` are the dispatcher's
     ``DISPATCHER_MAX_*`` settings, when they differ from the defaults.
     """
+
+    delay: timedelta | float | None
+    run_at: datetime | None
+    headers: Mapping[str, contract.HeaderValue] | None
+    priority: int | None
+    ttl: timedelta | float | None
+    idempotency_key: str | None
+    namespace: str | None
+    max_attempts: int | None
+    retry_backoff: Sequence[timedelta | float] | None
+    limits: validation.Limits
+
+
+async def enqueue(
+    conn: AsyncConnection, routing_key: str, payload: Any, **options: Unpack[EnqueueOptions]
+) -> EnqueuedJob:
+    """Schedule a job on ``conn`` (asyncpg, or psycopg's ``AsyncConnection``) within whatever
+    transaction it is in. The options are ``EnqueueOptions``."""
+    arguments = _arguments(routing_key, payload, options)
+    with _refusals():
+        inserted = await sql_drivers.fetch_row(conn, INSERT_JOB, arguments)
+        stored = inserted or await sql_drivers.fetch_row(conn, SELECT_BY_KEY, _key(options))
+    return _enqueued(stored, created=inserted is not None)
+
+
+def enqueue_sync(
+    conn: SyncConnection, routing_key: str, payload: Any, **options: Unpack[EnqueueOptions]
+) -> EnqueuedJob:
+    """``enqueue`` on a synchronous psycopg 3 ``Connection``: in Django, the one under
+    ``django.db.connection`` (``consumers_sdk.integrations.django.psycopg_connection()``), so a
+    job joins ``transaction.atomic()``. The options and errors are ``enqueue``'s."""
+    arguments = _arguments(routing_key, payload, options)
+    with _refusals():
+        inserted = sql_drivers.fetch_row_sync(conn, INSERT_JOB, arguments)
+        stored = inserted or sql_drivers.fetch_row_sync(conn, SELECT_BY_KEY, _key(options))
+    return _enqueued(stored, created=inserted is not None)
+
+
+def _arguments(routing_key: str, payload: Any, options: EnqueueOptions) -> tuple[object, ...]:
+    """INSERT_JOB's arguments, each checked (raising before any SQL runs) and encoded."""
+    unknown = sorted(options.keys() - EnqueueOptions.__optional_keys__)
+    if unknown:  # a misspelt option would otherwise be dropped without a word
+        raise TypeError(f"{unknown[0]} is not an argument of enqueue")
+    limits = options.get("limits", validation.DEFAULT_LIMITS)
     job_id = _IDS.next()
-    arguments = (  # each checked (raising before any SQL) and encoded as INSERT_JOB takes it
+    return (
         job_id,
         ids.id_hash(job_id.bytes),
         _routing_key(routing_key, limits),
         _payload(payload, limits),
-        _headers(headers, max_attempts, retry_backoff, limits),
-        _priority(priority),
-        _ttl_ms(ttl),
-        _idempotency_key(idempotency_key, limits),
-        _run_at(delay, run_at, limits),
-        _namespace(namespace),
+        _headers(
+            options.get("headers"),
+            options.get("max_attempts"),
+            options.get("retry_backoff"),
+            limits,
+        ),
+        _priority(options.get("priority")),
+        _ttl_ms(options.get("ttl")),
+        _idempotency_key(options.get("idempotency_key"), limits),
+        _run_at(options.get("delay"), options.get("run_at"), limits),
+        _namespace(options.get("namespace")),
     )
+
+
+def _key(options: EnqueueOptions) -> tuple[str, str | None]:
+    """SELECT_BY_KEY's arguments: where a job not inserted (its key seen before) is stored."""
+    return options.get("namespace") or "", options.get("idempotency_key")
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """The driver's error for a database that cannot take jobs, as NoShards or SchemaTooOld."""
     try:
-        inserted = await conn.fetchrow(INSERT_JOB, *arguments)
-    except asyncpg.DivisionByZeroError:  # count(*) of shard_epochs was 0
-        raise NoShards(NoShards.__doc__) from None
-    except asyncpg.UndefinedFunctionError:  # a dispatcher before migration 0012
-        raise SchemaTooOld(SchemaTooOld.__doc__) from None
-    if inserted is not None:
-        return EnqueuedJob(id=inserted["id"], run_at=inserted["run_at"], created=True)
-    existing = await conn.fetchrow(SELECT_BY_KEY, namespace or "", idempotency_key)
-    if existing is None:  # deleted (retention) between the conflict and this read
+        yield
+    except Exception as exc:
+        refusal = _REFUSALS.get(getattr(exc, "sqlstate", None) or "")
+        if refusal is None:
+            raise
+        raise refusal(refusal.__doc__) from None
+
+
+def _enqueued(row: sql_drivers.Row | None, *, created: bool) -> EnqueuedJob:
+    if row is None:  # deleted (retention) between the conflict and this read
         raise RuntimeError("the job stored under this idempotency key is gone; enqueue again")
-    return EnqueuedJob(id=existing["id"], run_at=existing["run_at"], created=False)
+    job_id, run_at = row
+    # psycopg gives the session's time zone, asyncpg UTC: one answer whatever the driver.
+    return EnqueuedJob(id=job_id, run_at=run_at.astimezone(UTC), created=created)
 
 
 def _routing_key(value: str, limits: validation.Limits) -> str:

@@ -1,5 +1,6 @@
-"""enqueue() with a real dispatcher process: a job enqueued in a transaction that rolls back is
-never published; one whose transaction commits is delivered like any other."""
+"""enqueue() with a real dispatcher process, on asyncpg and on psycopg (sync and async): a job
+enqueued in a transaction that rolls back is never published; one whose transaction commits is
+delivered like any other."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import asyncpg
 import orjson
+import psycopg
 import pytest
 
 from consumers_sdk import contract
-from consumers_sdk.enqueue import enqueue
+from consumers_sdk.enqueue import EnqueuedJob, enqueue, enqueue_sync
 from tests.support.collector import Collector
 from tests.support.process import FAST_LEASE, DispatcherProcess, served
 
@@ -64,4 +66,45 @@ async def test_only_the_committed_transactions_job_is_published(
     await asyncio.sleep(max(remaining, 0))
     await collector.settle()
     assert set(collector.deliveries) == {str(committed.id), str(due_now.id)}
+    assert node.is_running()
+
+
+def committed_and_rolled_back_sync(database_url: str) -> tuple[EnqueuedJob, EnqueuedJob]:
+    with psycopg.connect(database_url) as conn:
+        with conn.transaction():
+            rolled_back = enqueue_sync(conn, "orders.expire", {"driver": "sync"}, delay=1.0)
+            raise psycopg.Rollback
+        with conn.transaction():
+            committed = enqueue_sync(conn, "orders.expire", {"driver": "sync"}, delay=1.0)
+    return committed, rolled_back
+
+
+async def committed_and_rolled_back_async(database_url: str) -> tuple[EnqueuedJob, EnqueuedJob]:
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        async with conn.transaction():
+            rolled_back = await enqueue(conn, "orders.expire", {"driver": "async"}, delay=1.0)
+            raise psycopg.Rollback
+        async with conn.transaction():
+            committed = await enqueue(conn, "orders.expire", {"driver": "async"}, delay=1.0)
+    return committed, rolled_back
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+async def test_on_psycopg_only_the_committed_transactions_job_is_published(
+    node: DispatcherProcess, collector: Collector, database_url: str, driver: str
+) -> None:
+    if driver == "sync":  # in a thread, as a Django or Flask worker runs it
+        committed, rolled_back = await asyncio.to_thread(
+            committed_and_rolled_back_sync, database_url
+        )
+    else:
+        committed, rolled_back = await committed_and_rolled_back_async(database_url)
+    assert await collector.wait_for([str(committed.id)], 30) == set()
+    [delivery] = collector.deliveries[str(committed.id)]
+    assert orjson.loads(delivery.body) == {"driver": driver}
+    assert delivery.received_at >= committed.run_at.timestamp()
+    remaining = rolled_back.run_at.timestamp() + 5.0 - time.time()
+    await asyncio.sleep(max(remaining, 0))  # well past the rolled-back job's due time
+    await collector.settle()
+    assert set(collector.deliveries) == {str(committed.id)}
     assert node.is_running()

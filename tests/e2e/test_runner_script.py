@@ -3,17 +3,14 @@ the current folder, the pace set by flags, and SIGTERM letting the running job f
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import sys
 from pathlib import Path
 
 import pytest
 
 from consumers_sdk import topology
-from tests.support.jobs_out import job, publish
-from tests.support.queues import consumers_reach, queue_depth, wait_for_queue
-from tests.support.waiting import eventually
+from tests.support.consumer_process import read, sigterm_while_handling
+from tests.support.queues import queue_depth
 
 pytestmark = pytest.mark.e2e
 SCRIPT = Path(sys.executable).parent / "dispatcher-consumer"
@@ -41,17 +38,14 @@ async def work(job: Job) -> None:
 """
 
 
-def read(path: Path) -> str:
-    return path.read_text() if path.exists() else ""
-
-
 async def test_the_runner_takes_its_flags_and_finishes_the_running_job_on_sigterm(
     tmp_path: Path, amqp_url: str
 ) -> None:
     (tmp_path / "runner_app.py").write_text(APP)
     notes, log = tmp_path / "notes.txt", tmp_path / "runner.log"
-    with log.open("wb") as output:
-        process = await asyncio.create_subprocess_exec(
+    queue = topology.work_queue("runner", "runner.work")
+    code, job_id = await sigterm_while_handling(
+        [
             str(SCRIPT),
             "runner_app:consumer",
             "--prefetch",
@@ -62,25 +56,17 @@ async def test_the_runner_takes_its_flags_and_finishes_the_running_job_on_sigter
             "100",
             "--log-level",
             "info",
-            cwd=tmp_path,  # found there, as with 'python -m'
-            env={"RUNNER_NOTES": str(notes), "RUNNER_AMQP_URL": amqp_url, "PATH": "/usr/bin:/bin"},
-            stdout=output,
-            stderr=output,
-        )
-    try:
-        queue = topology.work_queue("runner", "runner.work")
-        await wait_for_queue(amqp_url, queue)
-        await consumers_reach(amqp_url, queue, 1, 60)
-        assert "group runner, prefetch 3, concurrency 2, max 100.0/s" in read(log)
-        [job_id] = await publish(amqp_url, [job("runner.work", {"sleep_s": 2})])
-        await eventually(lambda: f"start {job_id}" in read(notes), 30)
-        process.send_signal(signal.SIGTERM)
-        code = await asyncio.wait_for(process.wait(), 60)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+        ],
+        cwd=tmp_path,  # found there, as with 'python -m'
+        env={"RUNNER_NOTES": str(notes), "RUNNER_AMQP_URL": amqp_url, "PATH": "/usr/bin:/bin"},
+        amqp_url=amqp_url,
+        queue=queue,
+        routing_key="runner.work",
+        notes=notes,
+        log=log,
+    )
     assert code == 0, read(log)
+    assert "group runner, prefetch 3, concurrency 2, max 100.0/s" in read(log)
     assert read(notes).splitlines() == [f"start {job_id}", f"end {job_id}"]
     assert await queue_depth(amqp_url, queue) == 0  # acked once done, not handed back
     assert "Traceback" not in read(log)

@@ -21,9 +21,9 @@ from consumers_sdk import enqueue as enqueue_module
 from consumers_sdk.enqueue import NoShards, enqueue
 from dispatcher.store import queries
 from dispatcher.store.jobs import job_from_row
+from tests.support.due_listener import Listener, listening
 
 SHARDS = 16
-CHANNEL = "dispatcher_due"
 
 
 @pytest.fixture
@@ -35,33 +35,10 @@ async def conn(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     await connection.close()
 
 
-class Listener:
-    """A raw LISTEN on the wake-up channel, as a dispatcher node holds one."""
-
-    def __init__(self) -> None:
-        self.payloads: asyncio.Queue[str] = asyncio.Queue()
-
-    def on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        self.payloads.put_nowait(payload)
-
-    async def drained(self, quiet_s: float = 0.5) -> list[str]:
-        """Everything received until nothing more arrives for ``quiet_s``."""
-        got = []
-        while True:
-            try:
-                async with asyncio.timeout(quiet_s):
-                    got.append(await self.payloads.get())
-            except TimeoutError:
-                return got
-
-
 @pytest.fixture
 async def listener(database_url: str) -> AsyncIterator[Listener]:
-    connection = await asyncpg.connect(database_url)
-    listening = Listener()
-    await connection.add_listener(CHANNEL, listening.on_notify)
-    yield listening
-    await connection.close()
+    async with listening(database_url) as listener:
+        yield listener
 
 
 async def jobs(conn: asyncpg.Connection) -> list[asyncpg.Record]:
@@ -219,6 +196,7 @@ BAD: list[tuple[dict[str, Any], type[Exception], str]] = [
     ({"retry_backoff": []}, ValueError, "retry_backoff"),
     ({"retry_backoff": [1, 3601]}, ValueError, "retry_backoff[1]"),
     ({"retry_backoff": "1,2"}, TypeError, "retry_backoff"),
+    ({"dealy": 5}, TypeError, "dealy"),  # misspelt: refused, not dropped
 ]
 
 
@@ -272,15 +250,18 @@ async def test_enqueues_statements_prepare_against_the_migrated_schema(
         await conn.prepare(sql)
 
 
-def test_the_sdk_side_imports_nothing_of_the_dispatcher() -> None:
+def test_the_sdk_side_imports_nothing_of_the_dispatcher_nor_a_driver_or_framework() -> None:
     loaded = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import sys, consumers_sdk, consumers_sdk.enqueue; print(' '.join(sys.modules))",
+            "import sys, consumers_sdk, consumers_sdk.enqueue, consumers_sdk.integrations.fastapi;"
+            " print(' '.join(sys.modules))",
         ],
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
-    assert not [m for m in loaded if m.split(".")[0] in ("dispatcher", "fastapi", "kazoo")]
+    # Nor a driver or a framework: each is imported by the application that uses it.
+    unwanted = ("dispatcher", "fastapi", "starlette", "kazoo", "asyncpg", "psycopg", "django")
+    assert not [m for m in loaded if m.split(".")[0] in unwanted]

@@ -78,6 +78,7 @@ def test_sdk_wheel_holds_only_consumers_sdk_and_requires_nothing_of_the_server(
     requires = requirements(headers)
     assert {"aio-pika", "aiormq", "httpx", "orjson"} <= set(requires)
     assert str(requires["asyncpg"].marker) == 'extra == "asyncpg"'
+    assert str(requires["psycopg"].marker) == 'extra == "psycopg"'
     assert [n for n in SERVER_ONLY if n in requires and requires[n].marker is None] == []
     assert "delay-dispatcher" not in requires
 
@@ -126,12 +127,13 @@ from consumers_sdk import topology
 work = topology.work_queue("billing", "orders.expire")
 print(work, topology.dead_queue(work), topology.wait_queue(work, 15))
 print(consumers_sdk.exponential(base=15, cap=10)(3) == 10, consumers_sdk.DispatcherClient)
-print([m for m in ("dispatcher", "fastapi", "uvicorn", "kazoo", "asyncpg", "prometheus_client")
-       if importlib.util.find_spec(m)])
+print([m for m in ("dispatcher", "fastapi", "uvicorn", "kazoo", "asyncpg", "prometheus_client",
+                  "psycopg", "django") if importlib.util.find_spec(m)])
+import consumers_sdk.enqueue, consumers_sdk.integrations.fastapi  # no driver, no framework needed
 try:
-    import consumers_sdk.enqueue
-except ImportError as missing:
-    print(missing)
+    consumers_sdk.enqueue.enqueue_sync(object(), "orders.expire", {})
+except TypeError as refused:
+    print(refused)
 """
     elsewhere = tmp_path / "elsewhere"  # not the source tree: only the installed wheel
     elsewhere.mkdir()
@@ -144,7 +146,8 @@ except ImportError as missing:
         "billing.orders.expire billing.orders.expire.dead billing.orders.expire.retry.15s",
         "True <class 'consumers_sdk.client.DispatcherClient'>",
         "[]",
-        "consumers_sdk.enqueue needs asyncpg: pip install 'delay-dispatcher-sdk[asyncpg]'",
+        "conn must be a psycopg.Connection ('delay-dispatcher-sdk[psycopg]'), not builtins.object"
+        " (an asynchronous connection takes enqueue())",
     ]
 
 

@@ -1,0 +1,1 @@
+"""Django finds the app's commands in ``management/commands/``."""

@@ -1,0 +1,1 @@
+"""``run_consumer``: one module a command, as Django looks them up."""
