@@ -15,7 +15,6 @@ job raises ValueError or TypeError naming the argument, and the caller's transac
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ except ImportError as missing:  # the SDK installs without it: enqueue is the on
         name=missing.name,
     ) from missing
 
-from consumers_sdk import contract, ids, validation
+from consumers_sdk import calls, contract, ids, validation
 
 # Insert one job, through the contract function with one-element arrays (one function serves
 # the dispatcher's batches and this): a shard chosen by the id's hash among the shards the
@@ -182,14 +181,7 @@ def _check_text(argument: str, value: object) -> None:
         raise TypeError(f"{argument} must be a str, not {type(value).__name__}")
 
 
-def _seconds(argument: str, value: timedelta | float) -> float:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{argument} must be a timedelta or a number of seconds")
-    if not math.isfinite(value):
-        raise ValueError(f"{argument} must be finite")
-    return float(value)
+_seconds = calls.seconds  # one rule for durations, the client's
 
 
 def _run_at(
