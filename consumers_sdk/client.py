@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, Unpack
+from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack
 
 import httpx
 
@@ -49,7 +49,7 @@ class DispatcherClient:
         self._retries = retries
         self.schedules = Schedules(self)
 
-    async def __aenter__(self) -> DispatcherClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar, Unpack
+from typing import Any, ParamSpec, Self, TypeVar, Unpack
 
 import httpx
 
@@ -40,7 +40,7 @@ class SyncDispatcherClient:
         self._retries = retries
         self.schedules = SyncSchedules(self)
 
-    def __enter__(self) -> SyncDispatcherClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
