@@ -11,13 +11,25 @@ from consumers_sdk.errors import (
     DispatcherUnavailable,
     HandlerTimeout,
     InvalidJob,
+    InvalidSchedule,
     JobConflict,
     JobNotFound,
     Reject,
     Retry,
+    ScheduleConflict,
+    ScheduleNotFound,
 )
 from consumers_sdk.job import Job
+from consumers_sdk.records import (
+    HistoryEntry,
+    JobPage,
+    JobRecord,
+    JobTemplate,
+    Schedule,
+    SchedulePage,
+)
 from consumers_sdk.retry import exponential
+from consumers_sdk.sync_client import SyncDispatcherClient
 
 __all__ = [
     "AccessDenied",
@@ -27,13 +39,23 @@ __all__ = [
     "DispatcherClient",
     "DispatcherUnavailable",
     "HandlerTimeout",
+    "HistoryEntry",
     "InvalidJob",
+    "InvalidSchedule",
     "Job",
     "JobConflict",
     "JobNotFound",
+    "JobPage",
+    "JobRecord",
+    "JobTemplate",
     "MemoryDeduplicator",
     "Reject",
     "Retry",
+    "Schedule",
+    "ScheduleConflict",
+    "ScheduleNotFound",
+    "SchedulePage",
+    "SyncDispatcherClient",
     "contract",
     "exponential",
 ]

@@ -1,93 +1,55 @@
-"""DispatcherClient: schedule, get and cancel jobs over the dispatcher's HTTP API.
-
-4xx answers raise typed errors at once. 503 (the dispatcher stored nothing) and failures to
-connect are retried with backoff; a request lost after it was sent is retried only when replaying
-it is harmless: a GET, or a POST whose every job carries an ``idempotency_key``.
+"""DispatcherClient: the whole HTTP API from asyncio (jobs, and recurring schedules under
+``client.schedules``), returning frozen records. ``SyncDispatcherClient`` (``sync_client``) has the
+same methods for Django, Flask and scripts; both send the requests ``calls`` builds through the
+retry rules of ``exchange``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
+import builtins
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack
 
 import httpx
 
-from consumers_sdk import contract, errors
+from consumers_sdk import calls, errors, exchange, records
 
 P = ParamSpec("P")
 R = TypeVar("R")
-JobView = dict[str, Any]
-# The request never reached the dispatcher: always safe to send again.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-
-
-class JobOptions(TypedDict, total=False):
-    delay: timedelta  # or run_at, not both; neither means now
-    run_at: datetime  # timezone-aware
-    idempotency_key: str
-    headers: Mapping[str, contract.HeaderValue]
-    priority: int  # 0-9
-    ttl: timedelta
-    max_attempts: int  # this job's own retry policy, over the consumer's defaults
-    retry_backoff: Sequence[timedelta | float]  # after each failed attempt, the last repeated
-
-
-def _seconds(value: timedelta | float) -> float:
-    """A duration given as a ``timedelta`` or as seconds."""
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def job_body(routing_key: str, payload: Any, **options: Unpack[JobOptions]) -> dict[str, Any]:
-    """The JSON of one job, as ``POST /v1/jobs`` (and each item of ``schedule_many``) takes it."""
-    delay, run_at, ttl = options.get("delay"), options.get("run_at"), options.get("ttl")
-    if delay is not None and run_at is not None:
-        raise ValueError("give delay or run_at, not both")
-    body: dict[str, Any] = {"routing_key": routing_key, "payload": payload}
-    if delay is not None:
-        body["delay_ms"] = max(0, round(delay.total_seconds() * 1000))
-    if run_at is not None:
-        if run_at.tzinfo is None:
-            raise ValueError("run_at must be timezone-aware")
-        body["run_at"] = run_at.isoformat()
-    headers = options.get("headers")
-    optional = {
-        "idempotency_key": options.get("idempotency_key"),
-        "headers": dict(headers) if headers else None,
-        "priority": options.get("priority"),
-        "ttl_ms": round(ttl.total_seconds() * 1000) if ttl is not None else None,
-        "max_attempts": options.get("max_attempts"),
-    }
-    backoff = options.get("retry_backoff")
-    if backoff is not None:
-        body["retry_backoff_s"] = [_seconds(step) for step in backoff]
-    body.update({key: value for key, value in optional.items() if value is not None})
-    return body
+T = TypeVar("T")
+S_co = TypeVar("S_co", covariant=True)
+# Earlier names, kept for existing imports: the options, the body of one job, and the result
+# (a dict before records; a ``JobRecord`` now).
+JobOptions = calls.JobOptions
+job_body = calls.job_body
+JobView = records.JobRecord
+DEFAULT_URL = "http://127.0.0.1:8080"
+BATCH_LIMIT = 1000  # the API's jobs per batch by default (DISPATCHER_MAX_BATCH)
 
 
 class DispatcherClient:
+    """Schedule, read, list, move, cancel and requeue jobs; ``schedules`` for recurring ones.
+
+    4xx answers raise typed errors (``ClientError`` and its family) at once; 503 and failed
+    connections are retried ``retries`` times with backoff, a lost answer only when a replay is
+    harmless. Durations are a ``timedelta`` or seconds."""
+
     def __init__(
         self,
-        base_url: str = "http://127.0.0.1:8080",
+        base_url: str = DEFAULT_URL,
         *,
         api_key: str | None = None,
         timeout_s: float = 10.0,
         retries: int = 5,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        # The key travels in a header only; it is never part of an error or a repr. Every write is
-        # JSON, the body-less ones too: the node refuses writes a browser form could make.
-        headers = {"content-type": "application/json"}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
-        self._http = httpx.AsyncClient(
-            base_url=base_url, headers=headers, timeout=timeout_s, transport=transport
-        )
+        options = exchange.client_options(base_url, api_key, timeout_s)
+        self._http = httpx.AsyncClient(**options, transport=transport)
         self._retries = retries
+        self.schedules = Schedules(self)
 
-    async def __aenter__(self) -> DispatcherClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -97,94 +59,162 @@ class DispatcherClient:
         await self._http.aclose()
 
     async def schedule(
-        self, routing_key: str, payload: Any, **options: Unpack[JobOptions]
-    ) -> JobView:
+        self, routing_key: str, payload: Any, **options: Unpack[calls.JobOptions]
+    ) -> records.JobRecord:
         """Schedule one job: ``delay=`` or ``run_at=``, ``idempotency_key=``, ``headers=``,
-        ``priority=``, ``ttl=``, ``max_attempts=``, ``retry_backoff=``. 201 and 200 (its
-        idempotency key was seen) both return the job."""
-        body = job_body(routing_key, payload, **options)
-        result: JobView = await self._request(
-            "POST", "/v1/jobs", json=body, replay_safe="idempotency_key" in body
-        )
-        return result
+        ``priority=``, ``ttl=``, ``after=``, ``max_attempts=``, ``retry_backoff=``. A known
+        idempotency key returns the job stored earlier (``created`` False)."""
+        return await self._run(calls.schedule(routing_key, payload, **options))
 
-    async def schedule_many(self, jobs: Sequence[Mapping[str, Any]]) -> list[JobView]:
-        """Schedule a batch all or nothing; each item is a ``job_body(...)``."""
-        replay_safe = all(job.get("idempotency_key") for job in jobs)
-        result = await self._request(
-            "POST", "/v1/jobs/batch", json={"jobs": list(jobs)}, replay_safe=replay_safe
-        )
-        batch: list[JobView] = result["jobs"]
-        return batch
+    async def schedule_many(
+        self, jobs: Sequence[Mapping[str, Any]], *, chunk_size: int = BATCH_LIMIT
+    ) -> builtins.list[records.JobRecord]:
+        """Schedule ``job_body(...)`` items in chunks of ``chunk_size`` (at most the node's
+        ``DISPATCHER_MAX_BATCH``), each stored all or nothing. When a chunk fails, the chunks
+        before it stay stored: the error's ``stored`` holds their jobs."""
+        stored: builtins.list[records.JobRecord] = []
+        for offset, chunk in exchange.chunks(jobs, chunk_size):
+            try:
+                batch = await self._run(calls.schedule_batch(chunk))
+            except errors.ClientError as refused:
+                raise exchange.partly_stored(refused, stored, offset) from None
+            stored.extend(batch)
+        return stored
 
-    async def get(self, job_id: str) -> JobView:
-        result: JobView = await self._request("GET", f"/v1/jobs/{job_id}", replay_safe=True)
-        return result
+    async def get(self, job_id: str) -> records.JobRecord:
+        """The job with its history, and the jobs it waits for."""
+        return await self._run(calls.get(job_id))
 
-    async def cancel(self, job_id: str) -> JobView:
-        """Cancel a scheduled job; ``JobConflict`` (with ``.state``) when it is past that."""
-        # Not replayed after a lost answer: the replay would report the job as already cancelled.
-        result: JobView = await self._request("DELETE", f"/v1/jobs/{job_id}", replay_safe=False)
-        return result
+    async def list_page(
+        self, *, after: str | None = None, limit: int = 100, **filters: Unpack[calls.JobFilters]
+    ) -> records.JobPage:
+        """One page of jobs in creation order, filtered by ``state=``, ``routing_key=`` or
+        ``idempotency_key=`` as ``GET /v1/jobs``; ``next_after`` is the next page's ``after``."""
+        return await self._run(calls.page(after=after, limit=limit, **filters))
+
+    async def list(
+        self, *, page_size: int = 100, **filters: Unpack[calls.JobFilters]
+    ) -> AsyncIterator[records.JobRecord]:
+        """Every job matching the filters, page after page: ``async for job in client.list()``."""
+        after: str | None = None
+        while True:
+            page = await self.list_page(after=after, limit=page_size, **filters)
+            for job in page.jobs:
+                yield job
+            if page.next_after is None:
+                return
+            after = page.next_after
+
+    async def reschedule(self, job_id: str, **change: Unpack[calls.JobChange]) -> records.JobRecord:
+        """Move a job that has not fired to ``delay=``/``run_at=``, and/or change its
+        ``payload=`` or ``priority=``; ``JobConflict`` once it is being dispatched or done."""
+        return await self._run(calls.reschedule(job_id, **change))
+
+    async def cancel(self, job_id: str) -> records.JobRecord:
+        """Cancel a scheduled or waiting job; ``JobConflict`` (with ``.state``) past that."""
+        return await self._run(calls.cancel(job_id))
+
+    async def requeue(self, job_id: str) -> records.JobRecord:
+        """A dead job back to ``scheduled``, due now, attempts afresh (an admin key's right);
+        ``JobConflict`` unless it is dead."""
+        return await self._run(calls.requeue(job_id))
 
     def job(
-        self, routing_key: str, **defaults: Unpack[JobOptions]
-    ) -> Callable[[Callable[P, R]], SchedulableJob[P, R]]:
+        self, routing_key: str, **defaults: Unpack[calls.JobOptions]
+    ) -> Callable[
+        [Callable[P, R]],
+        SchedulableJob[P, R, Coroutine[Any, Any, records.JobRecord]],
+    ]:
         """Decorate a function so that ``await fn.schedule(payload, delay=...)`` schedules it."""
 
-        def wrap(function: Callable[P, R]) -> SchedulableJob[P, R]:
+        def wrap(
+            function: Callable[P, R],
+        ) -> SchedulableJob[P, R, Coroutine[Any, Any, records.JobRecord]]:
             return SchedulableJob(self, routing_key, function, defaults)
 
         return wrap
 
-    async def _request(self, method: str, path: str, *, replay_safe: bool, json: Any = None) -> Any:
-        delay = 0.2
-        for attempt in range(self._retries + 1):
+    async def _run(self, call: calls.Call[T]) -> T:
+        steps = exchange.attempts(call, retries=self._retries)
+        step = next(steps)
+        while not isinstance(step, exchange.Done):
+            if step:
+                await asyncio.sleep(step)
+            outcome: exchange.Outcome
             try:
-                response = await self._http.request(method, path, json=json)
-            except httpx.TransportError as exc:
-                if attempt == self._retries or not (replay_safe or isinstance(exc, _NOT_SENT)):
-                    raise errors.DispatcherUnavailable(0, f"no answer: {exc!r}") from exc
-            else:
-                if response.status_code < 400:
-                    return response.json()
-                if response.status_code != 503 or attempt == self._retries:
-                    raise _error(response)
-            await asyncio.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 5.0)
-        raise AssertionError("unreachable")
+                outcome = await self._http.request(**exchange.request_options(call))
+            except httpx.TransportError as failed:
+                outcome = failed
+            step = steps.send(outcome)
+        return step.value
 
 
-def _error(response: httpx.Response) -> errors.ClientError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = {"message": response.text}
-    message = str(body.get("message", response.reason_phrase))
-    status = response.status_code
-    kind: type[errors.ClientError] = errors.ClientError
-    if status in (401, 403):
-        kind = errors.AccessDenied
-    elif status in (400, 413, 422):
-        kind = errors.InvalidJob
-    elif status == 404:
-        kind = errors.JobNotFound
-    elif status == 409:
-        kind = errors.JobConflict
-    elif status == 503:
-        kind = errors.DispatcherUnavailable
-    return kind(status, message, body)
+class Schedules:
+    """``client.schedules``: recurring schedules, each occurrence made an ordinary job."""
+
+    def __init__(self, client: DispatcherClient) -> None:
+        self._client = client
+
+    async def create(
+        self, name: str, routing_key: str, payload: Any, **options: Unpack[calls.ScheduleOptions]
+    ) -> records.Schedule:
+        """A schedule named ``name`` (unique in the namespace: ``ScheduleConflict``) with
+        ``cron=`` (in ``timezone=``) or ``interval=``; ``ScheduleConflict`` also when the
+        namespace holds as many as it may."""
+        call = calls.create_schedule(name, routing_key, payload, **options)
+        return await self._client._run(call)
+
+    async def get(self, name: str) -> records.Schedule:
+        """The schedule with its ``upcoming`` occurrences."""
+        return await self._client._run(calls.get_schedule(name))
+
+    async def list_page(self, *, after: int = 0, limit: int = 100) -> records.SchedulePage:
+        return await self._client._run(calls.schedule_page(after=after, limit=limit))
+
+    async def list(self, *, page_size: int = 100) -> AsyncIterator[records.Schedule]:
+        """Every schedule of the namespace (an admin's: of all), in creation order."""
+        after = 0
+        while True:
+            page = await self.list_page(after=after, limit=page_size)
+            for schedule in page.schedules:
+                yield schedule
+            if page.next_after is None:
+                return
+            after = page.next_after
+
+    async def change(self, name: str, **change: Unpack[calls.ScheduleChange]) -> records.Schedule:
+        """Change what is given; a new timing starts over from now."""
+        return await self._client._run(calls.change_schedule(name, **change))
+
+    async def pause(self, name: str) -> records.Schedule:
+        return await self.change(name, paused=True)
+
+    async def resume(self, name: str) -> records.Schedule:
+        """Go on from now (occurrences missed while paused are not made up)."""
+        return await self.change(name, paused=False)
+
+    async def delete(self, name: str) -> records.Schedule:
+        """Delete it; the jobs it made already stay ordinary jobs."""
+        return await self._client._run(calls.delete_schedule(name))
 
 
-class SchedulableJob(Generic[P, R]):
+class Scheduler(Protocol[S_co]):
+    """A client's ``schedule``: awaitable from ``DispatcherClient``, a record from the sync one."""
+
+    def schedule(
+        self, routing_key: str, payload: Any, **options: Unpack[calls.JobOptions]
+    ) -> S_co: ...
+
+
+class SchedulableJob(Generic[P, R, S_co]):
     """A function that can still be called directly, and scheduled to run later elsewhere."""
 
     def __init__(
         self,
-        client: DispatcherClient,
+        client: Scheduler[S_co],
         routing_key: str,
         function: Callable[P, R],
-        defaults: JobOptions,
+        defaults: calls.JobOptions,
     ) -> None:
         self._client = client
         self.routing_key = routing_key
@@ -194,7 +224,7 @@ class SchedulableJob(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._function(*args, **kwargs)
 
-    def schedule(self, payload: Any, **options: Unpack[JobOptions]) -> Awaitable[JobView]:
+    def schedule(self, payload: Any, **options: Unpack[calls.JobOptions]) -> S_co:
         """Schedule this function's job; ``options`` override the decorator's defaults."""
-        merged: JobOptions = {**self._defaults, **options}
+        merged: calls.JobOptions = {**self._defaults, **options}
         return self._client.schedule(self.routing_key, payload, **merged)

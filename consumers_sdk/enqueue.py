@@ -18,7 +18,6 @@ job raises ValueError or TypeError naming the argument, and the caller's transac
 from __future__ import annotations
 
 import contextlib
-import math
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 
 import orjson
 
-from consumers_sdk import contract, ids, sql_drivers, validation
+from consumers_sdk import calls, contract, ids, sql_drivers, validation
 
 if TYPE_CHECKING:
     from consumers_sdk.sql_drivers import AsyncConnection, SyncConnection
@@ -233,14 +232,7 @@ def _check_text(argument: str, value: object) -> None:
         raise TypeError(f"{argument} must be a str, not {type(value).__name__}")
 
 
-def _seconds(argument: str, value: timedelta | float) -> float:
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{argument} must be a timedelta or a number of seconds")
-    if not math.isfinite(value):
-        raise ValueError(f"{argument} must be finite")
-    return float(value)
+_seconds = calls.seconds  # one rule for durations, the client's
 
 
 def _run_at(

@@ -4,6 +4,10 @@ dead-letter operations raise."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from consumers_sdk.records import JobRecord
 
 
 class Retry(Exception):
@@ -27,12 +31,15 @@ class HandlerTimeout(TimeoutError):
 
 
 class ClientError(Exception):
-    """The dispatcher refused or failed a request."""
+    """The dispatcher refused or failed a request. Raised by ``schedule_many`` for a chunk after
+    the first, ``stored`` holds the jobs the chunks before it stored."""
 
     def __init__(self, status: int, message: str, body: dict[str, object] | None = None) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
+        self.message = message
         self.body = body or {}
+        self.stored: tuple[JobRecord, ...] = ()
 
 
 class AccessDenied(ClientError):
@@ -54,6 +61,19 @@ class JobConflict(ClientError):
     def state(self) -> str | None:
         state = self.body.get("state")
         return state if isinstance(state, str) else None
+
+
+class ScheduleNotFound(ClientError):
+    """404: no schedule has this name (in the caller's namespace)."""
+
+
+class ScheduleConflict(ClientError):
+    """409: the name is taken, or the namespace holds as many schedules as it may
+    (``body["error"]`` is ``conflict`` or ``limit_reached``)."""
+
+
+class InvalidSchedule(ClientError):
+    """422/400/413: the schedule was refused; ``body["fields"]`` names the fields."""
 
 
 class DispatcherUnavailable(ClientError):

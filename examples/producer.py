@@ -1,6 +1,9 @@
 """Schedules order expiries through the dispatcher's API.
 
 python -m examples.producer 5      # against `make run`'s dispatcher on :8080
+
+Reads DISPATCHER_URL and DISPATCHER_API_KEY (when the dispatcher requires keys), the names the
+`dispatcher` command reads too.
 """
 
 import asyncio
@@ -13,7 +16,8 @@ from consumers_sdk import DispatcherClient
 
 async def main(count: int) -> None:
     async with DispatcherClient(
-        os.environ.get("DISPATCHER_URL", "http://127.0.0.1:8080")
+        os.environ.get("DISPATCHER_URL", "http://127.0.0.1:8080"),
+        api_key=os.environ.get("DISPATCHER_API_KEY"),
     ) as client:
 
         @client.job("orders.expire")
@@ -26,7 +30,7 @@ async def main(count: int) -> None:
                 delay=timedelta(seconds=1),
                 idempotency_key=f"order-{order}-expiry",
             )
-            print(f"scheduled {job['id']} for order {order} at {job['run_at']}", flush=True)
+            print(f"scheduled {job.id} for order {order} at {job.run_at}", flush=True)
 
 
 if __name__ == "__main__":

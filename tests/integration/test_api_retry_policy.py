@@ -57,7 +57,7 @@ async def test_the_client_sends_the_policy(node: Node) -> None:
         job = await dispatcher.schedule(
             "orders.expire", {}, max_attempts=9, retry_backoff=[timedelta(seconds=1), 2.5]
         )
-    assert job["headers"] == {"x-retry-max-attempts": 9, "x-retry-backoff-s": "1,2.5"}
+    assert job.headers == {"x-retry-max-attempts": 9, "x-retry-backoff-s": "1,2.5"}
 
 
 @pytest.mark.parametrize(

@@ -355,11 +355,11 @@ async def test_the_sdk_client_sends_its_api_key(node: Node) -> None:
     transport = httpx.ASGITransport(app=node.app)
     async with DispatcherClient("http://node", api_key=PRODUCER_A, transport=transport) as sdk:
         scheduled = await sdk.schedule("orders.expire", {"n": 1}, idempotency_key=str(uuid.uuid4()))
-        assert scheduled["namespace"] == "team-a"
-        assert (await sdk.get(scheduled["id"]))["id"] == scheduled["id"]
+        assert scheduled.namespace == "team-a"
+        assert (await sdk.get(scheduled.id)).id == scheduled.id
     async with DispatcherClient("http://node", transport=transport) as anonymous:
         with pytest.raises(AccessDenied) as missing:
-            await anonymous.get(scheduled["id"])
+            await anonymous.get(scheduled.id)
     assert missing.value.status == 401
     async with DispatcherClient("http://node", api_key=MONITOR, transport=transport) as monitor:
         with pytest.raises(AccessDenied) as scope:

@@ -1,7 +1,9 @@
-"""DispatcherClient against an in-process dispatcher (real PostgreSQL and RabbitMQ)."""
+"""DispatcherClient against an in-process dispatcher (real PostgreSQL and RabbitMQ), and both
+clients' retries through a transport that fails on purpose."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -14,7 +16,9 @@ from consumers_sdk import (
     InvalidJob,
     JobConflict,
     JobNotFound,
+    SyncDispatcherClient,
 )
+from tests.support import answers
 from tests.support.nodes import running_node
 
 
@@ -28,11 +32,11 @@ async def test_schedule_get_cancel_and_typed_errors(client: DispatcherClient) ->
     job = await client.schedule(
         "orders.expire", {"order": 1}, delay=timedelta(minutes=5), idempotency_key="k1"
     )
-    assert job["state"] == "scheduled"
-    assert (await client.get(job["id"]))["idempotency_key"] == "k1"
-    assert (await client.cancel(job["id"]))["state"] == "cancelled"
+    assert job.state == "scheduled"
+    assert (await client.get(job.id)).idempotency_key == "k1"
+    assert (await client.cancel(job.id)).state == "cancelled"
     with pytest.raises(JobConflict) as conflict:
-        await client.cancel(job["id"])
+        await client.cancel(job.id)
     assert conflict.value.state == "cancelled"
     with pytest.raises(JobNotFound):
         await client.get("01890000-0000-7000-8000-000000000000")
@@ -53,8 +57,8 @@ async def test_schedule_many_and_the_job_decorator(client: DispatcherClient) -> 
 
     assert expire_order(21) == 42  # still a plain function
     scheduled = await expire_order.schedule({"order": 7}, delay=timedelta(seconds=30))
-    assert scheduled["routing_key"] == "orders.expire"
-    assert scheduled["priority"] == 3
+    assert scheduled.routing_key == "orders.expire"
+    assert scheduled.priority == 3
 
 
 async def test_503_and_lost_connections_are_retried_then_reported() -> None:
@@ -64,11 +68,11 @@ async def test_503_and_lost_connections_are_retried_then_reported() -> None:
         nonlocal calls
         calls += 1
         if calls <= 2:
-            return httpx.Response(503, json={"error": "unavailable", "message": "later"})
-        return httpx.Response(201, json={"id": "x", "state": "scheduled"})
+            return answers.problem(503, "unavailable", "later")
+        return answers.job_answer(201)
 
     client = DispatcherClient("http://node", transport=httpx.MockTransport(flaky), retries=3)
-    assert (await client.schedule("a", 1))["id"] == "x"
+    assert (await client.schedule("a", 1)).created is True
     assert calls == 3
 
     def down(request: httpx.Request) -> httpx.Response:
@@ -88,7 +92,7 @@ async def test_a_lost_answer_is_replayed_only_when_replaying_is_harmless() -> No
         calls.append(request.method)
         if len(calls) == 1:
             raise httpx.ReadTimeout("sent, but no answer")
-        return httpx.Response(200, json={"id": "x", "state": "scheduled"})
+        return answers.job_answer()
 
     client = DispatcherClient("http://node", transport=httpx.MockTransport(answer_lost), retries=3)
     # Without an idempotency key a replay could schedule the job twice: reported, not replayed.
@@ -96,9 +100,56 @@ async def test_a_lost_answer_is_replayed_only_when_replaying_is_harmless() -> No
         await client.schedule("a", 1)
     assert calls == ["POST"]
     calls.clear()
-    assert (await client.schedule("a", 1, idempotency_key="k"))["id"] == "x"
+    job = await client.schedule("a", 1, idempotency_key="k")
     assert calls == ["POST", "POST"]
     calls.clear()
-    assert (await client.get("x"))["id"] == "x"
+    assert (await client.get(job.id)).id == job.id
     assert calls == ["GET", "GET"]
     await client.close()
+
+
+def test_the_sync_client_retries_and_replays_by_the_same_rules() -> None:
+    sent: list[str] = []
+
+    def flaky(request: httpx.Request) -> httpx.Response:
+        sent.append(request.method)
+        if len(sent) == 1:
+            return answers.problem(503, "unavailable", "later")
+        if len(sent) == 2:
+            raise httpx.ReadTimeout("sent, but no answer")
+        return answers.job_answer()
+
+    with SyncDispatcherClient("http://node", transport=httpx.MockTransport(flaky)) as client:
+        assert client.get("x").routing_key == "orders.expire"  # 503, lost, then answered
+    assert sent == ["GET", "GET", "GET"]
+
+    def answer_lost(request: httpx.Request) -> httpx.Response:
+        sent.append(request.method)
+        raise httpx.ReadTimeout("sent, but no answer")
+
+    sent.clear()
+    lossy = SyncDispatcherClient("http://node", transport=httpx.MockTransport(answer_lost))
+    with lossy, pytest.raises(DispatcherUnavailable):
+        lossy.cancel("x")  # a replay would report the job as already cancelled
+    assert sent == ["DELETE"]
+
+
+def test_the_sync_clients_job_decorator_schedules_at_once() -> None:
+    bodies: list[bytes] = []
+
+    def store(request: httpx.Request) -> httpx.Response:
+        bodies.append(request.content)
+        return answers.job_answer(201)
+
+    with SyncDispatcherClient("http://node", transport=httpx.MockTransport(store)) as client:
+
+        @client.job("orders.expire", priority=3)
+        def expire_order(order: int) -> int:
+            return order * 2
+
+        assert expire_order(21) == 42
+        scheduled = expire_order.schedule({"order": 7}, delay=30)
+    assert scheduled.created is True
+    assert [json.loads(body) for body in bodies] == [
+        {"routing_key": "orders.expire", "payload": {"order": 7}, "delay_ms": 30_000, "priority": 3}
+    ]

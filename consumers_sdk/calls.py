@@ -1,0 +1,328 @@
+"""Every request the client can make, built without I/O: method, path, query, JSON body, whether
+replaying it after a lost answer is harmless, and how its answer becomes a record. The async and
+the sync client send the same ``Call``s (``exchange`` runs them), so the two cannot drift apart.
+
+Durations are a ``timedelta`` or a number of seconds, everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Generic, Literal, TypedDict, TypeVar, Unpack
+from urllib.parse import quote
+
+from consumers_sdk import contract, records
+
+T = TypeVar("T")
+Duration = timedelta | float
+Subject = Literal["job", "schedule"]  # what a 404/409/422 is about
+JOBS = "/v1/jobs"
+SCHEDULES = "/v1/schedules"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Call(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[Any], T] = field(repr=False)
+    json: Any = None
+    params: Mapping[str, object] = field(default_factory=dict)
+    replay_safe: bool = False  # sending it twice does what sending it once does
+    subject: Subject = "job"
+
+
+class JobOptions(TypedDict, total=False):
+    delay: Duration  # or run_at, not both; neither means now
+    run_at: datetime  # timezone-aware
+    idempotency_key: str
+    headers: Mapping[str, contract.HeaderValue]
+    priority: int  # 0-9
+    ttl: Duration
+    after: Sequence[str]  # ids of jobs that must succeed first
+    max_attempts: int  # this job's own retry policy, over the consumer's defaults
+    retry_backoff: Sequence[Duration]  # after each failed attempt, the last repeated
+
+
+class JobFilters(TypedDict, total=False):
+    """The filters of ``GET /v1/jobs``."""
+
+    state: str  # scheduled, waiting, dispatching, dispatched, succeeded, dead, cancelled, expired
+    routing_key: str
+    idempotency_key: str  # the jobs stored under this key (one per namespace)
+
+
+class JobChange(TypedDict, total=False):
+    """What ``reschedule`` changes; what is left out is kept (``priority=None`` removes it)."""
+
+    delay: Duration
+    run_at: datetime
+    payload: Any
+    priority: int | None
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """A schedule's timing (``cron`` or ``interval``) and the rest of its definition."""
+
+    cron: str  # five fields, in ``timezone``
+    interval: Duration  # whole seconds
+    timezone: str  # IANA name; UTC by default
+    headers: Mapping[str, contract.HeaderValue]
+    priority: int
+    ttl: Duration
+    start_at: datetime
+    end_at: datetime
+    missed: Literal["all", "latest", "skip"]
+    grace: Duration
+    paused: bool
+
+
+class ScheduleChange(TypedDict, total=False):
+    """What ``schedules.change`` changes; what is left out is kept (``end_at=None`` removes the
+    end; giving ``cron`` drops the interval and the other way round)."""
+
+    cron: str
+    interval: Duration
+    timezone: str
+    job: records.JobTemplate
+    end_at: datetime | None
+    missed: Literal["all", "latest", "skip"]
+    grace: Duration
+    paused: bool
+
+
+def seconds(argument: str, value: Duration) -> float:
+    """A duration given as a ``timedelta`` or as seconds; TypeError/ValueError naming it."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{argument} must be a timedelta or a number of seconds")
+    if not math.isfinite(value):
+        raise ValueError(f"{argument} must be finite")
+    return float(value)
+
+
+def _ms(argument: str, value: Duration) -> int:
+    return round(seconds(argument, value) * 1000)
+
+
+def _time(argument: str, value: datetime) -> str:
+    if not isinstance(value, datetime):
+        raise TypeError(f"{argument} must be a datetime")
+    if value.utcoffset() is None:
+        raise ValueError(f"{argument} must be timezone-aware")
+    return value.isoformat()
+
+
+def _when(options: JobOptions | JobChange) -> dict[str, Any]:
+    delay, run_at = options.get("delay"), options.get("run_at")
+    if delay is not None and run_at is not None:
+        raise ValueError("give delay or run_at, not both")
+    if delay is not None:
+        return {"delay_ms": max(0, _ms("delay", delay))}  # a delay already past: due now
+    return {} if run_at is None else {"run_at": _time("run_at", run_at)}
+
+
+def job_headers(
+    given: Mapping[str, contract.HeaderValue] | None,
+) -> dict[str, contract.HeaderValue]:
+    """The headers a new job carries: the caller's. The one place both clients (and every item of
+    ``schedule_many``) build them, so what a job carries besides is added here once."""
+    return dict(given or {})
+
+
+def job_body(routing_key: str, payload: Any, **options: Unpack[JobOptions]) -> dict[str, Any]:
+    """The JSON of one job, as ``POST /v1/jobs`` (and each item of ``schedule_many``) takes it."""
+    body: dict[str, Any] = {"routing_key": routing_key, "payload": payload, **_when(options)}
+    headers = job_headers(options.get("headers"))
+    ttl, after = options.get("ttl"), options.get("after")
+    backoff = options.get("retry_backoff")
+    optional: dict[str, Any] = {
+        "idempotency_key": options.get("idempotency_key"),
+        "headers": headers or None,
+        "priority": options.get("priority"),
+        "ttl_ms": None if ttl is None else _ms("ttl", ttl),
+        "after": list(after) if after else None,
+        "max_attempts": options.get("max_attempts"),
+        "retry_backoff_s": None
+        if backoff is None
+        else [seconds("retry_backoff", step) for step in backoff],
+    }
+    body.update({key: value for key, value in optional.items() if value is not None})
+    return body
+
+
+def _job_path(job_id: str) -> str:
+    return f"{JOBS}/{quote(str(job_id), safe='')}"
+
+
+def _schedule_path(name: str) -> str:
+    return f"{SCHEDULES}/{quote(name, safe='')}"
+
+
+def schedule(
+    routing_key: str, payload: Any, **options: Unpack[JobOptions]
+) -> Call[records.JobRecord]:
+    body = job_body(routing_key, payload, **options)
+    replay_safe = "idempotency_key" in body  # a replay finds the job stored by the first send
+    return Call(method="POST", path=JOBS, json=body, parse=records.job, replay_safe=replay_safe)
+
+
+def schedule_batch(jobs: Sequence[Mapping[str, Any]]) -> Call[tuple[records.JobRecord, ...]]:
+    """One batch of ``job_body(...)`` items, stored all or nothing by the API."""
+    replay_safe = all(job.get("idempotency_key") for job in jobs)
+    return Call(
+        method="POST",
+        path=f"{JOBS}/batch",
+        json={"jobs": [dict(job) for job in jobs]},
+        parse=records.jobs,
+        replay_safe=replay_safe,
+    )
+
+
+def get(job_id: str) -> Call[records.JobRecord]:
+    return Call(method="GET", path=_job_path(job_id), parse=records.job, replay_safe=True)
+
+
+def page(
+    *, after: str | None = None, limit: int = 100, **filters: Unpack[JobFilters]
+) -> Call[records.JobPage]:
+    """A page of ``GET /v1/jobs`` with its filters (``idempotency_key``: the jobs under it)."""
+    params: dict[str, object] = {"limit": limit}
+    if after is not None:
+        params["after"] = after
+    params.update({key: value for key, value in filters.items() if value is not None})
+    return Call(method="GET", path=JOBS, params=params, parse=records.job_page, replay_safe=True)
+
+
+def reschedule(job_id: str, **change: Unpack[JobChange]) -> Call[records.JobRecord]:
+    body = _when(change)
+    if "payload" in change:
+        body["payload"] = change["payload"]
+    if "priority" in change:
+        body["priority"] = change["priority"]
+    if not body:
+        raise ValueError("give delay, run_at, payload or priority to change")
+    # Sent twice, the same run_at, payload and priority leave the job as once; a delay would
+    # count again from the replay.
+    return Call(
+        method="PATCH",
+        path=_job_path(job_id),
+        json=body,
+        parse=records.job,
+        replay_safe="delay_ms" not in body,
+    )
+
+
+def cancel(job_id: str) -> Call[records.JobRecord]:
+    # Not replayed after a lost answer: the replay would report the job as already cancelled.
+    return Call(method="DELETE", path=_job_path(job_id), parse=records.job)
+
+
+def requeue(job_id: str) -> Call[records.JobRecord]:
+    # Not replayed either: the first send may have requeued it, and it may have run since.
+    return Call(method="POST", path=f"{_job_path(job_id)}/requeue", parse=records.job)
+
+
+def _template(job: records.JobTemplate) -> dict[str, Any]:
+    return {
+        "routing_key": job.routing_key,
+        "payload": job.payload,
+        "headers": dict(job.headers),
+        "priority": job.priority,
+        "ttl_ms": job.ttl_ms,
+    }
+
+
+def _interval_s(value: Duration) -> int:
+    interval = seconds("interval", value)
+    if interval != int(interval):
+        raise ValueError("interval must be whole seconds")
+    return int(interval)
+
+
+def _timing(options: ScheduleOptions | ScheduleChange) -> dict[str, Any]:
+    """The fields both a new schedule and a change take, as the API names them."""
+    body: dict[str, Any] = {}
+    if "interval" in options:
+        body["interval_s"] = _interval_s(options["interval"])
+    if "grace" in options:
+        body["grace_s"] = seconds("grace", options["grace"])
+    if "end_at" in options:
+        end_at = options["end_at"]
+        body["end_at"] = None if end_at is None else _time("end_at", end_at)
+    if "cron" in options:
+        body["cron"] = options["cron"]
+    if "timezone" in options:
+        body["timezone"] = options["timezone"]
+    if "missed" in options:
+        body["missed"] = options["missed"]
+    if "paused" in options:
+        body["paused"] = options["paused"]
+    return body
+
+
+def create_schedule(
+    name: str, routing_key: str, payload: Any, **options: Unpack[ScheduleOptions]
+) -> Call[records.Schedule]:
+    ttl = options.get("ttl")
+    job = records.JobTemplate(
+        routing_key=routing_key,
+        payload=payload,
+        headers=dict(options.get("headers") or {}),
+        priority=options.get("priority"),
+        ttl_ms=None if ttl is None else _ms("ttl", ttl),
+    )
+    body: dict[str, Any] = {"name": name, "job": _template(job), **_timing(options)}
+    if "start_at" in options:
+        body["start_at"] = _time("start_at", options["start_at"])
+    # Not replayed: a replay of a create that did happen would answer 409 (the name is taken).
+    return Call(
+        method="POST", path=SCHEDULES, json=body, parse=records.schedule, subject="schedule"
+    )
+
+
+def get_schedule(name: str) -> Call[records.Schedule]:
+    return Call(
+        method="GET",
+        path=_schedule_path(name),
+        parse=records.schedule,
+        replay_safe=True,
+        subject="schedule",
+    )
+
+
+def schedule_page(*, after: int = 0, limit: int = 100) -> Call[records.SchedulePage]:
+    return Call(
+        method="GET",
+        path=SCHEDULES,
+        params={"after": after, "limit": limit},
+        parse=records.schedule_page,
+        replay_safe=True,
+        subject="schedule",
+    )
+
+
+def change_schedule(name: str, **change: Unpack[ScheduleChange]) -> Call[records.Schedule]:
+    body = _timing(change)
+    if "job" in change:
+        body["job"] = _template(change["job"])
+    if not body:
+        raise ValueError("give something to change")
+    # The same change sent twice leaves the schedule as once.
+    return Call(
+        method="PATCH",
+        path=_schedule_path(name),
+        json=body,
+        parse=records.schedule,
+        replay_safe=True,
+        subject="schedule",
+    )
+
+
+def delete_schedule(name: str) -> Call[records.Schedule]:
+    return Call(
+        method="DELETE", path=_schedule_path(name), parse=records.schedule, subject="schedule"
+    )

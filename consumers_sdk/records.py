@@ -1,0 +1,223 @@
+"""What the client returns: frozen records of the API's answers (a job, its history, a page of
+jobs, a recurring schedule, a page of schedules), parsed from their JSON.
+
+Keys the API adds in a later release are ignored, so an older SDK keeps working against a newer
+dispatcher. Times are timezone-aware ``datetime``s; ids are strings, as on a delivered ``Job``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from consumers_sdk import contract
+
+Document = Mapping[str, Any]
+
+
+def _at(value: Any) -> datetime:
+    return datetime.fromisoformat(value)
+
+
+def _maybe_at(value: Any) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+class _ReadByKey:
+    """``job["id"]`` as in the releases that returned dicts; deprecated for ``job.id``."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: str) -> Any:
+        warnings.warn(
+            f'job["{key}"] is deprecated: the client returns records now, use job.{key}',
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        try:
+            return getattr(self, key)
+        except AttributeError:
+            raise KeyError(key) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryEntry:
+    """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired`` and the
+    consumers' ``started``, ``failed``, ``succeeded``, ``dead`` and ``requeued``."""
+
+    event: str
+    at: datetime
+    attempt: int | None = None
+    group: str | None = None
+    consumer: str | None = None
+    error: str | None = None
+    ignored: str | None = None  # why a consumer's event changed nothing
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRecord(_ReadByKey):
+    """A job as the dispatcher stores it. ``state`` is one of ``waiting``, ``scheduled``,
+    ``dispatching``, ``dispatched``, ``succeeded``, ``dead``, ``cancelled``, ``expired``.
+    ``created`` is set by ``schedule``/``schedule_many`` (False: the idempotency key found a job
+    stored earlier); ``history``, ``after`` and ``pending`` are filled by ``get`` only."""
+
+    id: str
+    shard: int
+    state: str
+    routing_key: str
+    payload: Any
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    dispatched_at: datetime | None
+    idempotency_key: str | None
+    headers: Mapping[str, contract.HeaderValue]
+    priority: int | None
+    ttl_ms: int | None
+    publish_attempts: int
+    namespace: str | None = None
+    last_error: str | None = None
+    created: bool | None = None
+    history: tuple[HistoryEntry, ...] = ()
+    after: tuple[str, ...] = ()  # the jobs it waits for
+    pending: tuple[str, ...] = ()  # those of ``after`` that have not succeeded yet
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobPage:
+    """One page of ``GET /v1/jobs``; pass ``next_after`` as ``after`` for the next (None: last)."""
+
+    jobs: tuple[JobRecord, ...]
+    next_after: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobTemplate:
+    """What each occurrence of a schedule publishes: a job without its time and key. Give
+    ``dataclasses.replace(schedule.job, payload=...)`` to ``schedules.change(job=...)``."""
+
+    routing_key: str
+    payload: Any
+    headers: Mapping[str, contract.HeaderValue]
+    priority: int | None = None
+    ttl_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schedule:
+    """A recurring schedule: ``cron`` (in ``timezone``) or ``interval_s``. ``missed`` is ``all``,
+    ``latest`` or ``skip``; ``error`` says why the dispatcher paused it; ``upcoming`` (the next
+    occurrences) is filled by ``schedules.get`` only."""
+
+    id: int
+    name: str
+    namespace: str | None
+    cron: str | None
+    timezone: str
+    interval_s: int | None
+    job: JobTemplate
+    start_at: datetime
+    end_at: datetime | None
+    missed: str
+    grace_s: float
+    paused: bool
+    next_at: datetime | None
+    last_fired_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    error: str | None = None
+    upcoming: tuple[datetime, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulePage:
+    """One page of ``GET /v1/schedules``; ``next_after`` (None: last) goes on to the next."""
+
+    schedules: tuple[Schedule, ...]
+    next_after: int | None
+
+
+def job(document: Document) -> JobRecord:
+    return JobRecord(
+        id=document["id"],
+        shard=document["shard"],
+        state=document["state"],
+        routing_key=document["routing_key"],
+        payload=document.get("payload"),
+        run_at=_at(document["run_at"]),
+        created_at=_at(document["created_at"]),
+        updated_at=_at(document["updated_at"]),
+        dispatched_at=_maybe_at(document.get("dispatched_at")),
+        idempotency_key=document.get("idempotency_key"),
+        headers=dict(document.get("headers") or {}),
+        priority=document.get("priority"),
+        ttl_ms=document.get("ttl_ms"),
+        publish_attempts=document.get("publish_attempts", 0),
+        namespace=document.get("namespace"),
+        last_error=document.get("last_error"),
+        created=document.get("created"),
+        history=tuple(_entry(step) for step in document.get("history") or ()),
+        after=tuple(document.get("after") or ()),
+        pending=tuple(document.get("pending") or ()),
+    )
+
+
+def _entry(document: Document) -> HistoryEntry:
+    return HistoryEntry(
+        event=document["event"],
+        at=_at(document["at"]),
+        attempt=document.get("attempt"),
+        group=document.get("group"),
+        consumer=document.get("consumer"),
+        error=document.get("error"),
+        ignored=document.get("ignored"),
+    )
+
+
+def jobs(document: Document) -> tuple[JobRecord, ...]:
+    """The ``jobs`` of a batch's answer."""
+    return tuple(job(item) for item in document["jobs"])
+
+
+def job_page(document: Document) -> JobPage:
+    return JobPage(jobs=jobs(document), next_after=document.get("next_after"))
+
+
+def schedule(document: Document) -> Schedule:
+    template = document["job"]
+    return Schedule(
+        id=document["id"],
+        name=document["name"],
+        namespace=document.get("namespace"),
+        cron=document.get("cron"),
+        timezone=document.get("timezone", "UTC"),
+        interval_s=document.get("interval_s"),
+        job=JobTemplate(
+            routing_key=template["routing_key"],
+            payload=template.get("payload"),
+            headers=dict(template.get("headers") or {}),
+            priority=template.get("priority"),
+            ttl_ms=template.get("ttl_ms"),
+        ),
+        start_at=_at(document["start_at"]),
+        end_at=_maybe_at(document.get("end_at")),
+        missed=document["missed"],
+        grace_s=document["grace_s"],
+        paused=document["paused"],
+        next_at=_maybe_at(document.get("next_at")),
+        last_fired_at=_maybe_at(document.get("last_fired_at")),
+        created_at=_at(document["created_at"]),
+        updated_at=_at(document["updated_at"]),
+        error=document.get("error"),
+        upcoming=tuple(_at(moment) for moment in document.get("upcoming") or ()),
+    )
+
+
+def schedule_page(document: Document) -> SchedulePage:
+    return SchedulePage(
+        schedules=tuple(schedule(item) for item in document["schedules"]),
+        next_after=document.get("next_after"),
+    )

@@ -1,0 +1,270 @@
+"""The recording fake clients: the real clients' methods and records, answered in memory, with
+what was done kept for a test, and the node's refusals raised as the same typed errors."""
+
+from __future__ import annotations
+
+import inspect
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from consumers_sdk import (
+    DispatcherClient,
+    InvalidJob,
+    InvalidSchedule,
+    JobConflict,
+    JobNotFound,
+    JobRecord,
+    Schedule,
+    ScheduleConflict,
+    ScheduleNotFound,
+    SyncDispatcherClient,
+)
+from consumers_sdk.client import Schedules, job_body
+from consumers_sdk.sync_client import SyncSchedules
+from consumers_sdk.testing import RecordingClient, RecordingSyncClient
+
+NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+# Every public method of the clients, each exercised below: a method the client gains fails
+# test_the_fakes_offer_every_method_of_the_real_clients until the fake is tested with it.
+JOB_METHODS = {
+    "schedule",
+    "schedule_many",
+    "get",
+    "list_page",
+    "list",
+    "reschedule",
+    "cancel",
+    "requeue",
+    "job",
+    "close",
+}
+SCHEDULE_METHODS = {"create", "get", "list_page", "list", "change", "pause", "resume", "delete"}
+
+
+def public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(member)
+        for name, member in inspect.getmembers(cls, callable)
+        if not name.startswith("_")
+    }
+
+
+@pytest.mark.parametrize(
+    ("real", "fake", "expected"),
+    [
+        (DispatcherClient, RecordingClient, JOB_METHODS),
+        (SyncDispatcherClient, RecordingSyncClient, JOB_METHODS),
+        (Schedules, Schedules, SCHEDULE_METHODS),  # client.schedules is the real one on a fake
+        (SyncSchedules, SyncSchedules, SCHEDULE_METHODS),
+    ],
+)
+def test_the_fakes_offer_every_method_of_the_real_clients(
+    real: type, fake: type, expected: set[str]
+) -> None:
+    assert set(public_methods(real)) == expected
+    found = public_methods(fake)
+    assert {name: found.get(name) for name in expected} == public_methods(real)
+
+
+@pytest.fixture
+def client() -> RecordingClient:
+    return RecordingClient(max_batch=3, clock=lambda: NOW)
+
+
+async def test_schedule_records_the_job_and_get_answers_it_as_scheduled(
+    client: RecordingClient,
+) -> None:
+    job = await client.schedule(
+        "orders.expire",
+        {"order": 7},
+        delay=timedelta(minutes=30),
+        headers={"tenant": "acme"},
+        idempotency_key="order-7-expiry",
+        max_attempts=4,
+    )
+    assert isinstance(job, JobRecord)
+    assert (job.state, job.created, job.run_at) == ("scheduled", True, NOW + timedelta(minutes=30))
+    assert client.scheduled == [job]
+    [recorded] = client.scheduled
+    assert (recorded.routing_key, recorded.payload, recorded.idempotency_key) == (
+        "orders.expire",
+        {"order": 7},
+        "order-7-expiry",
+    )
+    assert recorded.headers == {"tenant": "acme", "x-retry-max-attempts": 4}
+    fetched = await client.get(job.id)
+    assert fetched.state == "scheduled"
+    assert [step.event for step in fetched.history] == ["scheduled"]
+
+
+async def test_a_known_idempotency_key_answers_the_same_job_and_records_nothing(
+    client: RecordingClient,
+) -> None:
+    first = await client.schedule("orders.expire", {"order": 1}, delay=60, idempotency_key="k")
+    again = await client.schedule("orders.expire", {"order": 2}, delay=5, idempotency_key="k")
+    assert (again.id, again.created, again.payload) == (first.id, False, {"order": 1})
+    assert [job.id for job in client.scheduled] == [first.id]
+
+
+async def test_refused_jobs_raise_the_nodes_typed_errors_and_store_nothing(
+    client: RecordingClient,
+) -> None:
+    with pytest.raises(InvalidJob) as refused:
+        await client.schedule("orders.*", {})
+    assert refused.value.body["fields"][0]["field"] == "routing_key"
+    with pytest.raises(InvalidJob) as reserved:
+        await client.schedule("orders.expire", {}, headers={"x-job-id": "mine"})
+    assert reserved.value.body["fields"][0]["field"].startswith("headers")
+    with pytest.raises(JobNotFound):
+        await client.get("01890000-0000-7000-8000-000000000000")
+    assert client.scheduled == []
+    assert [job async for job in client.list()] == []
+
+
+async def test_cancel_and_reschedule_are_recorded_and_refused_once_past(
+    client: RecordingClient,
+) -> None:
+    job = await client.schedule("orders.expire", {"order": 1}, delay=60)
+    later = NOW + timedelta(hours=2)
+    moved = await client.reschedule(job.id, run_at=later, priority=5, payload={"order": 2})
+    assert (moved.run_at, moved.priority, moved.payload) == (later, 5, {"order": 2})
+    assert (await client.reschedule(job.id, delay=10)).run_at == NOW + timedelta(seconds=10)
+    cancelled = await client.cancel(job.id)
+    assert cancelled.state == "cancelled"
+    assert (await client.get(job.id)).state == "cancelled"
+    assert [record.run_at for record in client.rescheduled] == [later, NOW + timedelta(seconds=10)]
+    assert [record.id for record in client.cancelled] == [job.id]
+    with pytest.raises(JobConflict) as conflict:
+        await client.cancel(job.id)
+    assert conflict.value.state == "cancelled"
+    with pytest.raises(JobConflict):
+        await client.reschedule(job.id, delay=5)
+    assert len(client.cancelled) == 1
+
+
+async def test_requeue_takes_only_a_dead_job_back(client: RecordingClient) -> None:
+    job = await client.schedule("orders.expire", {})
+    with pytest.raises(JobConflict) as conflict:
+        await client.requeue(job.id)
+    assert conflict.value.state == "scheduled"
+    assert (
+        client.mark(job.id, "dead", error="RuntimeError: boom").last_error == "RuntimeError: boom"
+    )
+    requeued = await client.requeue(job.id)
+    assert (requeued.id, requeued.state) == (job.id, "scheduled")
+    assert [step.event for step in (await client.get(job.id)).history] == [
+        "scheduled",
+        "dead",
+        "requeued",
+    ]
+    assert [record.id for record in client.requeued] == [job.id]
+
+
+async def test_a_job_waits_for_its_prerequisites_and_goes_when_they_succeed(
+    client: RecordingClient,
+) -> None:
+    first = await client.schedule("orders.charge", {})
+    second = await client.schedule("orders.ship", {}, after=[first.id])
+    assert second.state == "waiting"
+    assert (await client.get(second.id)).pending == (first.id,)
+    client.mark(first.id, "succeeded")
+    assert (await client.get(second.id)).state == "scheduled"
+    with pytest.raises(InvalidJob) as unknown:
+        await client.schedule("orders.ship", {}, after=["01890000-0000-7000-8000-000000000000"])
+    assert unknown.value.body["fields"][0]["field"] == "after[0]"
+
+
+async def test_list_follows_the_pages_with_the_filters(client: RecordingClient) -> None:
+    for n in range(5):
+        await client.schedule("orders.expire", {"n": n}, idempotency_key=f"k{n}")
+    other = await client.schedule("orders.other", {"n": 9})
+    await client.cancel(other.id)
+    listed = [
+        job.payload["n"] async for job in client.list(routing_key="orders.expire", page_size=2)
+    ]
+    assert listed == [0, 1, 2, 3, 4]
+    page = await client.list_page(limit=2)
+    assert page.next_after == page.jobs[-1].id
+    assert [job.payload["n"] async for job in client.list(state="cancelled")] == [9]
+    assert [job.payload["n"] async for job in client.list(idempotency_key="k3")] == [3]
+
+
+async def test_schedule_many_stores_chunk_by_chunk_and_says_what_was_stored(
+    client: RecordingClient,
+) -> None:
+    bodies = [job_body("orders.expire", {"n": n}) for n in range(7)]
+    bodies[4] = job_body("orders.*", {"n": 4})
+    with pytest.raises(InvalidJob) as refused:
+        await client.schedule_many(bodies)  # chunks of 1000 > max_batch 3: the first is refused
+    assert refused.value.body["fields"][0]["field"] == "jobs"
+    with pytest.raises(InvalidJob) as partly:
+        await client.schedule_many(bodies, chunk_size=3)
+    assert [job.payload["n"] for job in partly.value.stored] == [0, 1, 2]
+    assert partly.value.body["fields"][0]["field"] == "jobs[4].routing_key"
+    assert [job.payload["n"] for job in client.scheduled] == [0, 1, 2]  # the chunk stored nothing
+    with pytest.raises(InvalidJob) as repeated:
+        await client.schedule_many([job_body("a", 1, idempotency_key="k")] * 2)
+    assert repeated.value.body["fields"][0]["field"] == "jobs[1].idempotency_key"
+
+
+async def test_the_job_decorator_schedules_through_the_fake(client: RecordingClient) -> None:
+    @client.job("orders.expire", priority=3)
+    def expire_order(order: int) -> int:
+        return order
+
+    assert expire_order(4) == 4
+    job = await expire_order.schedule({"order": 4}, delay=1)
+    assert (job.routing_key, job.priority) == ("orders.expire", 3)
+    await client.close()
+
+
+async def test_every_schedule_method_is_recorded_and_refused_as_the_node_does(
+    client: RecordingClient,
+) -> None:
+    created = await client.schedules.create(
+        "hourly", "reports.hourly", {"r": 1}, interval=timedelta(hours=1), grace=30
+    )
+    assert isinstance(created, Schedule)
+    assert (created.interval_s, created.grace_s, created.next_at) == (3600, 30.0, NOW)
+    upcoming = (await client.schedules.get("hourly")).upcoming
+    assert upcoming[:2] == (NOW, NOW + timedelta(hours=1))
+    with pytest.raises(ScheduleConflict):
+        await client.schedules.create("hourly", "reports.hourly", {}, interval=60)
+    with pytest.raises(InvalidSchedule) as invalid:
+        await client.schedules.create("neither", "reports.hourly", {})
+    assert invalid.value.body["fields"][0]["field"] == "cron"
+    nightly = await client.schedules.create("nightly", "reports.nightly", {}, cron="30 2 * * *")
+    assert (nightly.cron, nightly.next_at) == ("30 2 * * *", None)  # cron is not planned here
+
+    changed = await client.schedules.change("hourly", cron="0 * * * *")
+    assert (changed.cron, changed.interval_s) == ("0 * * * *", None)
+    assert (await client.schedules.pause("hourly")).paused is True
+    assert (await client.schedules.get("hourly")).upcoming == ()
+    assert (await client.schedules.resume("hourly")).paused is False
+    names = [schedule.name async for schedule in client.schedules.list(page_size=1)]
+    assert names == ["hourly", "nightly"]
+    assert (await client.schedules.list_page(limit=5)).next_after is None
+    await client.schedules.delete("hourly")
+    with pytest.raises(ScheduleNotFound):
+        await client.schedules.get("hourly")
+
+    assert [s.name for s in client.schedules_created] == ["hourly", "nightly"]
+    assert [s.cron for s in client.schedules_changed] == ["0 * * * *"]
+    assert [s.paused for s in client.schedules_paused + client.schedules_resumed] == [True, False]
+    assert [s.name for s in client.schedules_deleted] == ["hourly"]
+
+
+def test_the_sync_fake_records_as_the_async_one() -> None:
+    with RecordingSyncClient(clock=lambda: NOW) as client:
+        job = client.schedule("orders.expire", {"order": 1}, delay=30, idempotency_key="k")
+        assert client.schedule("orders.expire", {}, idempotency_key="k").id == job.id
+        assert [listed.id for listed in client.list()] == [job.id]
+        client.cancel(job.id)
+        with pytest.raises(JobConflict):
+            client.cancel(job.id)
+        client.schedules.create("s", "reports.x", {}, interval=60)
+        client.schedules.pause("s")
+    assert [scheduled.run_at for scheduled in client.scheduled] == [NOW + timedelta(seconds=30)]
+    assert [cancelled.state for cancelled in client.cancelled] == ["cancelled"]
+    assert [paused.name for paused in client.schedules_paused] == ["s"]
