@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from consumers_sdk import logs
 from consumers_sdk.consumer import Consumer
 
 PROG = "dispatcher-consumer"
@@ -92,6 +93,12 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="the lowest level logged to stderr: DEBUG, INFO, WARNING or ERROR (default: INFO)",
     )
     parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object a line for log shippers (default: text)",
+    )
+    parser.add_argument(
         "--app-dir",
         metavar="DIR",
         default=".",
@@ -138,9 +145,7 @@ def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:
     except (BadTarget, ValueError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(args.log_level, json=args.log_format == "json")
     logging.getLogger(__name__).info(
         "running %s: group %s, prefetch %d, concurrency %d, max %s/s",
         args.target,

@@ -15,7 +15,7 @@ from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, Unpack
 
 import httpx
 
-from consumers_sdk import contract, errors
+from consumers_sdk import contract, errors, tracing
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,7 +52,7 @@ def job_body(routing_key: str, payload: Any, **options: Unpack[JobOptions]) -> d
         if run_at.tzinfo is None:
             raise ValueError("run_at must be timezone-aware")
         body["run_at"] = run_at.isoformat()
-    headers = options.get("headers")
+    headers = tracing.inject(options.get("headers"))  # the current span, when OpenTelemetry is on
     optional = {
         "idempotency_key": options.get("idempotency_key"),
         "headers": dict(headers) if headers else None,

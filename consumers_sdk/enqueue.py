@@ -33,7 +33,7 @@ except ImportError as missing:  # the SDK installs without it: enqueue is the on
         name=missing.name,
     ) from missing
 
-from consumers_sdk import contract, ids, validation
+from consumers_sdk import contract, ids, tracing, validation
 
 # Insert one job, through the contract function with one-element arrays (one function serves
 # the dispatcher's batches and this): a shard chosen by the id's hash among the shards the
@@ -109,7 +109,7 @@ async def enqueue(
         ids.id_hash(job_id.bytes),
         _routing_key(routing_key, limits),
         _payload(payload, limits),
-        _headers(headers, max_attempts, retry_backoff, limits),
+        _headers(tracing.inject(headers), max_attempts, retry_backoff, limits),
         _priority(priority),
         _ttl_ms(ttl),
         _idempotency_key(idempotency_key, limits),

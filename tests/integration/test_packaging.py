@@ -78,6 +78,8 @@ def test_sdk_wheel_holds_only_consumers_sdk_and_requires_nothing_of_the_server(
     requires = requirements(headers)
     assert {"aio-pika", "aiormq", "httpx", "orjson"} <= set(requires)
     assert str(requires["asyncpg"].marker) == 'extra == "asyncpg"'
+    assert str(requires["opentelemetry-api"].marker) == 'extra == "otel"'
+    assert str(requires["prometheus-client"].marker) == 'extra == "metrics"'
     assert [n for n in SERVER_ONLY if n in requires and requires[n].marker is None] == []
     assert "delay-dispatcher" not in requires
 
@@ -132,6 +134,12 @@ try:
     import consumers_sdk.enqueue
 except ImportError as missing:
     print(missing)
+from consumers_sdk import metrics, tracing
+print(tracing.available(), tracing.inject({"tenant": "t1"}))
+try:
+    metrics.ConsumerMetrics()
+except ImportError as missing:
+    print(missing)
 """
     elsewhere = tmp_path / "elsewhere"  # not the source tree: only the installed wheel
     elsewhere.mkdir()
@@ -145,6 +153,8 @@ except ImportError as missing:
         "True <class 'consumers_sdk.client.DispatcherClient'>",
         "[]",
         "consumers_sdk.enqueue needs asyncpg: pip install 'delay-dispatcher-sdk[asyncpg]'",
+        "False {'tenant': 't1'}",
+        "consumer metrics need prometheus-client: pip install 'delay-dispatcher-sdk[metrics]'",
     ]
 
 
