@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -16,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from consumers_sdk import Consumer, DispatcherClient, Job
+from consumers_sdk.enqueue import enqueue
 from tests.support.consumers import running
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess
@@ -78,6 +80,37 @@ async def test_the_handler_span_continues_the_producer_span_through_the_dispatch
     assert span.attributes["messaging.message.id"] == created["id"] == job.id
     assert span.attributes["messaging.rabbitmq.destination.routing_key"] == "orders.traced"
     assert span.attributes["dispatcher.job.attempt"] == 1
+
+
+async def test_a_job_enqueued_in_the_callers_transaction_carries_the_producer_span_too(
+    dispatcher: DispatcherProcess, database_url: str, amqp_url: str, exporter: InMemorySpanExporter
+) -> None:
+    consumer = Consumer(amqp_url, group="traced", report_events=False)
+    handled: list[Job] = []
+
+    @consumer.handler("orders.enqueued")
+    async def handle(job: Job) -> None:
+        handled.append(job)
+
+    tracer = trace.get_tracer("tests.producer")
+    connection = await asyncpg.connect(database_url)
+    try:
+        async with running(consumer):
+            with tracer.start_as_current_span("checkout") as producer:
+                async with connection.transaction():
+                    await enqueue(connection, "orders.enqueued", {"order": 7})
+            await eventually(lambda: len(handled) == 1, 30)
+    finally:
+        await connection.close()
+
+    origin = producer.get_span_context()
+    [span] = [s for s in exporter.get_finished_spans() if s.kind is trace.SpanKind.CONSUMER]
+    assert span.context is not None
+    assert span.context.trace_id == origin.trace_id
+    assert span.parent is not None
+    assert span.parent.span_id == origin.span_id
+    assert span.attributes is not None
+    assert span.attributes["messaging.message.id"] == handled[0].id
 
 
 NO_OTEL = """
