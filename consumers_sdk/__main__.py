@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from consumers_sdk import logs
 from consumers_sdk.consumer import Consumer
 
 PROG = "dispatcher-consumer"
@@ -101,6 +102,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the lowest level logged to stderr: DEBUG, INFO, WARNING or ERROR (default: INFO)",
     )
     parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or one JSON object a line for log shippers (default: text)",
+    )
+    parser.add_argument(
         "--app-dir",
         metavar="DIR",
         default=".",
@@ -145,9 +152,7 @@ def prepare(args: argparse.Namespace) -> Consumer:
 
 def run(consumer: Consumer, args: argparse.Namespace) -> None:
     """Log to stderr at ``--log-level`` and consume until SIGTERM or SIGINT."""
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(args.log_level, json=args.log_format == "json")
     logging.getLogger(__name__).info(
         "running %s: group %s, prefetch %d, concurrency %d, max %s/s",
         args.target,

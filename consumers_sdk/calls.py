@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
-from consumers_sdk import contract, records
+from consumers_sdk import contract, records, tracing
 
 T = TypeVar("T")
 Duration = timedelta | float
@@ -128,9 +128,10 @@ def _when(options: JobOptions | JobChange) -> dict[str, Any]:
 def job_headers(
     given: Mapping[str, contract.HeaderValue] | None,
 ) -> dict[str, contract.HeaderValue]:
-    """The headers a new job carries: the caller's. The one place both clients (and every item of
-    ``schedule_many``) build them, so what a job carries besides is added here once."""
-    return dict(given or {})
+    """The headers a new job carries: the caller's, plus the current span's ``traceparent`` when
+    OpenTelemetry is on. The one place both clients (and every item of ``schedule_many``) build
+    them."""
+    return dict(tracing.inject(given) or {})
 
 
 def job_body(routing_key: str, payload: Any, **options: Unpack[JobOptions]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from consumers_sdk import connections, contract, dedup, delivery, reporter, retry, topology
+from consumers_sdk import metrics as metrics_mod
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +76,16 @@ class Consumer:
         report_events: bool = True,
         events_buffer: int = 10_000,
         name: str | None = None,
+        metrics: metrics_mod.ConsumerMetrics | None = None,
     ) -> None:
         """``consumer_timeout_s`` is the broker's ``consumer_timeout`` (rabbitmq.conf): a delivery
         not settled by then closes the channel, so handler timeouts must stay below it.
 
         ``report_events`` sends each attempt's outcome to the dispatcher (``reporter.py``), at
         most ``events_buffer`` of them held while the broker refuses; ``name`` is this consumer
-        in those events (default: host-pid)."""
+        in those events (default: host-pid). ``metrics`` counts each outcome in Prometheus
+        collectors (``consumers_sdk.metrics``) in a registry the application owns; or call
+        ``serve_metrics(port)``."""
         self._started = False
         self._pace(prefetch, concurrency, max_per_second)
         self._url = amqp_url
@@ -104,6 +108,10 @@ class Consumer:
             if report_events
             else None
         )
+        self.metrics = metrics
+        self._metrics_server: metrics_mod.MetricsServer | None = None
+        if metrics is not None and self.events is not None:
+            metrics.watch(self.events)
         self._handlers: list[delivery.HandlerSpec] = []
         self._stop = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
@@ -188,6 +196,21 @@ class Consumer:
 
         return register
 
+    def serve_metrics(self, port: int, *, host: str = "0.0.0.0") -> None:
+        """Serve the metrics on ``http://host:port/metrics`` while ``run`` runs (port 0: any
+        free one, then read at ``metrics_port``); builds the metrics if none were given."""
+        if self.metrics is None:
+            self.metrics = metrics_mod.ConsumerMetrics()
+            if self.events is not None:
+                self.metrics.watch(self.events)
+        self._metrics_server = metrics_mod.MetricsServer(
+            self.metrics.registry, port=port, host=host
+        )
+
+    @property
+    def metrics_port(self) -> int | None:
+        return None if self._metrics_server is None else self._metrics_server.port
+
     def stop(self) -> None:
         """Stop taking deliveries; ``run`` returns once the ones in flight are settled."""
         self._stop.set()
@@ -200,6 +223,8 @@ class Consumer:
         signals = self._install_signals() if handle_signals else []
         self._started = True
         try:
+            if self._metrics_server is not None:
+                self._metrics_server.start()
             connection = await self._connect()
             if connection is None:  # stopped before the broker answered
                 return
@@ -212,6 +237,8 @@ class Consumer:
                 self._outcomes = None
         finally:
             self._started = False
+            if self._metrics_server is not None:
+                await self._metrics_server.close()
             loop = asyncio.get_running_loop()
             for signum in signals:
                 loop.remove_signal_handler(signum)
@@ -243,7 +270,12 @@ class Consumer:
         # count as moved (the original would be acked and the job lost).
         publisher = await connection.channel(publisher_confirms=True, on_return_raises=True)
         self._outcomes = delivery.Outcomes(
-            publisher, tiers=self._tiers, deduplicator=self._dedup, events=self.events
+            publisher,
+            tiers=self._tiers,
+            deduplicator=self._dedup,
+            events=self.events,
+            metrics=self.metrics,
+            group=self.group,
         )
         if self.events is not None:
             self.events.open()

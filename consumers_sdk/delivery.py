@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,8 +30,9 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from consumers_sdk import contract, dedup, reporter, retry, topology
+from consumers_sdk import contract, dedup, reporter, retry, topology, tracing
 from consumers_sdk import job as job_mod
+from consumers_sdk import metrics as metrics_mod
 from consumers_sdk.errors import HandlerTimeout, Reject, Retry
 
 logger = logging.getLogger(__name__)
@@ -60,11 +62,15 @@ class Outcomes:
         tiers: Sequence[float],
         deduplicator: dedup.Deduplicator | None,
         events: reporter.EventReporter | None = None,
+        metrics: metrics_mod.ConsumerMetrics | None = None,
+        group: str = "",
     ) -> None:
         self._publisher = publisher
         self._tiers = tiers
         self._dedup = deduplicator
         self._events = events
+        self._metrics = metrics
+        self._group = group  # the metrics' label
 
     def _report(
         self,
@@ -101,11 +107,7 @@ class Outcomes:
         self._report_job(job, "started")
         timer = asyncio.timeout(spec.timeout_s)
         try:
-            async with timer:
-                if inspect.iscoroutinefunction(spec.function):
-                    await spec.function(job)
-                else:
-                    await asyncio.to_thread(spec.function, job)  # never block the loop
+            await self._run(spec, job, timer)
         except Reject as exc:
             await self._dead(spec, message, attempts=job.attempt, error=exc, job=job)
         except Retry as exc:
@@ -121,6 +123,26 @@ class Outcomes:
             if self._dedup is not None:
                 await self._dedup.remember(job.id)
 
+    async def _run(self, spec: HandlerSpec, job: job_mod.Job, timer: asyncio.Timeout) -> None:
+        """The handler, in a span that continues the job's trace, timed for the metrics."""
+        started = time.monotonic()
+        outcome: str | None = "failed"
+        try:
+            with tracing.handler_span(job, queue=spec.queue):
+                async with timer:
+                    if inspect.iscoroutinefunction(spec.function):
+                        await spec.function(job)
+                    else:
+                        await asyncio.to_thread(spec.function, job)  # never block the loop
+            outcome = "handled"
+        except asyncio.CancelledError:
+            outcome = None  # the consumer stopping: no outcome, the delivery comes back
+            raise
+        finally:
+            if self._metrics is not None and outcome is not None:
+                elapsed_s = time.monotonic() - started
+                self._metrics.outcome(self._group, spec.routing_key, outcome, elapsed_s)
+
     async def _fail(
         self, spec: HandlerSpec, job: job_mod.Job, error: BaseException, *, delay_s: float | None
     ) -> None:
@@ -135,6 +157,8 @@ class Outcomes:
             await self._dead(spec, job.message, attempts=job.attempt, error=error, job=job)
             return
         tier_s = retry.tier_for(delay, self._tiers)
+        if self._metrics is not None:
+            self._metrics.moved(self._group, spec.routing_key, tier_s=tier_s)
         self._report_job(job, "failed", error_text(error))
         copy = job_mod.retry_copy(job, error=error_text(error), work_queue=spec.queue)
         await self._move(job.message, copy, topology.wait_queue(spec.queue, tier_s))
@@ -151,6 +175,8 @@ class Outcomes:
         """Park the delivery in .dead; ``job`` is None when it could not be decoded, and only
         then is its event's round read from the message itself."""
         text = error_text(error)
+        if self._metrics is not None:
+            self._metrics.moved(self._group, spec.routing_key, tier_s=None)
         logger.warning("job %s dead after %d attempts: %s", message.message_id, attempts, text)
         if job is not None:
             self._report_job(job, "dead", text)

@@ -1,11 +1,14 @@
 """Dead-letter queues: list them (management API) and move dead jobs back to their work queue
-(over AMQP). ``dispatcher dlq list|requeue`` calls these."""
+(over AMQP), dropping the copies of jobs requeued or finished since (``dlq_check``).
+``dispatcher dlq list|requeue`` calls these."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from urllib.parse import urlsplit
 
 import aio_pika
@@ -17,7 +20,7 @@ from aio_pika.abc import (
     AbstractQueue,
 )
 
-from consumers_sdk import contract, job, management, topology
+from consumers_sdk import contract, dlq_check, job, management, topology
 from consumers_sdk.errors import DlqError
 
 BATCH = 100  # dead jobs moved per round of pipelined confirms
@@ -28,6 +31,30 @@ class DeadQueue:
     name: str
     messages: int | None  # None: the broker could not say
     work_queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """What ``requeue`` did: ``moved`` copies back to the work queue, ``dropped`` ones by reason
+    (``requeued``, ``succeeded``, ``cancelled``, ``expired``); ``checked``: asked the dispatcher."""
+
+    moved: int
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    checked: bool = False
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+    def dropped_text(self) -> str:
+        """``dropped 2 dead copies of jobs requeued or finished since (requeued 1, succeeded
+        1)``, or that the copies were not checked."""
+        if not self.checked:
+            return "dead copies not checked against the dispatcher (each was moved)"
+        reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(self.dropped.items()))
+        return f"dropped {self.dropped_total} dead copies of jobs requeued or finished since" + (
+            f" ({reasons})" if reasons else ""
+        )
 
 
 def work_queue_of(dead_queue: str) -> str:
@@ -104,43 +131,80 @@ async def requeue(
     *,
     limit: int | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> int:
+    lookup: dlq_check.JobLookup | None = None,
+) -> Requeued:
     """Move up to ``limit`` dead jobs (those present when it starts) back to their work queue,
-    attempts reset, routing key kept; returns how many moved. ``progress(moved, total)`` after
-    each batch.
+    attempts reset, routing key kept. ``progress(done, total)`` after each batch.
 
-    Each job is published with confirms and mandatory routing before its dead copy is acked: a
-    crash in between leaves it in both queues (at-least-once), never in neither.
+    With ``lookup`` (the dispatcher's API), a copy whose job was requeued or finished since is
+    dropped rather than moved (``dlq_check``); without it every copy is moved, as before the
+    check existed (``checked`` is False). Each job is published with confirms and mandatory
+    routing before its dead copy is acked: a crash in between leaves it in both queues
+    (at-least-once), never in neither.
     """
     work = work_queue_of(queue)
     if limit is not None and limit < 0:
         raise DlqError("limit must not be negative")
+    if queue == topology.EVENTS_DEAD_QUEUE:
+        lookup = None  # job events, not jobs: the dispatcher has nothing to say about them
     connection = await _connect(amqp_url)
-    moved = 0
+    moved, dropped = 0, Counter[str]()
     try:
         channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
         dead = await _passive(channel, queue)
         await _passive(channel, work)
         total = dead.declaration_result.message_count or 0
         total = total if limit is None else min(total, limit)
-        while moved < total:
+        while (done := moved + dropped.total()) < total:
             batch: list[AbstractIncomingMessage] = []
-            while len(batch) < min(BATCH, total - moved):
+            while len(batch) < min(BATCH, total - done):
                 message = await dead.get(fail=False)
                 if message is None:
                     break
                 batch.append(message)
             if not batch:
                 break
-            done, failure = await _move(channel, batch, work)
-            moved += done
+            if lookup is not None:
+                try:
+                    batch = await _drop_stale(batch, lookup, dropped)
+                except DlqError as exc:
+                    raise DlqError(
+                        f"moved {moved}, dropped {dropped.total()}, then: {exc}"
+                    ) from exc
+            count, failure = await _move(channel, batch, work)
+            moved += count
             if progress is not None:
-                progress(moved, total)
+                progress(moved + dropped.total(), total)
             if failure is not None:
                 raise DlqError(f"moved {moved}, then could not republish to {work!r}: {failure!r}")
     finally:
         await connection.close()
-    return moved
+    return Requeued(moved, dict(dropped), checked=lookup is not None)
+
+
+async def _drop_stale(
+    batch: list[AbstractIncomingMessage], lookup: dlq_check.JobLookup, dropped: Counter[str]
+) -> list[AbstractIncomingMessage]:
+    """Ack away the copies whose job must not run again; returns the others, to move. The
+    batch stays unacked (it goes back to .dead) when the dispatcher cannot answer."""
+    reasons = await lookup.reasons([(m.message_id, _dead_at(m)) for m in batch])
+    kept = []
+    for message, reason in zip(batch, reasons, strict=True):
+        if reason is None:
+            kept.append(message)
+        else:
+            await message.ack()
+            dropped[reason] += 1
+    return kept
+
+
+def _dead_at(message: AbstractIncomingMessage) -> datetime | None:
+    value = (message.headers or {}).get(job.DEAD_AT)
+    text = value.decode() if isinstance(value, bytes) else value
+    try:
+        return contract.parse_run_at(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 async def requeue_job(

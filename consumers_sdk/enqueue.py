@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, TypedDict, Unpack
 
 import orjson
 
-from consumers_sdk import calls, contract, ids, sql_drivers, validation
+from consumers_sdk import calls, contract, ids, sql_drivers, tracing, validation
 
 if TYPE_CHECKING:
     from consumers_sdk.sql_drivers import AsyncConnection, SyncConnection
@@ -142,7 +142,7 @@ def _arguments(routing_key: str, payload: Any, options: EnqueueOptions) -> tuple
         _routing_key(routing_key, limits),
         _payload(payload, limits),
         _headers(
-            options.get("headers"),
+            tracing.inject(options.get("headers")),
             options.get("max_attempts"),
             options.get("retry_backoff"),
             limits,

@@ -1,4 +1,6 @@
 """Logging setup. Records may carry ``extra={"action": ..., "job_id": ...}``; both are printed.
+With ``DISPATCHER_LOG_FORMAT=json`` each line is a JSON object instead (the SDK's
+``consumers_sdk.logs.JsonFormatter``: ``ts``, ``level``, ``logger``, ``message``, the extras).
 
 A log line is one line: control characters in the message and the extras (a request's path, a
 routing key, a consumer's reason) are escaped, so a caller cannot forge or split a line.
@@ -8,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import sys
+
+from consumers_sdk import logs as sdk_logs
 
 EXTRAS = ("action", "job_id")
 
@@ -41,9 +45,11 @@ class Formatter(logging.Formatter):
         return line
 
 
-def setup(level: str) -> None:
+def setup(level: str, log_format: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        sdk_logs.JsonFormatter() if log_format == "json" else Formatter(sdk_logs.TEXT_FORMAT)
+    )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -305,6 +305,7 @@ class Node:
             http=connections.protocol_class(limits),
             timeout_keep_alive=settings.http_keepalive_s,
             log_level="warning",
+            log_config=None,  # uvicorn's records go to the root handler: one format (text or JSON)
             access_log=False,
             lifespan="off",
         )

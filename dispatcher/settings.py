@@ -219,6 +219,11 @@ class Settings(BaseSettings):
     )
 
     log_level: str = Field("INFO", description="the logging level: DEBUG, INFO, WARNING, ERROR")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="text lines, or one JSON object a line (ts, level, logger, message, "
+        "action, job_id) for log shippers",
+    )
 
     @field_validator("allowed_hosts")
     @classmethod

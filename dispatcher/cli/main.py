@@ -8,14 +8,18 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatcher import api_keys, errors, logs
 from dispatcher.cli import http, parsers, progress, tables
 from dispatcher.settings import Settings
 from dispatcher.version import __version__
+
+if TYPE_CHECKING:
+    from consumers_sdk import dlq as sdk_dlq
 
 
 def _run(coroutine: Coroutine[Any, Any, object]) -> object:
@@ -43,7 +47,7 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _dlq(args: argparse.Namespace, settings: Settings) -> int:
-    from consumers_sdk import dlq, errors
+    from consumers_sdk import dlq, errors, topology
 
     try:
         if args.dlq_command == "list":
@@ -56,14 +60,15 @@ def _dlq(args: argparse.Namespace, settings: Settings) -> int:
             return 0
         else:
             with progress.bar() as drawn:
-                moved = asyncio.run(
-                    dlq.requeue(settings.amqp_url, args.queue, limit=args.limit, progress=drawn)
-                )
+                done = asyncio.run(_dlq_requeue(args, settings, drawn))
     except errors.DlqError as exc:
         print(f"dispatcher dlq: {exc}", file=sys.stderr)
         return 1
     if args.dlq_command == "requeue":
-        print(f"requeued {moved} jobs from {args.queue} to {dlq.work_queue_of(args.queue)}")
+        print(f"requeued {done.moved} jobs from {args.queue} to {dlq.work_queue_of(args.queue)}")
+        if args.queue != topology.EVENTS_DEAD_QUEUE:  # job events: no job to ask about
+            hint = "" if done.checked else "; give --url or DISPATCHER_URL to drop stale ones"
+            print(f"{done.dropped_text()}{hint}")
     elif args.json:
         print(json.dumps([dataclasses.asdict(queue) for queue in queues]))
     else:
@@ -74,6 +79,19 @@ def _dlq(args: argparse.Namespace, settings: Settings) -> int:
         ]
         print(tables.table(rows, ["dead-letter queue", "messages", "work queue"]))
     return 0
+
+
+async def _dlq_requeue(
+    args: argparse.Namespace, settings: Settings, drawn: progress.Bar
+) -> sdk_dlq.Requeued:
+    from consumers_sdk import dlq, dlq_check
+
+    if not args.url:  # nothing to ask: every copy moves, as before the check
+        return await dlq.requeue(settings.amqp_url, args.queue, limit=args.limit, progress=drawn)
+    async with dlq_check.JobLookup(args.url, api_key=args.api_key) as lookup:
+        return await dlq.requeue(
+            settings.amqp_url, args.queue, limit=args.limit, progress=drawn, lookup=lookup
+        )
 
 
 def _broker(args: argparse.Namespace, settings: Settings) -> int:
@@ -221,6 +239,17 @@ def _dlq_parser(commands: parsers.Commands) -> None:
         default=None,
         help="only this job (id), back to its original routing key with its attempt history",
     )
+    dlq_requeue.add_argument(
+        "--url",
+        default=os.environ.get("DISPATCHER_URL"),
+        help="the dispatcher's API, asked about each dead copy: one whose job was requeued or "
+        "finished since is dropped, not run again (default: $DISPATCHER_URL; none: no check)",
+    )
+    dlq_requeue.add_argument(
+        "--api-key",
+        default=os.environ.get("DISPATCHER_API_KEY"),
+        help="an API key that sees the jobs' namespaces (default: $DISPATCHER_API_KEY)",
+    )
 
 
 def _broker_parser(commands: parsers.Commands) -> None:
@@ -278,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     settings = Settings()
-    logs.setup(settings.log_level)
+    logs.setup(settings.log_level, settings.log_format)
     try:
         if args.command == "serve":
             from dispatcher import node

@@ -208,14 +208,14 @@ async function requeue(id, button) {
   try {
     const queue = await deadQueue(id);
     await api(`/v1/jobs/${id}/requeue`, { method: "POST" });
-    // What is true today: the requeue schedules the job again, and leaves the consumer's copy
-    // in the dead queue alone; `dispatcher dlq requeue` would run that copy too.
+    // The requeue schedules the job again and leaves the consumer's copy in the dead queue;
+    // `dispatcher dlq requeue` (given the dispatcher's URL) drops that copy instead of running it.
     const where = queue ? `Its copy in ${queue}` : "Its copy in the consumer group's .dead queue";
     message.replaceChildren(
-      `requeued ${id}: it is due now. ${where} stays there: delete it in the `,
-      queue ? rabbitLink(`queues/${vhost()}/${encodeURIComponent(queue)}`, "RabbitMQ UI") : "RabbitMQ UI",
-      " or it runs again on ",
+      `requeued ${id}: it is due now. ${where} stays there until `,
       el("code", "dispatcher dlq requeue"),
+      " drops it (it does not run again), or you delete it in the ",
+      queue ? rabbitLink(`queues/${vhost()}/${encodeURIComponent(queue)}`, "RabbitMQ UI") : "RabbitMQ UI",
       ".",
     );
   } catch (error) {

@@ -140,7 +140,7 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     wait.until(lambda b: f"requeued {job_id}" in b.find_element(By.ID, "dead-message").text)
     said = browser.find_element(By.ID, "dead-message").text
     assert "Its copy in billing.orders.expire.dead stays there" in said, said
-    assert "dispatcher dlq requeue" in said, said
+    assert "dispatcher dlq requeue drops it (it does not run again)" in said, said
     assert http.get(f"/v1/jobs/{job_id}").json()["state"] != "dead"  # back on its way
     wait.until(lambda b: "requeued" in b.find_element(By.ID, "history").text)
     wait.until(lambda b: not b.find_elements(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"]'))

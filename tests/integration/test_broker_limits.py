@@ -162,7 +162,7 @@ async def test_a_refused_event_is_dead_lettered_counted_and_can_be_requeued(
         assert refused_total(node) == 1
         await until(lambda: counted_dead(node), 10)
         # Once the cause is fixed, dlq requeue sends them back to the events queue.
-        assert await dlq.requeue(amqp_url, topology.EVENTS_DEAD_QUEUE) == 1
+        assert (await dlq.requeue(amqp_url, topology.EVENTS_DEAD_QUEUE)).moved == 1
         await until(lambda: no_longer_refused(node, 2), 20)  # refused again: same bytes
         await depth_reaches(amqp_url, topology.EVENTS_DEAD_QUEUE, 1, 20)
 

@@ -79,6 +79,8 @@ def test_sdk_wheel_holds_only_consumers_sdk_and_requires_nothing_of_the_server(
     assert {"aio-pika", "aiormq", "httpx", "orjson"} <= set(requires)
     assert str(requires["asyncpg"].marker) == 'extra == "asyncpg"'
     assert str(requires["psycopg"].marker) == 'extra == "psycopg"'
+    assert str(requires["opentelemetry-api"].marker) == 'extra == "otel"'
+    assert str(requires["prometheus-client"].marker) == 'extra == "metrics"'
     assert [n for n in SERVER_ONLY if n in requires and requires[n].marker is None] == []
     assert "delay-dispatcher" not in requires
 
@@ -134,6 +136,12 @@ try:
     consumers_sdk.enqueue.enqueue_sync(object(), "orders.expire", {})
 except TypeError as refused:
     print(refused)
+from consumers_sdk import metrics, tracing
+print(tracing.available(), tracing.inject({"tenant": "t1"}))
+try:
+    metrics.ConsumerMetrics()
+except ImportError as missing:
+    print(missing)
 """
     elsewhere = tmp_path / "elsewhere"  # not the source tree: only the installed wheel
     elsewhere.mkdir()
@@ -148,6 +156,8 @@ except TypeError as refused:
         "[]",
         "conn must be a psycopg.Connection ('delay-dispatcher-sdk[psycopg]'), not builtins.object"
         " (an asynchronous connection takes enqueue())",
+        "False {'tenant': 't1'}",
+        "consumer metrics need prometheus-client: pip install 'delay-dispatcher-sdk[metrics]'",
     ]
 
 
