@@ -17,7 +17,7 @@ from consumers_sdk.errors import (
     Retry,
 )
 from consumers_sdk.job import Job
-from consumers_sdk.retry import exponential
+from consumers_sdk.retry import exponential, polynomial
 
 __all__ = [
     "AccessDenied",
@@ -36,4 +36,5 @@ __all__ = [
     "Retry",
     "contract",
     "exponential",
+    "polynomial",
 ]

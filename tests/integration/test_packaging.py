@@ -125,13 +125,16 @@ import consumers_sdk
 from consumers_sdk import topology
 work = topology.work_queue("billing", "orders.expire")
 print(work, topology.dead_queue(work), topology.wait_queue(work, 15))
-print(consumers_sdk.exponential(base=15, cap=10)(3) == 10, consumers_sdk.DispatcherClient)
+print(consumers_sdk.polynomial(base=15, cap=10)(3) == 10, consumers_sdk.DispatcherClient)
 print([m for m in ("dispatcher", "fastapi", "uvicorn", "kazoo", "asyncpg", "prometheus_client")
        if importlib.util.find_spec(m)])
 try:
     import consumers_sdk.enqueue
 except ImportError as missing:
     print(missing)
+import importlib.metadata, sys
+import consumers_sdk.testing  # without pytest installed
+print("pytest" in sys.modules, [e.value for e in importlib.metadata.entry_points(group="pytest11")])
 """
     elsewhere = tmp_path / "elsewhere"  # not the source tree: only the installed wheel
     elsewhere.mkdir()
@@ -145,6 +148,7 @@ except ImportError as missing:
         "True <class 'consumers_sdk.client.DispatcherClient'>",
         "[]",
         "consumers_sdk.enqueue needs asyncpg: pip install 'delay-dispatcher-sdk[asyncpg]'",
+        "False ['consumers_sdk.testing.plugin']",
     ]
 
 
