@@ -49,10 +49,11 @@ async def healthz() -> dict[str, str]:
     "/readyz",
     response_model=ops_schemas.Readiness,
     responses={
-        **REFUSALS,  # but its own 503: the same answer, not ready
+        **REFUSALS,
+        # Its own answer, not ready; or the HTTP edge's refusal of a busy node.
         503: {
-            "model": ops_schemas.Readiness,
-            "description": "not ready; `checks` names what failed",
+            "model": ops_schemas.Readiness | schemas.Problem,
+            "description": "not ready (`checks` names what failed), or the node is too busy",
         },
     },
 )
