@@ -28,7 +28,7 @@ from consumers_sdk.records import (
     Schedule,
     SchedulePage,
 )
-from consumers_sdk.retry import exponential
+from consumers_sdk.retry import exponential, polynomial
 from consumers_sdk.sync_client import SyncDispatcherClient
 
 __all__ = [
@@ -58,4 +58,5 @@ __all__ = [
     "SyncDispatcherClient",
     "contract",
     "exponential",
+    "polynomial",
 ]

@@ -24,7 +24,16 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
-from consumers_sdk import connections, contract, dedup, delivery, reporter, retry, topology
+from consumers_sdk import (
+    connections,
+    contract,
+    dedup,
+    delivery,
+    outcome,
+    reporter,
+    retry,
+    topology,
+)
 from consumers_sdk import metrics as metrics_mod
 
 logger = logging.getLogger(__name__)
@@ -112,7 +121,7 @@ class Consumer:
         self._metrics_server: metrics_mod.MetricsServer | None = None
         if metrics is not None and self.events is not None:
             metrics.watch(self.events)
-        self._handlers: list[delivery.HandlerSpec] = []
+        self._handlers: list[outcome.HandlerSpec] = []
         self._stop = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
         self.ready = asyncio.Event()
@@ -162,6 +171,16 @@ class Consumer:
     def max_per_second(self) -> float | None:
         return self._max_per_second
 
+    @property
+    def handlers(self) -> tuple[outcome.HandlerSpec, ...]:
+        """The registered handlers in registration order (``consumers_sdk.testing`` runs them)."""
+        return tuple(self._handlers)
+
+    @property
+    def retry_tiers(self) -> tuple[float, ...]:
+        """The wait queues' delays in seconds, sorted: a retry's delay is rounded up to one."""
+        return self._tiers
+
     def handler(
         self,
         routing_key: str,
@@ -170,7 +189,7 @@ class Consumer:
         max_attempts: int = 5,
         timeout: float = 30.0,
         backoff: retry.Backoff | None = None,
-    ) -> Callable[[delivery.Handler], delivery.Handler]:
+    ) -> Callable[[outcome.Handler], outcome.Handler]:
         """Register a handler for a routing key or topic pattern: async, or sync (run in a thread;
         a sync handler past its timeout counts as failed but its thread runs on to the end)."""
         if timeout <= 0 or timeout >= self._consumer_timeout_s:
@@ -181,15 +200,15 @@ class Consumer:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
 
-        def register(function: delivery.Handler) -> delivery.Handler:
+        def register(function: outcome.Handler) -> outcome.Handler:
             self._handlers.append(
-                delivery.HandlerSpec(
+                outcome.HandlerSpec(
                     routing_key=routing_key,
                     queue=queue or topology.work_queue(self.group, routing_key),
                     function=function,
                     max_attempts=max_attempts,
                     timeout_s=timeout,
-                    backoff=backoff or retry.exponential(rng=self._rng),
+                    backoff=backoff or retry.polynomial(rng=self._rng),
                 )
             )
             return function
@@ -355,7 +374,7 @@ class Consumer:
         return installed
 
     async def _on_message(
-        self, spec: delivery.HandlerSpec, message: AbstractIncomingMessage
+        self, spec: outcome.HandlerSpec, message: AbstractIncomingMessage
     ) -> None:
         task = asyncio.create_task(self._handle(spec, message), name=f"handle-{message.message_id}")
         self._inflight.add(task)
@@ -367,7 +386,7 @@ class Consumer:
             # A bug in the SDK, not in a handler: the delivery stays unacked and comes back.
             logger.error("delivery handling crashed", exc_info=task.exception())
 
-    async def _handle(self, spec: delivery.HandlerSpec, message: AbstractIncomingMessage) -> None:
+    async def _handle(self, spec: outcome.HandlerSpec, message: AbstractIncomingMessage) -> None:
         async with self._slots:
             if not self._stop.is_set():
                 await self._rate.acquire()

@@ -1,5 +1,5 @@
 """The outcome of one delivery: run its handler, then ack it, retry it through a wait queue, or
-park it in .dead.
+park it in .dead, as ``outcome.py`` decides (its rules, carried out here on the broker):
 
 - the handler returns: ack;
 - it raises (or runs past ``timeout``): retried after ``backoff(attempt)``, rounded up to a delay
@@ -17,12 +17,9 @@ the work queue (at-least-once on quorum queues), and ``x-death`` records each re
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -30,26 +27,11 @@ from typing import Any
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from consumers_sdk import contract, dedup, reporter, retry, topology, tracing
+from consumers_sdk import contract, dedup, outcome, reporter, topology, tracing
 from consumers_sdk import job as job_mod
 from consumers_sdk import metrics as metrics_mod
-from consumers_sdk.errors import HandlerTimeout, Reject, Retry
 
 logger = logging.getLogger(__name__)
-
-ERROR_TEXT_LIMIT = 1000
-
-Handler = Callable[[job_mod.Job], Awaitable[None] | None]
-
-
-@dataclass(frozen=True, slots=True)
-class HandlerSpec:
-    routing_key: str
-    queue: str
-    function: Handler
-    max_attempts: int
-    timeout_s: float
-    backoff: retry.Backoff
 
 
 class Outcomes:
@@ -77,7 +59,7 @@ class Outcomes:
         job_id: str | None,
         routing_key: str,
         attempt: int,
-        outcome: str,
+        event: str,
         error: str | None,
         dispatch_round: str | None,
     ) -> None:
@@ -86,16 +68,16 @@ class Outcomes:
                 job_id=job_id,
                 routing_key=routing_key,
                 attempt=attempt,
-                outcome=outcome,
+                outcome=event,
                 error=error,
                 dispatch_round=dispatch_round,
             )
 
-    def _report_job(self, job: job_mod.Job, outcome: str, error: str | None = None) -> None:
+    def _report_job(self, job: job_mod.Job, event: str, error: str | None = None) -> None:
         """An event about this delivery, echoing the round the job was parsed with."""
-        self._report(job.id, job.routing_key, job.attempt, outcome, error, job.dispatch_round)
+        self._report(job.id, job.routing_key, job.attempt, event, error, job.dispatch_round)
 
-    async def process(self, spec: HandlerSpec, message: AbstractIncomingMessage) -> None:
+    async def process(self, spec: outcome.HandlerSpec, message: AbstractIncomingMessage) -> None:
         try:
             job = job_mod.from_message(message, work_queue=spec.queue)
         except job_mod.Undecodable as exc:
@@ -105,67 +87,46 @@ class Outcomes:
             await settle(message.ack)
             return
         self._report_job(job, "started")
-        timer = asyncio.timeout(spec.timeout_s)
-        try:
-            await self._run(spec, job, timer)
-        except Reject as exc:
-            await self._dead(spec, message, attempts=job.attempt, error=exc, job=job)
-        except Retry as exc:
-            await self._fail(spec, job, exc, delay_s=exc.delay_s)
-        except Exception as exc:  # any handler failure, a timeout included, is a failed attempt
-            error: Exception = exc
-            if timer.expired():
-                error = HandlerTimeout(f"handler ran past its timeout of {spec.timeout_s}s")
-            await self._fail(spec, job, error, delay_s=None)
-        else:
+        decided = await self._attempt(spec, job)
+        if decided.kind == "acked":
             await settle(message.ack)
             self._report_job(job, "succeeded")
             if self._dedup is not None:
                 await self._dedup.remember(job.id)
+        elif decided.kind == "retried":
+            await self._retry(spec, job, decided)
+        else:
+            assert decided.error is not None  # only "acked" has none
+            await self._dead(spec, message, attempts=job.attempt, error=decided.error, job=job)
 
-    async def _run(self, spec: HandlerSpec, job: job_mod.Job, timer: asyncio.Timeout) -> None:
-        """The handler, in a span that continues the job's trace, timed for the metrics."""
+    async def _attempt(self, spec: outcome.HandlerSpec, job: job_mod.Job) -> outcome.Outcome:
+        """The handler's attempt and what it comes to, in a span that continues the job's trace,
+        timed for the metrics (a consumer stopping mid-attempt counts nothing)."""
         started = time.monotonic()
-        outcome: str | None = "failed"
-        try:
-            with tracing.handler_span(job, queue=spec.queue):
-                async with timer:
-                    if inspect.iscoroutinefunction(spec.function):
-                        await spec.function(job)
-                    else:
-                        await asyncio.to_thread(spec.function, job)  # never block the loop
-            outcome = "handled"
-        except asyncio.CancelledError:
-            outcome = None  # the consumer stopping: no outcome, the delivery comes back
-            raise
-        finally:
-            if self._metrics is not None and outcome is not None:
-                elapsed_s = time.monotonic() - started
-                self._metrics.outcome(self._group, spec.routing_key, outcome, elapsed_s)
-
-    async def _fail(
-        self, spec: HandlerSpec, job: job_mod.Job, error: BaseException, *, delay_s: float | None
-    ) -> None:
-        delay = retry.next_delay(
-            job.attempt,
-            max_attempts=spec.max_attempts,
-            backoff=spec.backoff,
-            policy=contract.read_retry_policy(job.message.headers or {}),
-            requested_s=delay_s,
-        )
-        if delay is None:
-            await self._dead(spec, job.message, attempts=job.attempt, error=error, job=job)
-            return
-        tier_s = retry.tier_for(delay, self._tiers)
+        with tracing.handler_span(job, queue=spec.queue) as span:
+            decided = await outcome.handle(spec, job, tiers=self._tiers)
+            span.ended(decided.error)
         if self._metrics is not None:
-            self._metrics.moved(self._group, spec.routing_key, tier_s=tier_s)
-        self._report_job(job, "failed", error_text(error))
-        copy = job_mod.retry_copy(job, error=error_text(error), work_queue=spec.queue)
-        await self._move(job.message, copy, topology.wait_queue(spec.queue, tier_s))
+            result = "handled" if decided.kind == "acked" else "failed"
+            elapsed_s = time.monotonic() - started
+            self._metrics.outcome(self._group, spec.routing_key, result, elapsed_s)
+        return decided
+
+    async def _retry(
+        self, spec: outcome.HandlerSpec, job: job_mod.Job, decided: outcome.Outcome
+    ) -> None:
+        # both set on "retried"
+        assert decided.reason is not None
+        assert decided.tier_s is not None
+        if self._metrics is not None:
+            self._metrics.moved(self._group, spec.routing_key, tier_s=decided.tier_s)
+        self._report_job(job, "failed", decided.reason)
+        copy = job_mod.retry_copy(job, error=decided.reason, work_queue=spec.queue)
+        await self._move(job.message, copy, topology.wait_queue(spec.queue, decided.tier_s))
 
     async def _dead(
         self,
-        spec: HandlerSpec,
+        spec: outcome.HandlerSpec,
         message: AbstractIncomingMessage,
         *,
         attempts: int,
@@ -174,7 +135,7 @@ class Outcomes:
     ) -> None:
         """Park the delivery in .dead; ``job`` is None when it could not be decoded, and only
         then is its event's round read from the message itself."""
-        text = error_text(error)
+        text = outcome.error_text(error)
         if self._metrics is not None:
             self._metrics.moved(self._group, spec.routing_key, tier_s=None)
         logger.warning("job %s dead after %d attempts: %s", message.message_id, attempts, text)
@@ -217,8 +178,3 @@ async def settle(action: Callable[[], Awaitable[Any]]) -> None:
         await action()
     except Exception as exc:
         logger.info("delivery not settled (channel gone, it will be redelivered): %r", exc)
-
-
-def error_text(error: BaseException) -> str:
-    """Exception type and message, truncated to ``ERROR_TEXT_LIMIT`` characters."""
-    return f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from collections.abc import Callable, Sequence
 
 from consumers_sdk import contract
@@ -15,13 +16,14 @@ Backoff = Callable[[int], float]
 DEFAULT_TIERS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 
 
-def exponential(
+def polynomial(
     base: float = 15.0, cap: float = 3600.0, *, rng: random.Random | None = None
 ) -> Backoff:
     """``attempt**4 + base + random(0, 30) * (attempt + 1)`` seconds, at most ``cap``.
 
-    The jitter grows with the attempt so that jobs failing from one shared cause spread out
-    instead of retrying in lockstep.
+    A polynomial in the attempt (Sidekiq's curve), not an exponential: 16 s, 31 s, 96 s, 271 s
+    before the jitter. The jitter grows with the attempt so that jobs failing from one shared
+    cause spread out instead of retrying in lockstep.
     """
     chance = rng or random.Random()
 
@@ -29,6 +31,19 @@ def exponential(
         return min(cap, attempt**4 + base + chance.uniform(0, 30) * (attempt + 1))
 
     return delay
+
+
+def exponential(
+    base: float = 15.0, cap: float = 3600.0, *, rng: random.Random | None = None
+) -> Backoff:
+    """Deprecated: the same backoff as ``polynomial``, under a name that misdescribed it."""
+    warnings.warn(
+        "consumers_sdk.exponential() is deprecated: it is polynomial(), the same backoff under "
+        "the name that says what it computes",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return polynomial(base, cap, rng=rng)
 
 
 def tier_for(delay_s: float, tiers: Sequence[float]) -> float:

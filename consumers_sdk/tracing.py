@@ -23,6 +23,7 @@ from consumers_sdk import contract
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
+    from opentelemetry.trace import Span
 
     from consumers_sdk.job import Job
 
@@ -75,12 +76,29 @@ def extract(headers: Mapping[str, object]) -> Context | None:
     return propagate.extract(carrier)
 
 
+class HandlerSpan:
+    """The span a handler runs in; ``ended`` records what its attempt came to."""
+
+    def __init__(self, span: Span | None) -> None:
+        self._span = span
+
+    def ended(self, error: BaseException | None) -> None:
+        """Mark the span failed with ``error`` (a handler's exception, or its timeout): the
+        consumer catches the error to retry or park the job, so it never leaves the span."""
+        if self._span is None or error is None:
+            return
+        from opentelemetry.trace import Status, StatusCode
+
+        self._span.record_exception(error)
+        self._span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+
+
 @contextmanager
-def handler_span(job: Job, *, queue: str) -> Iterator[None]:
-    """Run a handler inside a consumer span continuing the producer's trace; an exception
-    leaving it is recorded on the span (and raised on)."""
+def handler_span(job: Job, *, queue: str) -> Iterator[HandlerSpan]:
+    """Run a handler inside a consumer span continuing the producer's trace; without
+    OpenTelemetry, a span that records nothing."""
     if not available():
-        yield
+        yield HandlerSpan(None)
         return
     from opentelemetry import trace
 
@@ -97,5 +115,5 @@ def handler_span(job: Job, *, queue: str) -> Iterator[None]:
             "messaging.message.id": job.id,
             "dispatcher.job.attempt": job.attempt,
         },
-    ):
-        yield
+    ) as span:
+        yield HandlerSpan(span)

@@ -38,7 +38,13 @@ def prerequisites_named(prefix: str) -> Iterator[None]:
     "",
     response_model=schemas.JobSubmitted,
     status_code=201,
-    responses={200: {"description": "the job stored earlier under this idempotency key"}, **ERRORS},
+    responses={
+        200: {
+            "model": schemas.JobSubmitted,
+            "description": "the job stored earlier under this idempotency key",
+        },
+        **ERRORS,
+    },
 )
 async def create_job(body: schemas.JobCreate, deps: Deps, caller: auth.Producer) -> Response:
     """Schedule one job. 201 once it is committed; 200 with the existing job for a known key."""
@@ -56,7 +62,13 @@ async def create_job(body: schemas.JobCreate, deps: Deps, caller: auth.Producer)
     "/batch",
     response_model=schemas.BatchOut,
     status_code=201,
-    responses={200: {"description": "every job was stored earlier under its key"}, **ERRORS},
+    responses={
+        200: {
+            "model": schemas.BatchOut,
+            "description": "every job was stored earlier under its key",
+        },
+        **ERRORS,
+    },
     openapi_extra=schemas.BATCH_REQUEST_BODY,
     dependencies=[Depends(gate.BatchBody())],
 )

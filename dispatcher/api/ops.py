@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from consumers_sdk import dlq
 from consumers_sdk import errors as sdk_errors
 from dispatcher import api_keys
-from dispatcher.api import auth, schemas
+from dispatcher.api import auth, ops_schemas, schemas
 from dispatcher.api.deps import Deps
 
 router = APIRouter(tags=["operations"])
@@ -29,9 +29,17 @@ REFUSALS: dict[int | str, dict[str, object]] = {
     code: {"model": schemas.Problem, "content": {"application/json": {}}}
     for code in (400, 401, 403, 413, 429, 503)
 }
+# /metrics answers text: a model here would document its JSON refusals as text/plain.
+METRICS_REFUSALS: dict[int | str, dict[str, object]] = {
+    code: {
+        "description": "refused",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+    for code in REFUSALS
+}
 
 
-@router.get("/healthz")
+@router.get("/healthz", response_model=ops_schemas.Health)
 async def healthz() -> dict[str, str]:
     """The process is alive."""
     return {"status": "ok"}
@@ -39,7 +47,15 @@ async def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    responses={503: {"description": "not ready; `checks` names what failed"}, **REFUSALS},
+    response_model=ops_schemas.Readiness,
+    responses={
+        **REFUSALS,
+        # Its own answer, not ready; or the HTTP edge's refusal of a busy node.
+        503: {
+            "model": ops_schemas.Readiness | schemas.Problem,
+            "description": "not ready (`checks` names what failed), or the node is too busy",
+        },
+    },
 )
 async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
     """200 when PostgreSQL and RabbitMQ answer, this node owns shards and no background loop is
@@ -59,13 +75,13 @@ async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
     return JSONResponse(answer, status_code=200 if ready else 503)
 
 
-@router.get("/metrics", response_class=PlainTextResponse, responses=REFUSALS)
+@router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_REFUSALS)
 async def metrics(deps: Deps, caller: auth.Monitor) -> Response:
     """Prometheus text format."""
     return Response(deps.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/v1/stats", responses=REFUSALS)
+@router.get("/v1/stats", responses={200: ops_schemas.OBJECT, **REFUSALS})
 async def stats(deps: Deps, caller: auth.Monitor) -> Response:
     """Jobs per state; per state and routing key for the ``stats_routing_keys`` keys with the
     most jobs, the rest of each state in ``other``; ``counted_at``: the oldest state's count
@@ -101,7 +117,11 @@ async def stats(deps: Deps, caller: auth.Monitor) -> Response:
 
 @router.get(
     "/v1/queues",
-    responses={503: {"description": "RabbitMQ's management API did not answer"}, **REFUSALS},
+    response_model=list[ops_schemas.QueueOut],
+    responses={
+        **REFUSALS,
+        503: {**REFUSALS[503], "description": "RabbitMQ's management API did not answer"},
+    },
 )
 async def queues(deps: Deps, caller: auth.Monitor) -> Response:
     """The queues of the dispatcher's vhost with their message counts, from RabbitMQ's

@@ -128,7 +128,7 @@ import consumers_sdk
 from consumers_sdk import topology
 work = topology.work_queue("billing", "orders.expire")
 print(work, topology.dead_queue(work), topology.wait_queue(work, 15))
-print(consumers_sdk.exponential(base=15, cap=10)(3) == 10, consumers_sdk.DispatcherClient)
+print(consumers_sdk.polynomial(base=15, cap=10)(3) == 10, consumers_sdk.DispatcherClient)
 print([m for m in ("dispatcher", "fastapi", "uvicorn", "kazoo", "asyncpg", "prometheus_client",
                   "psycopg", "django") if importlib.util.find_spec(m)])
 import consumers_sdk.enqueue, consumers_sdk.integrations.fastapi  # no driver, no framework needed
@@ -142,6 +142,10 @@ try:
     metrics.ConsumerMetrics()
 except ImportError as missing:
     print(missing)
+import importlib.metadata, sys
+import consumers_sdk.testing  # without pytest installed
+plugins = {e.name: e.value for e in importlib.metadata.entry_points(group="pytest11")}
+print("pytest" in sys.modules, plugins.get("consumers_sdk"))  # others' too: anyio has one
 """
     elsewhere = tmp_path / "elsewhere"  # not the source tree: only the installed wheel
     elsewhere.mkdir()
@@ -158,6 +162,7 @@ except ImportError as missing:
         " (an asynchronous connection takes enqueue())",
         "False {'tenant': 't1'}",
         "consumer metrics need prometheus-client: pip install 'delay-dispatcher-sdk[metrics]'",
+        "False consumers_sdk.testing.plugin",
     ]
 
 

@@ -5,11 +5,12 @@ import statistics
 
 import pytest
 
-from consumers_sdk.retry import DEFAULT_TIERS, exponential, tier_for, validate_tiers
+from consumers_sdk import retry
+from consumers_sdk.retry import DEFAULT_TIERS, polynomial, tier_for, validate_tiers
 
 
-def test_exponential_backoff_follows_the_formula_and_is_capped() -> None:
-    backoff = exponential(base=15, cap=3600, rng=random.Random(1))
+def test_the_polynomial_backoff_follows_its_formula_and_is_capped() -> None:
+    backoff = polynomial(base=15, cap=3600, rng=random.Random(1))
     for attempt in range(1, 7):
         delay = backoff(attempt)
         assert attempt**4 + 15 <= delay <= attempt**4 + 15 + 30 * (attempt + 1)
@@ -17,19 +18,26 @@ def test_exponential_backoff_follows_the_formula_and_is_capped() -> None:
     assert backoff(50) == 3600
 
 
+def test_exponential_is_a_deprecated_name_for_the_same_backoff() -> None:
+    with pytest.warns(DeprecationWarning, match="polynomial"):
+        old = retry.exponential(base=15, cap=3600, rng=random.Random(9))
+    new = polynomial(base=15, cap=3600, rng=random.Random(9))
+    assert [old(attempt) for attempt in range(1, 9)] == [new(attempt) for attempt in range(1, 9)]
+
+
 def test_backoff_grows_with_the_attempt() -> None:
-    backoff = exponential(rng=random.Random(7))
+    backoff = polynomial(rng=random.Random(7))
     medians = [statistics.median(backoff(attempt) for _ in range(200)) for attempt in (1, 3, 5)]
     assert medians == sorted(medians)
     assert medians[-1] > 10 * medians[0]
 
 
 def test_jobs_failing_together_do_not_retry_in_lockstep() -> None:
-    backoff = exponential(rng=random.Random(3))
+    backoff = polynomial(rng=random.Random(3))
     delays = [backoff(2) for _ in range(100)]  # a hundred jobs failing from one cause
     assert max(delays) - min(delays) > 45  # the jitter spans 0 to 90 s at attempt 2
-    assert exponential(rng=random.Random(1))(3) != exponential(rng=random.Random(2))(3)
-    same = exponential(rng=random.Random(5)), exponential(rng=random.Random(5))
+    assert polynomial(rng=random.Random(1))(3) != polynomial(rng=random.Random(2))(3)
+    same = polynomial(rng=random.Random(5)), polynomial(rng=random.Random(5))
     assert same[0](4) == same[1](4), "seeded: reproducible"
 
 

@@ -6,9 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from consumers_sdk import contract, retry, validation
+from consumers_sdk import Consumer, Job, Retry, contract, retry, validation
 from consumers_sdk.client import job_body
 from consumers_sdk.contract import RetryPolicy
+from consumers_sdk.testing import make_job, run_handler
 
 TIERS = (1.0, 5.0, 15.0, 60.0)
 
@@ -17,10 +18,8 @@ def handler_backoff(attempt: int) -> float:
     return 100.0 * attempt
 
 
-def delay(attempt: int, policy: RetryPolicy, requested_s: float | None = None) -> float | None:
-    return retry.next_delay(
-        attempt, max_attempts=4, backoff=handler_backoff, policy=policy, requested_s=requested_s
-    )
+def delay(attempt: int, policy: RetryPolicy) -> float | None:
+    return retry.next_delay(attempt, max_attempts=4, backoff=handler_backoff, policy=policy)
 
 
 def test_without_a_policy_the_handler_defaults_apply() -> None:
@@ -40,10 +39,20 @@ def test_the_jobs_backoff_gives_one_step_per_attempt_the_last_repeated() -> None
     assert [retry.tier_for(delay(n, policy) or 0, TIERS) for n in (1, 2, 3)] == [1.0, 5.0, 60.0]
 
 
-def test_a_retry_delay_the_handler_raises_wins_over_the_jobs_backoff_but_not_its_limit() -> None:
-    policy = RetryPolicy(max_attempts=2, backoff_s=(1.0,))
-    assert delay(1, policy, requested_s=15.0) == 15.0
-    assert delay(2, policy, requested_s=15.0) is None
+async def test_a_retry_delay_the_handler_raises_wins_over_the_jobs_backoff_but_not_its_limit() -> (
+    None
+):
+    consumer = Consumer("amqp://unused", group="g", retry_tiers=TIERS, report_events=False)
+
+    @consumer.handler("orders.expire", max_attempts=4, backoff=handler_backoff)
+    async def later(job: Job) -> None:
+        raise Retry(delay=15.0)
+
+    policy = {"max_attempts": 2, "retry_backoff": [1.0]}
+    first = await run_handler(consumer, "orders.expire", make_job({}, **policy))
+    assert (first.kind, first.delay_s) == ("retried", 15.0)
+    last = await run_handler(consumer, "orders.expire", make_job({}, attempt=2, **policy))
+    assert (last.kind, last.delay_s) == ("dead", None)
 
 
 def test_policy_headers_round_trip() -> None:

@@ -9,6 +9,9 @@ from pathlib import Path
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from consumers_sdk import client, tracing
 
@@ -49,6 +52,23 @@ def test_the_producers_context_is_read_back_from_text_or_bytes() -> None:
             span.get_span_context().span_id,
         )
         assert parent.is_remote
+
+
+def test_a_failed_attempt_marks_the_handler_span_failed_and_a_handled_one_does_not() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tests")
+    with tracer.start_as_current_span("process failed") as span:
+        tracing.HandlerSpan(span).ended(ValueError("no such order"))
+    with tracer.start_as_current_span("process handled") as span:
+        tracing.HandlerSpan(span).ended(None)
+    failed, handled = exporter.get_finished_spans()
+    assert failed.status.status_code is StatusCode.ERROR
+    assert failed.status.description == "ValueError: no such order"
+    assert [event.name for event in failed.events] == ["exception"]
+    assert handled.status.status_code is StatusCode.UNSET
+    assert not handled.events
 
 
 NO_OTEL = """
