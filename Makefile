@@ -51,9 +51,17 @@ down: ## stop the nodes and services 'make run' or 'make cluster' started
 test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests on RabbitMQ 4.x
 	$(BIN)/python -m devstack ensure --browser --chroot
 	$(MAKE) --no-print-directory rabbitmq4-chroot
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q $(TEST_WORKERS) -m "not serial" --durations=25
+	@echo "--- the tests that time the node from outside, alone"
+	$(BIN)/pytest -q -m serial
 	@echo "--- the broker-facing tests again, on RabbitMQ 4.x"
-	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q -p no:cacheprovider $(RABBITMQ4_TESTS)
+	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q $(TEST_WORKERS) -p no:cacheprovider $(RABBITMQ4_TESTS)
+
+# The suite mostly waits on services and processes: three workers (pytest-xdist, each with its
+# own PostgreSQL and RabbitMQ, a file's tests on one worker) finish it in about half the time
+# even on two cores; the few marked serial run alone after them. TEST_WORKERS= runs it in one
+# process.
+TEST_WORKERS ?= -n 3 --dist loadfile
 
 # The tests whose outcome depends on the broker: publishing, the SDK's retry and dead-letter
 # queues, the dlq tool, events and the broker outage and consumer fault tests.
@@ -73,7 +81,7 @@ rabbitmq4-chroot: $(STAMP) ## build (once) the Debian trixie chroot RabbitMQ 4.x
 
 test-rabbitmq4: $(STAMP) rabbitmq4-chroot ## only the broker-facing tests, against RabbitMQ 4.x
 	$(BIN)/python -m devstack ensure
-	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q $(RABBITMQ4_TESTS)
+	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q $(TEST_WORKERS) $(RABBITMQ4_TESTS)
 
 test-unit: $(STAMP) ## the fast tests that need no service
 	$(BIN)/pytest -q tests/unit

@@ -17,6 +17,11 @@ pytest_plugins = ["tests.fixtures"]
 # unbuffered, or a line stays in the child's buffer until it exits. Set here, not left to the
 # caller's environment (a fresh machine's shell does not set it).
 os.environ["PYTHONUNBUFFERED"] = "1"
+# A child's terminal size is the test's to give (tests/support/terminal.py): pytest-xdist's
+# workers set COLUMNS and LINES, which would fit the command line's tables to 80 columns where
+# a pipe gets whole lines.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 @pytest.fixture
