@@ -52,7 +52,7 @@ test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests 
 	$(BIN)/python -m devstack ensure --browser --chroot
 	$(MAKE) --no-print-directory rabbitmq4-chroot
 	$(BIN)/pytest -q $(TEST_WORKERS) -m "not serial" --durations=25
-	@echo "--- the tests that time the node from outside, alone"
+	@echo "--- the tests a loaded machine would skew, alone"
 	$(BIN)/pytest -q -m serial
 	@echo "--- the broker-facing tests again, on RabbitMQ 4.x"
 	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q $(TEST_WORKERS) -p no:cacheprovider $(RABBITMQ4_TESTS)
