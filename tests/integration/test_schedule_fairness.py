@@ -20,6 +20,7 @@ from tests.support.waiting import until
 # serial: it holds each tick to one second of lateness beside a backlog, which a loaded machine
 # can exceed without the scheduler being unfair.
 pytestmark = pytest.mark.serial
+
 BACKLOGGED = SCHEDULES_PER_PASS + 20
 BACKLOG_S = 300  # each of them missed this many seconds of occurrences, every one to make up
 
