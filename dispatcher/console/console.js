@@ -222,7 +222,7 @@ async function requeue(id, button) {
     message.textContent = `could not requeue ${id}: ${error.message}`;
     button.disabled = false;
   }
-  await refresh();
+  await refresh(true);
 }
 
 function renderDead(page) {
@@ -261,7 +261,7 @@ async function pause(schedule, paused, button) {
     message.textContent = `could not ${paused ? "pause" : "resume"} ${schedule.name}: ${error.message}`;
     button.disabled = false;
   }
-  await refresh();
+  await refresh(true);
 }
 
 function renderSchedules(page) {
@@ -319,12 +319,21 @@ function renderQueues(queues) {
 }
 
 let refreshing = false; // a slow answer must not pile up polls behind it
+let refreshAgain = false; // a write landed while a poll ran: that poll may show what came before it
 
-async function refresh() {
-  if (refreshing) return;
+// afterWrite: a pause, resume or requeue just answered. A poll already running may have read the
+// state before the write, so one more follows it rather than leaving the old state up to a period.
+async function refresh(afterWrite = false) {
+  if (refreshing) {
+    refreshAgain = refreshAgain || afterWrite;
+    return;
+  }
   refreshing = true;
   try {
-    await refreshAll();
+    do {
+      refreshAgain = false;
+      await refreshAll();
+    } while (refreshAgain);
   } finally {
     refreshing = false;
   }

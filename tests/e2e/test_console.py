@@ -20,7 +20,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from consumers_sdk import reporter
 from devstack.rabbitmq import RabbitServer
-from tests.support.browser import click, until
+from tests.support.browser import click, settled, until
 from tests.support.dispatched import dispatch_round as round_of
 from tests.support.process import DispatcherProcess, served
 
@@ -126,14 +126,17 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     assert "every 1h" in listed, listed
     assert "active" in listed, listed
     toggle = 'button.pause-toggle[data-schedule="nightly-report"]'
-    for paused, label in ((True, "Resume"), (False, "Pause")):
-        wait.until(lambda b: click(b, toggle))
-        until(
-            lambda paused=paused: (
-                http.get("/v1/schedules/nightly-report").json()["paused"] is paused
+    for paused, before, after in ((True, "Pause", "Resume"), (False, "Resume", "Pause")):
+        # Each button sets one state (Pause pauses, Resume resumes), so clicking the one that says
+        # `before` again is harmless; it is clicked again when a re-render moved it under the click.
+        WebDriverWait(browser, 45, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda b, paused=paused, before=before: (
+                b.find_element(By.CSS_SELECTOR, toggle).text == before
+                and click(b, toggle)
+                and settled(lambda: schedule_paused(http, "nightly-report") is paused)
             )
         )
-        wait.until(lambda b, label=label: b.find_element(By.CSS_SELECTOR, toggle).text == label)
+        wait.until(lambda b, after=after: b.find_element(By.CSS_SELECTOR, toggle).text == after)
 
     # Found and clicked in one step of the wait: the dead panel may re-render in between.
     wait.until(lambda b: click(b, f'button.requeue[data-job="{job_id}"]'))
@@ -168,6 +171,11 @@ def test_a_monitor_key_sees_the_figures_but_neither_jobs_nor_schedules(
     wait.until(lambda b: "this needs producer" in b.find_element(By.ID, "schedules").text)
     assert "this needs producer" in browser.find_element(By.ID, "dead").text
     assert not browser.find_elements(By.CSS_SELECTOR, "button.pause-toggle")
+
+
+def schedule_paused(http: httpx.Client, name: str) -> bool:
+    paused: bool = http.get(f"/v1/schedules/{name}").json()["paused"]
+    return paused
 
 
 def visible_id(browser: webdriver.Chrome, job_id: str) -> str:

@@ -33,6 +33,16 @@ def until(check: Callable[[], object], timeout_s: float = 20) -> None:
         time.sleep(0.1)
 
 
+def settled(check: Callable[[], object], timeout_s: float = 5) -> bool:
+    """Whether ``check()`` holds within ``timeout_s`` (for a wait that acts again if not)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def click(browser: webdriver.Chrome, selector: str) -> bool:
     """Find and click in one step (for a wait: a page that re-renders may replace the element)."""
     browser.find_element(By.CSS_SELECTOR, selector).click()
