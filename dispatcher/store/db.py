@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -18,7 +19,9 @@ _UNAVAILABLE = (
     asyncpg.InterfaceError,  # the connection was closed under the query
     # The driver's own bookkeeping of a connection went wrong (seen: "cannot switch to state 12;
     # another operation is in progress" after its session was terminated): another connection
-    # will do, and this one is closed (``Database.connection``).
+    # will do, and this one is closed (``Database.connection``). Also its subclass
+    # TargetServerAttributeNotMatched: no host of a multi-host URL accepts writes yet (the
+    # primary died and no standby is promoted so far).
     asyncpg.InternalClientError,
 )
 
@@ -30,6 +33,17 @@ _UNAVAILABLE = (
 # server starting up); and 25006, a read-only transaction: a standby just after a failover.
 TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57"})
 TRANSIENT_STATES = frozenset({"25006"})
+
+
+def writable(dsn: str) -> str:
+    """``dsn``, or with ``target_session_attrs=read-write`` when it names several hosts and no
+    target: the node only writes, so of a primary and its standbys it must reach the primary (and
+    after a failover the promoted one), never stay on a standby that refuses every write."""
+    parts = urlsplit(dsn)
+    if "," not in parts.netloc or "target_session_attrs" in parse_qs(parts.query):
+        return dsn
+    query = f"{parts.query}&" if parts.query else ""
+    return urlunsplit(parts._replace(query=f"{query}target_session_attrs=read-write"))
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -64,7 +78,7 @@ class Database:
     """Owns one pool. ``open``/``close`` are safe to call twice."""
 
     def __init__(self, dsn: str, *, min_size: int, max_size: int, timeout_s: float) -> None:
-        self._dsn = dsn
+        self._dsn = writable(dsn)
         self._min_size = min_size
         self._max_size = max_size
         self.timeout_s = timeout_s

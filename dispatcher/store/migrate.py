@@ -157,7 +157,7 @@ async def _connected(dsn: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection with PostgreSQL's errors translated (unavailable: transient; else fatal)."""
     with db.translated():  # a database not there yet is retried by the caller
         try:
-            connection = await asyncpg.connect(dsn)
+            connection = await asyncpg.connect(db.writable(dsn))
         except asyncpg.PostgresError as exc:
             if db.is_unavailable(exc):
                 raise
