@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 
 from dispatcher import errors
-from dispatcher.store import queries
+from dispatcher.store import queries, servers
 
 # Failures that mean "the database is not there right now", as opposed to a bug in a query.
 _UNAVAILABLE = (
@@ -33,17 +32,6 @@ _UNAVAILABLE = (
 # server starting up); and 25006, a read-only transaction: a standby just after a failover.
 TRANSIENT_CLASSES = frozenset({"08", "40", "53", "57"})
 TRANSIENT_STATES = frozenset({"25006"})
-
-
-def writable(dsn: str) -> str:
-    """``dsn``, or with ``target_session_attrs=read-write`` when it names several hosts and no
-    target: the node only writes, so of a primary and its standbys it must reach the primary (and
-    after a failover the promoted one), never stay on a standby that refuses every write."""
-    parts = urlsplit(dsn)
-    if "," not in parts.netloc or "target_session_attrs" in parse_qs(parts.query):
-        return dsn
-    query = f"{parts.query}&" if parts.query else ""
-    return urlunsplit(parts._replace(query=f"{query}target_session_attrs=read-write"))
 
 
 def is_unavailable(exc: BaseException) -> bool:
@@ -78,7 +66,7 @@ class Database:
     """Owns one pool. ``open``/``close`` are safe to call twice."""
 
     def __init__(self, dsn: str, *, min_size: int, max_size: int, timeout_s: float) -> None:
-        self._dsn = writable(dsn)
+        self._dsn = dsn
         self._min_size = min_size
         self._max_size = max_size
         self.timeout_s = timeout_s
@@ -93,6 +81,7 @@ class Database:
                 min_size=self._min_size,
                 max_size=self._max_size,
                 timeout=self.timeout_s,  # connect timeout: a dead server answers 503, not a hang
+                connect=servers.connect,  # each host of a multi-host URL within that timeout
                 max_inactive_connection_lifetime=60.0,
                 reset=_keep_session,
             )
@@ -126,7 +115,7 @@ class Database:
         ``name`` is its application_name (what pg_stat_activity shows)."""
         settings = {"application_name": name} if name else None
         with translated():
-            return await asyncpg.connect(
+            return await servers.connect(
                 self._dsn, timeout=self.timeout_s, server_settings=settings
             )
 

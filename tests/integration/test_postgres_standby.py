@@ -5,10 +5,13 @@ store's pool reaches the promoted server by itself."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import time
 import uuid
 
 import pytest
 
+from devstack.postgres import PostgresServer
 from devstack.postgres_standby import PrimaryWithStandby
 from dispatcher import errors
 from dispatcher.store import queries
@@ -56,3 +59,24 @@ async def test_the_pool_moves_to_the_promoted_standby_and_the_switch_is_transien
             assert await connection.fetchval("SELECT pg_is_in_recovery()") is False
     finally:
         await database.close()
+
+
+async def test_a_host_that_never_answers_costs_one_timeout_then_the_next_host_serves(
+    pg_server: PostgresServer,
+) -> None:
+    # A server whose machine is gone answers nothing: here a socket that takes connections
+    # into its backlog and never speaks.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        url = f"postgresql://postgres@127.0.0.1:{port},127.0.0.1:{pg_server.port}/postgres"
+        database = Database(url, min_size=1, max_size=1, timeout_s=2)
+        started = time.monotonic()
+        await database.open()
+        try:
+            async with database.connection(timeout_s=30) as connection:
+                assert await connection.fetchval("SHOW port") == str(pg_server.port)
+            assert time.monotonic() - started >= 2  # the silent host had its timeout
+        finally:
+            await database.close()
