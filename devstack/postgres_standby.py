@@ -130,8 +130,10 @@ class PrimaryWithStandby:
         self.promote()
 
     def stop(self) -> None:
-        for server in (self.standby, self.primary):
-            server.stop()
+        try:
+            self.standby.stop()
+        finally:
+            self.primary.stop()
 
     def logs(self) -> str:
         return f"--- primary ---\n{self.primary.logs()}\n--- standby ---\n{self.standby.logs()}"

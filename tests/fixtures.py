@@ -78,9 +78,11 @@ def pg_pair() -> Iterator[PrimaryWithStandby]:
         pair.start("dispatcher")
         yield pair
     finally:
-        pair.stop()
-        for server in (pair.primary, pair.standby):
-            shutil.rmtree(server.root, ignore_errors=True)
+        try:
+            pair.stop()
+        finally:
+            for server in (pair.primary, pair.standby):
+                shutil.rmtree(server.root, ignore_errors=True)
 
 
 def new_rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> RabbitServer:
