@@ -33,7 +33,8 @@ class Settings(BaseSettings):
     # Services
     database_url: str = Field(
         "postgresql://postgres@127.0.0.1:5432/dispatcher",
-        description="PostgreSQL; ?sslmode=verify-full&sslrootcert=... for TLS",
+        description="PostgreSQL; ?sslmode=verify-full&sslrootcert=... for TLS; "
+        "host1:port,host2:port (a primary and its standbys) reaches the one that accepts writes",
     )
     amqp_url: str = Field(
         "amqp://guest:guest@127.0.0.1:5672/", description="RabbitMQ; amqps://...?cafile=... for TLS"
