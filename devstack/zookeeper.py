@@ -67,7 +67,8 @@ class ZooKeeperServer:
 
     def _ready(self) -> bool:
         if self._process is not None and self._process.poll() is not None:
-            raise ServiceError("zookeeper", "exited during start", self.logs())
+            code = self._process.returncode
+            raise ServiceError("zookeeper", f"exited during start ({code})", self.logs())
         return self.four_letter("ruok") == "imok"
 
     def four_letter(self, word: str) -> str:

@@ -3,7 +3,8 @@
 Each member has its own dataDir with its ``myid``, its own client port, and a quorum and an
 election port of its own; every member lists all of them (``server.N=host:quorum:election``).
 Who leads is asked with the ``srvr`` four-letter word (``Mode: leader``); which member serves a
-client session, with ``cons`` (its ``sid=0x...``).
+client session, with ``cons`` (its ``sid=0x...``): so they work on servers another process
+started (``make cluster-ha``); a server that is down answers neither.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class ZooKeeperEnsemble:
         found: list[EnsembleMember] = []
 
         def elected() -> bool:
-            found[:] = [m for m in self.members if m.is_running() and m.mode() == "leader"]
+            found[:] = [m for m in self.members if m.mode() == "leader"]
             return len(found) == 1
 
         if not wait_until(elected, deadline_s):
@@ -107,11 +108,11 @@ class ZooKeeperEnsemble:
         return found[0]
 
     def followers(self) -> list[EnsembleMember]:
-        return [m for m in self.members if m.is_running() and m.mode() == "follower"]
+        return [m for m in self.members if m.mode() == "follower"]
 
     def serving(self, session_id: int) -> EnsembleMember | None:
         """The member a client session is connected to, if any."""
-        return next((m for m in self.members if m.is_running() and m.serves(session_id)), None)
+        return next((m for m in self.members if m.serves(session_id)), None)
 
     def logs(self) -> str:
         return "\n".join(f"--- zk{m.server_id}\n{m.logs()}" for m in self.members)
