@@ -90,6 +90,8 @@ async def test_losing_one_zookeeper_server_moves_no_shard_and_loses_nothing(
     await eventually(lambda: len(collector.deliveries) >= 300, 60)
     victim = await asyncio.to_thread(pick, ensemble, ha_cluster)
     role = await asyncio.to_thread(victim.mode)
+    ids = await asyncio.to_thread(sessions, ha_cluster)
+    served = sum([await asyncio.to_thread(victim.serves, sid) for sid in ids])
     killed_at = time.time()
     await asyncio.to_thread(victim.kill)
     leader_after = await asyncio.to_thread(ensemble.leader)  # elected anew, or still there
@@ -99,7 +101,8 @@ async def test_losing_one_zookeeper_server_moves_no_shard_and_loses_nothing(
     arrivals = [d.received_at for got in collector.deliveries.values() for d in got]
     longest, resumed_s = pause_after(arrivals, killed_at)
     print(
-        f"\nZooKeeper {role} zk{victim.server_id} killed (leader now zk{leader_after.server_id}):"
+        f"\nZooKeeper {role} zk{victim.server_id} serving {served} of the nodes' sessions killed"
+        f" (leader now zk{leader_after.server_id}):"
         f" longest pause {longest:.2f}s, ending {resumed_s:.2f}s after the kill,"
         f" {lateness(collector, accepted, killed_at)}; {ledger}"
     )
