@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.runtime
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dist run cluster down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck docs docs-build check bench soak screenshots clean
+.PHONY: help venv dist run cluster cluster-ha down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck docs docs-build check bench soak screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -44,6 +44,9 @@ run: $(RUN_STAMP) ## install the runtime, start PostgreSQL + RabbitMQ, migrate, 
 
 cluster: $(RUN_STAMP) ## ZooKeeper, PostgreSQL, RabbitMQ and three nodes in the background on 8081-8083
 	$(BIN)/python -m devstack cluster
+
+cluster-ha: $(RUN_STAMP) ## as cluster, on replicated services: a three-server ZooKeeper ensemble
+	$(BIN)/python -m devstack cluster-ha
 
 down: ## stop the nodes and services 'make run' or 'make cluster' started
 	$(BIN)/python -m devstack down

@@ -44,8 +44,8 @@ class Settings(BaseSettings):
     )
     zk_hosts: str = Field(
         "",
-        description="ZooKeeper hosts (host:port,...[/chroot]); empty: single-node mode, this node "
-        "owns every shard",
+        description="ZooKeeper servers, all of the ensemble (h1:2181,h2:2181,h3:2181[/chroot]); "
+        "empty: single-node mode, this node owns every shard",
     )
     zk_path: str = Field("/dispatcher", description="the cluster's state in ZooKeeper")
     zk_session_timeout_s: float = Field(
