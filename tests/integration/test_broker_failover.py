@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
 
+import aio_pika
 import pytest
 
 from consumers_sdk import broker_urls, contract
@@ -64,6 +67,32 @@ async def test_the_publisher_connects_to_the_first_broker_url_that_answers(
     assert len(outcome.confirmed) == BATCH
     assert NAME in names
     assert missing == set()
+
+
+async def test_a_nack_gets_the_publisher_a_new_channel(
+    amqp_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RabbitMQ 3.10 can go on refusing every publish on a channel that first published to a
+    quorum queue during its leader's election; any nack renews the channel."""
+    async with running(amqp_url) as publisher:
+        connection = await aio_pika.connect(amqp_url)
+        try:
+            channel = await connection.channel()
+            # A queue that refuses every message: the broker nacks what is routed to it.
+            full = await channel.declare_queue(
+                f"test.full.{uuid.uuid4().hex[:8]}",
+                durable=True,
+                arguments={"x-max-length": 0, "x-overflow": "reject-publish"},
+            )
+            await full.bind(contract.EXCHANGE, "failover.full")
+        finally:
+            await connection.close()
+        with caplog.at_level(logging.INFO, logger="dispatcher.amqp.publisher"):
+            refused = await publisher.publish_many([job("failover.full", {"n": 1})])
+        after = await publisher.publish_many([job("failover.elsewhere", {"n": 2})])
+    assert len(refused.nacked) == 1
+    assert "new channel after a nack" in caplog.text
+    assert len(after.confirmed) == 1
 
 
 def node_of(cluster: RabbitCluster, vhost: str) -> RabbitServer | None:
