@@ -45,10 +45,10 @@ run: $(RUN_STAMP) ## install the runtime, start PostgreSQL + RabbitMQ, migrate, 
 cluster: $(RUN_STAMP) ## ZooKeeper, PostgreSQL, RabbitMQ and three nodes in the background on 8081-8083
 	$(BIN)/python -m devstack cluster
 
-cluster-ha: $(RUN_STAMP) ## as cluster, on replicated services: a three-server ZooKeeper ensemble
+cluster-ha: $(RUN_STAMP) ## as cluster, every tier replicated: 3 RabbitMQ nodes, PostgreSQL + sync standby, 3 ZooKeeper
 	$(BIN)/python -m devstack cluster-ha
 
-down: ## stop the nodes and services 'make run' or 'make cluster' started
+down: ## stop the nodes and services 'make run', 'make cluster' or 'make cluster-ha' started
 	$(BIN)/python -m devstack down
 
 test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests on RabbitMQ 4.x

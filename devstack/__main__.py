@@ -4,7 +4,8 @@
     up       PostgreSQL + RabbitMQ (what the default single-node settings use), migrated
     serve    up, then become one node in the foreground on --http-port (`make run`)
     cluster  ZooKeeper too, then NODES dispatcher nodes in the background on --http-ports
-    cluster-ha  as cluster, on the replicated services of devstack/cluster_ha.py
+    cluster-ha  as cluster, on replicated services: three RabbitMQ nodes, a PostgreSQL primary
+             with a synchronous standby, three ZooKeeper servers (devstack/cluster_ha.py)
     down     every node and service started under --root, whichever ports they were given
 """
 
@@ -15,7 +16,6 @@ import sys
 from pathlib import Path
 
 from devstack import cluster_ha, nodes, packages, stack
-from devstack.zookeeper_ensemble import Peer
 
 CLUSTER_HTTP_PORTS = "8081,8082,8083"  # beside `make run`'s 8080
 
@@ -38,6 +38,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=cluster_ha.ENSEMBLE_PORTS,
         help="cluster-ha: ZooKeeper's three client, then quorum, then election ports",
     )
+    parser.add_argument(
+        "--rabbitmq-ha-ports",
+        default=cluster_ha.RABBITMQ_PORTS,
+        help="cluster-ha: RabbitMQ's three AMQP, then management, then distribution ports",
+    )
+    parser.add_argument(
+        "--postgres-ha-ports",
+        default=cluster_ha.POSTGRES_PORTS,
+        help="cluster-ha: the PostgreSQL primary's port, then its standby's",
+    )
     parser.add_argument("--http-port", type=int, default=8080, help="serve: the node's HTTP port")
     parser.add_argument(
         "--http-ports",
@@ -48,13 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def up(
-    root: Path, ports: stack.Ports, *, zookeeper: bool, ensemble: list[Peer] | None = None
+    root: Path, ports: stack.Ports, *, zookeeper: bool, ha: cluster_ha.Topology | None = None
 ) -> stack.Urls:
-    """``ensemble``: the replicated services of ``cluster-ha``, ZooKeeper on these servers."""
-    if ensemble is not None:
-        urls = cluster_ha.up(root, ports, ensemble)
-    else:
-        urls = stack.up(root, ports, zookeeper=zookeeper)
+    """``ha``: the replicated services of ``cluster-ha`` instead of one server per tier."""
+    urls = stack.up(root, ports, zookeeper=zookeeper) if ha is None else cluster_ha.up(root, ha)
     nodes.migrate(urls)
     print(f"\n{stack.describe(urls)}\n  data, logs  {root}\n")
     return urls
@@ -76,10 +83,10 @@ def serve(root: Path, ports: stack.Ports, http_port: int) -> None:
 
 
 def cluster(
-    root: Path, ports: stack.Ports, http_ports: list[int], *, ensemble: list[Peer] | None = None
+    root: Path, ports: stack.Ports, http_ports: list[int], *, ha: cluster_ha.Topology | None = None
 ) -> None:
     refuse_if_running(root)
-    urls = up(root, ports, zookeeper=True, ensemble=ensemble)
+    urls = up(root, ports, zookeeper=True, ha=ha)
     started = [
         nodes.start(root, urls, f"node-{number}", port)
         for number, port in enumerate(http_ports, start=1)
@@ -112,9 +119,12 @@ def main(argv: list[str] | None = None) -> None:
         serve(root, ports, args.http_port)
     elif args.command in {"cluster", "cluster-ha"}:
         http_ports = [int(port) for port in args.http_ports.split(",")]
-        ha = args.command == "cluster-ha"
-        ensemble = cluster_ha.parse_ports(args.ensemble_ports) if ha else None
-        cluster(root, ports, http_ports, ensemble=ensemble)
+        topology = None
+        if args.command == "cluster-ha":
+            topology = cluster_ha.Topology.parse(
+                args.ensemble_ports, args.rabbitmq_ha_ports, args.postgres_ha_ports
+            )
+        cluster(root, ports, http_ports, ha=topology)
     elif args.command == "down":
         for name in nodes.stop_all(root):
             print(f"{name}: stopped")

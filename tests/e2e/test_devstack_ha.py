@@ -1,12 +1,14 @@
 """`make cluster-ha`'s command (``python -m devstack cluster-ha``) on free ports and a throwaway
-root: three ZooKeeper servers in quorum, three nodes whose sessions live on that ensemble and
-share every shard, and `down` leaves none of them behind."""
+root: three RabbitMQ nodes clustered, a PostgreSQL primary streaming synchronously to its standby,
+three ZooKeeper servers in quorum, and three nodes that name every server of each tier, share
+every shard and fire a job; `down` leaves none of them behind."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +23,9 @@ from devstack.stack import port_open
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).parents[2]
-COMMAND_S = 600  # five services and three nodes start slowly on a loaded machine
+COMMAND_S = 900  # eight servers and three nodes start slowly on a loaded machine
 SERVICES = ("postgres", "amqp", "management", "distribution", "zookeeper")
+HA_PORTS = {"ensemble-ports": 9, "rabbitmq-ha-ports": 9, "postgres-ha-ports": 2}
 
 
 def devstack(command: str, options: list[str]) -> str:
@@ -44,21 +47,33 @@ def view(port: int) -> dict[str, Any]:
     return answer
 
 
-def test_cluster_ha_runs_three_nodes_on_a_zookeeper_ensemble_and_down_stops_it_all() -> None:
+def fired(port: int, job_id: str) -> bool:
+    response = httpx.get(f"http://127.0.0.1:{port}/v1/jobs/{job_id}", timeout=10)
+    return bool(response.json()["state"] in {"dispatched", "succeeded"})
+
+
+def test_cluster_ha_replicates_every_tier_and_down_stops_it_all() -> None:
     root = service_root("devstack-ha")
-    ensemble_ports = [free_port() for _ in range(9)]
+    ha_ports = {name: [free_port() for _ in range(size)] for name, size in HA_PORTS.items()}
     http_ports = [free_port() for _ in range(3)]
     options = [f"--{name}-port={free_port()}" for name in SERVICES]
-    options += [
-        f"--root={root}",
-        f"--http-ports={','.join(map(str, http_ports))}",
-        f"--ensemble-ports={','.join(map(str, ensemble_ports))}",
-    ]
+    options += [f"--root={root}", f"--http-ports={','.join(map(str, http_ports))}"]
+    options += [f"--{name}={','.join(map(str, ports))}" for name, ports in ha_ports.items()]
     try:
-        devstack("cluster-ha", options)
-        ensemble = cluster_ha.saved(root)
-        assert ensemble is not None
+        out = devstack("cluster-ha", options)
+        topology = cluster_ha.Topology.saved(root)
+        assert topology is not None
+        ensemble = topology.ensemble(root)
         assert sorted(m.mode() for m in ensemble.members) == ["follower", "follower", "leader"]
+        brokers = topology.brokers(root)
+        names = {node.nodename for node in brokers.nodes}
+        assert all(brokers.running_nodes(node) == names for node in brokers.nodes)
+        databases = topology.databases(root)
+        assert databases.sync_state() == "sync"
+        # The nodes were given every server: the printed URLs name each port of each tier.
+        for port in [*ha_ports["ensemble-ports"][:3], *ha_ports["postgres-ha-ports"]]:
+            assert f"127.0.0.1:{port}" in out
+        assert all(f":{port}/" in out for port in ha_ports["rabbitmq-ha-ports"][:3])
 
         def shared() -> bool:
             views = [view(port) for port in http_ports]
@@ -69,8 +84,19 @@ def test_cluster_ha_runs_three_nodes_on_a_zookeeper_ensemble_and_down_stops_it_a
         views = [view(port) for port in http_ports]
         assert all(len(v["members"]) == 3 for v in views)
         assert all(ensemble.serving(v["session_id"]) is not None for v in views)
-        assert "zookeeper3 up" in " ".join(devstack("status", options).split())
+        job = {"routing_key": "devstack.ha", "payload": {"at": time.time()}, "delay_ms": 0}
+        created = httpx.post(f"http://127.0.0.1:{http_ports[0]}/v1/jobs", json=job, timeout=10)
+        assert created.status_code == 201, created.text
+        assert wait_until(lambda: fired(http_ports[1], created.json()["id"]), 60)
+        listed = " ".join(devstack("status", options).split())
+        for name in ("zookeeper3 up", "rabbitmq3 up", "postgres-standby up"):
+            assert name in listed
     finally:
         devstack("down", options)
+    try:
+        everything = [*http_ports, *ha_ports["postgres-ha-ports"]]
+        everything += [*ha_ports["ensemble-ports"][:3], *ha_ports["rabbitmq-ha-ports"][:6]]
+        assert not [port for port in everything if port_open(port)]
+        assert not (root / cluster_ha.HA).exists()  # it starts fresh next time
+    finally:
         shutil.rmtree(root, ignore_errors=True)
-    assert not any(port_open(port) for port in [*ensemble_ports[:3], *http_ports])
