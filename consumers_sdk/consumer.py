@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 import aiormq
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 
 from consumers_sdk import (
     contract,
@@ -286,11 +286,15 @@ class Consumer:
     async def _consume(self, connection: AbstractRobustConnection) -> None:
         channel = await connection.channel()
         await channel.set_qos(prefetch_count=self._prefetch)
+
         # Mandatory publishes that raise when unroutable: a copy that reached no queue must not
         # count as moved (the original would be acked and the job lost).
-        publisher = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        async def open_publisher() -> AbstractChannel:
+            return await connection.channel(publisher_confirms=True, on_return_raises=True)
+
         self._outcomes = delivery.Outcomes(
-            publisher,
+            await open_publisher(),
+            open_publisher=open_publisher,
             tiers=self._tiers,
             deduplicator=self._dedup,
             events=self.events,
