@@ -136,6 +136,10 @@ def test_the_standby_is_the_one_the_primary_waits_for() -> None:
     waits_for = primary["environment"]["SYNCHRONOUS_STANDBY_NAMES"]
     assert standby["environment"]["STANDBY_APPLICATION_NAME"] == waits_for
     assert standby["environment"]["PRIMARY_HOST"] == primary["hostname"]
+    [init_mount] = primary["volumes"]
+    assert init_mount.startswith("./ops/ha/postgres-primary.sh:/docker-entrypoint-initdb.d/")
+    [script_mount] = standby["volumes"]
+    assert script_mount.split(":")[1] == standby["entrypoint"][-1]
     init = (ROOT / "ops/ha/postgres-primary.sh").read_text()
     assert "synchronous_standby_names = :'standby'" in init
     assert '--set standby="$SYNCHRONOUS_STANDBY_NAMES"' in init
