@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from bench import harness
-from bench.failover import Load, lateness
+from bench.failover import Load, lateness, longest_pause
 from bench.harness import services, summary, write
 from devstack.zookeeper_ensemble import ZooKeeperEnsemble
 from tests.support.cluster import Cluster
@@ -27,13 +27,7 @@ PHASE_S = 12.0
 
 def pause_after(collector: Collector, killed_at: float) -> tuple[float, float]:
     """(longest gap between deliveries in the phase after the kill, kill to its end)."""
-    times = sorted(
-        d.received_at
-        for got in collector.deliveries.values()
-        for d in got
-        if killed_at - 1 <= d.received_at <= killed_at + PHASE_S
-    )
-    gap, end = max(((b - a, b) for a, b in itertools.pairwise(times)), default=(0.0, killed_at))
+    gap, end = longest_pause(collector, killed_at - 1, killed_at + PHASE_S)
     return gap, end - killed_at
 
 
