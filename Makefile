@@ -77,7 +77,7 @@ RABBITMQ4_TESTS := tests/integration/test_publisher.py tests/integration/test_co
 	tests/integration/test_broker_limits.py tests/integration/test_consumer_permissions.py \
 	tests/integration/test_event_rounds.py \
 	tests/e2e/test_cli.py::test_broker_apply_policies_and_dlq_list_as_a_user_runs_them \
-	tests/integration/test_rabbitmq_cluster.py tests/integration/test_broker_failover.py \
+	tests/integration/test_rabbitmq_cluster_nodes.py tests/integration/test_broker_failover.py \
 	tests/faults/test_rabbitmq_cluster.py
 
 rabbitmq4-chroot: $(STAMP) ## build (once) the Debian trixie chroot RabbitMQ 4.x runs from
