@@ -474,11 +474,16 @@ async def test_a_refused_move_gets_the_consumer_a_new_channel_and_the_job_retrie
     handed back meanwhile, moves once the queue takes messages again."""
     consumer = Consumer(amqp_url, group="billing", retry_tiers=(0.3,))
     attempts: list[int] = []
+    restored = asyncio.Event()
 
     @consumer.handler("orders.expire", max_attempts=5, backoff=fixed(0.3))
     async def expire(job: Job) -> None:
         attempts.append(job.attempt)
         if job.attempt == 1:
+            if len(attempts) > 1:
+                # Handed back after the refused move: held until the queue takes copies again,
+                # so the quorum queue's delivery limit is not spent while the test swaps it.
+                await restored.wait()
             raise RuntimeError("fails once")
 
     wait = topology.wait_queue(WORK, 0.3)
@@ -498,8 +503,10 @@ async def test_a_refused_move_gets_the_consumer_a_new_channel_and_the_job_retrie
                 await eventually(lambda: "new channel after a nack" in caplog.text, 30)
                 await channel.queue_delete(wait)
                 await channel.declare_queue(wait, durable=True, arguments=arguments)
+                restored.set()
                 await eventually(lambda: 2 in attempts, 60)
         finally:
             await connection.close()
     assert set(attempts) == {1, 2}, "it went through the wait queue once the queue took it"
+    assert attempts[-1] == 2
     assert "could not move job" in caplog.text
