@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.runtime
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dist run cluster down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck docs docs-build check bench soak screenshots clean
+.PHONY: help venv dist run cluster cluster-ha down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck docs docs-build check bench soak screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -45,7 +45,10 @@ run: $(RUN_STAMP) ## install the runtime, start PostgreSQL + RabbitMQ, migrate, 
 cluster: $(RUN_STAMP) ## ZooKeeper, PostgreSQL, RabbitMQ and three nodes in the background on 8081-8083
 	$(BIN)/python -m devstack cluster
 
-down: ## stop the nodes and services 'make run' or 'make cluster' started
+cluster-ha: $(RUN_STAMP) ## as cluster, every tier replicated: 3 RabbitMQ nodes, PostgreSQL + sync standby, 3 ZooKeeper
+	$(BIN)/python -m devstack cluster-ha
+
+down: ## stop the nodes and services 'make run', 'make cluster' or 'make cluster-ha' started
 	$(BIN)/python -m devstack down
 
 test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests on RabbitMQ 4.x
@@ -73,7 +76,9 @@ RABBITMQ4_TESTS := tests/integration/test_publisher.py tests/integration/test_co
 	tests/faults/test_broker_outage.py tests/faults/test_consumer_faults.py \
 	tests/integration/test_broker_limits.py tests/integration/test_consumer_permissions.py \
 	tests/integration/test_event_rounds.py \
-	tests/e2e/test_cli.py::test_broker_apply_policies_and_dlq_list_as_a_user_runs_them
+	tests/e2e/test_cli.py::test_broker_apply_policies_and_dlq_list_as_a_user_runs_them \
+	tests/integration/test_rabbitmq_cluster_nodes.py tests/integration/test_broker_failover.py \
+	tests/faults/test_rabbitmq_cluster.py
 
 rabbitmq4-chroot: $(STAMP) ## build (once) the Debian trixie chroot RabbitMQ 4.x runs from
 	$(BIN)/python -m devstack ensure --chroot

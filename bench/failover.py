@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -55,6 +56,10 @@ class Load:
                         run_at = datetime.fromisoformat(job["run_at"]).timestamp()
                         self.accepted[job["id"]] = (run_at, job["shard"])
                     slot += 1.0
+                else:  # refused (503 while the database fails over): that second is skipped
+                    await asyncio.sleep(0.2)
+                    slot = max(slot, time.time() + 1.0)
+                    continue
                 await asyncio.sleep(max(0.0, slot - 1.5 - time.time()))
 
 
@@ -75,6 +80,17 @@ async def probe(url: str, first_s: float) -> dict[str, tuple[float, int]]:
         job["id"]: (datetime.fromisoformat(job["run_at"]).timestamp(), job["shard"])
         for job in response.json()["jobs"]
     }
+
+
+def longest_pause(collector: Collector, start: float, end: float) -> tuple[float, float]:
+    """The longest gap between deliveries received from START to END, and when it ended."""
+    times = sorted(
+        d.received_at
+        for got in collector.deliveries.values()
+        for d in got
+        if start <= d.received_at <= end
+    )
+    return max(((b - a, b) for a, b in itertools.pairwise(times)), default=(0.0, start))
 
 
 def lateness(

@@ -4,11 +4,13 @@ from bench import (
     backlog,
     failover,
     fairness,
+    ha_failover,
     harness,
     lateness,
     list_queries,
     throughput,
     versus_celery,
+    zk_ensemble,
 )
 
 if __name__ == "__main__":
@@ -16,6 +18,8 @@ if __name__ == "__main__":
     harness.run(lateness.main(seconds=60, rates=[1000, 5000], runs=3))
     harness.run(backlog.main(rows=[1_000_000, 10_000_000], overdue=200_000, runs=3))
     harness.run(failover.main(kills=3, rate=200, session_s=5.0))
+    harness.run(zk_ensemble.main(rounds=2, rate=200, session_s=6.0))
+    harness.run(ha_failover.main(rate=200, session_s=6.0))
     harness.run(fairness.main(burst=100_000, overdue=20_000, rate=1000, runs=3))
     harness.run(versus_celery.main(count=20000, runs=3))
     harness.run(list_queries.main(rows=1_000_000, calls=50, runs=3))

@@ -20,15 +20,14 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 
-import aio_pika
 import aiormq
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 
 from consumers_sdk import (
-    connections,
     contract,
     dedup,
     delivery,
+    failover,
     outcome,
     reporter,
     retry,
@@ -61,6 +60,10 @@ class Consumer:
     """Jobs of one consumer group: ``@consumer.handler(routing_key, ...)`` registers, ``run()``
     consumes.
 
+    ``amqp_url`` is one broker URL, or a cluster's nodes as a comma-separated string or a list
+    (``broker_urls``): the consumer connects to the first that answers and moves to the next when
+    its node goes away.
+
     ``prefetch`` bounds the unacked deliveries the broker sends ahead, ``concurrency`` (default:
     ``prefetch``) the handlers running at once, ``max_per_second`` their start rate.
     ``retry_tiers`` are the wait queues' delays in seconds (a backoff is rounded up to one);
@@ -69,7 +72,7 @@ class Consumer:
 
     def __init__(
         self,
-        amqp_url: str,
+        amqp_url: failover.Urls,
         *,
         group: str,
         prefetch: int = 32,
@@ -267,10 +270,8 @@ class Consumer:
         delay = 0.2
         while not self._stop.is_set():
             try:
-                return await connections.opened(
-                    lambda: aio_pika.connect_robust(
-                        self._url, client_properties={"connection_name": f"consumer-{self.group}"}
-                    )
+                return await failover.connect_robust(
+                    self._url, connection_name=f"consumer-{self.group}"
                 )
             except aiormq.exceptions.ProbableAuthenticationError:
                 raise
@@ -285,11 +286,15 @@ class Consumer:
     async def _consume(self, connection: AbstractRobustConnection) -> None:
         channel = await connection.channel()
         await channel.set_qos(prefetch_count=self._prefetch)
+
         # Mandatory publishes that raise when unroutable: a copy that reached no queue must not
         # count as moved (the original would be acked and the job lost).
-        publisher = await connection.channel(publisher_confirms=True, on_return_raises=True)
+        async def open_publisher() -> AbstractChannel:
+            return await connection.channel(publisher_confirms=True, on_return_raises=True)
+
         self._outcomes = delivery.Outcomes(
-            publisher,
+            await open_publisher(),
+            open_publisher=open_publisher,
             tiers=self._tiers,
             deduplicator=self._dedup,
             events=self.events,

@@ -17,6 +17,8 @@ the work queue (at-least-once on quorum queues), and ``x-death`` records each re
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -25,6 +27,7 @@ from functools import partial
 from typing import Any
 
 import aio_pika
+import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from consumers_sdk import contract, dedup, outcome, reporter, topology, tracing
@@ -35,12 +38,14 @@ logger = logging.getLogger(__name__)
 
 
 class Outcomes:
-    """Settles deliveries; ``publisher`` is a channel with confirms and ``on_return_raises``."""
+    """Settles deliveries; ``publisher`` is a channel with confirms and ``on_return_raises``,
+    replaced by ``open_publisher()`` after a nack."""
 
     def __init__(
         self,
         publisher: AbstractChannel,
         *,
+        open_publisher: Callable[[], Awaitable[AbstractChannel]] | None = None,
         tiers: Sequence[float],
         deduplicator: dedup.Deduplicator | None,
         events: reporter.EventReporter | None = None,
@@ -48,6 +53,8 @@ class Outcomes:
         group: str = "",
     ) -> None:
         self._publisher = publisher
+        self._open_publisher = open_publisher
+        self._renewing = asyncio.Lock()
         self._tiers = tiers
         self._dedup = deduplicator
         self._events = events
@@ -159,13 +166,32 @@ class Outcomes:
         self, message: AbstractIncomingMessage, copy: aio_pika.Message, target: str
     ) -> None:
         """Publish the copy (confirmed, and routed) to ``target``, then ack the original."""
+        publisher = self._publisher
         try:
-            await self._publisher.default_exchange.publish(copy, routing_key=target)
+            await publisher.default_exchange.publish(copy, routing_key=target)
         except Exception as exc:  # not confirmed, or no such queue: keep the original
             logger.warning("could not move job %s to %s: %r", message.message_id, target, exc)
+            if isinstance(getattr(exc, "frame", None), aiormq.spec.Basic.Nack):
+                await self._renew_publisher(publisher)
             await settle(partial(message.nack, requeue=True))
             return
         await settle(message.ack)
+
+    async def _renew_publisher(self, nacked_on: AbstractChannel) -> None:
+        """A fresh channel after a nack: RabbitMQ (3.10 at least) can go on refusing every
+        publish on a channel whose first publish to a quorum queue came during its leader's
+        election, while a new channel is not affected."""
+        async with self._renewing:
+            if self._open_publisher is None or nacked_on is not self._publisher:
+                return  # renewed already by another move
+            try:
+                self._publisher = await self._open_publisher()
+            except Exception as exc:  # the connection is going away: its reconnect renews all
+                logger.warning("channel not renewed after a nack: %r", exc)
+                return
+            logger.info("new channel after a nack")
+            with contextlib.suppress(Exception):
+                await nacked_on.close()
 
 
 async def settle(action: Callable[[], Awaitable[Any]]) -> None:

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlsplit
 
-import aio_pika
 import aiormq
 from aio_pika.abc import (
     AbstractChannel,
@@ -20,7 +19,7 @@ from aio_pika.abc import (
     AbstractQueue,
 )
 
-from consumers_sdk import contract, dlq_check, job, management, topology
+from consumers_sdk import broker_urls, contract, dlq_check, failover, job, management, topology
 from consumers_sdk.errors import DlqError
 
 BATCH = 100  # dead jobs moved per round of pipelined confirms
@@ -245,12 +244,12 @@ async def requeue_job(
 
 
 async def _connect(amqp_url: str) -> AbstractConnection:
+    """The first node of AMQP_URL (one URL or a cluster's) that answers."""
     try:
-        return await aio_pika.connect(
-            amqp_url, client_properties={"connection_name": "dispatcher-dlq"}
-        )
+        return await failover.connect(amqp_url, connection_name="dispatcher-dlq")
     except (OSError, aiormq.exceptions.AMQPConnectionError) as exc:
-        raise DlqError(f"RabbitMQ at {urlsplit(amqp_url).hostname}: {exc!r}") from exc
+        hosts = ", ".join(str(urlsplit(url).hostname) for url in broker_urls.parse(amqp_url))
+        raise DlqError(f"RabbitMQ at {hosts}: {exc!r}") from exc
 
 
 async def _move(

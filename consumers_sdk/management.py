@@ -8,13 +8,15 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
+from consumers_sdk import broker_urls
 from consumers_sdk.errors import BrokerToolError
 
 TIMEOUT_S = 10.0
 
 
 def vhost(amqp_url: str) -> str:
-    return unquote(urlsplit(amqp_url).path.removeprefix("/")) or "/"
+    """The vhost of AMQP_URL (one URL, or a cluster's comma-separated URLs)."""
+    return broker_urls.vhost(amqp_url)
 
 
 def vhost_path(amqp_url: str) -> str:

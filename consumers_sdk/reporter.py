@@ -20,11 +20,10 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import cast
 
-import aio_pika
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from consumers_sdk import contract, topology
+from consumers_sdk import contract, failover, topology
 from consumers_sdk.errors import TopologyMismatch
 
 logger = logging.getLogger(__name__)
@@ -43,7 +42,7 @@ class EventReporter:
 
     def __init__(
         self,
-        amqp_url: str,
+        amqp_url: failover.Urls,
         *,
         group: str,
         consumer: str,
@@ -122,13 +121,15 @@ class EventReporter:
 
     async def _run(self) -> None:
         delay = 0.2
+        failures = 0
         while True:
             connection: AbstractConnection | None = None
             try:
-                connection = await aio_pika.connect(
+                connection = await failover.connect(
                     self._url,
-                    client_properties={"connection_name": f"consumer-{self.group}-events"},
-                    timeout=self._timeout_s,
+                    connection_name=f"consumer-{self.group}-events",
+                    connect_timeout_s=self._timeout_s,
+                    start=failures,  # after a failure, the next node first
                 )
                 try:
                     await topology.declare(
@@ -151,6 +152,7 @@ class EventReporter:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                failures += 1
                 logger.warning("job events not reported (%r); retrying in %.1fs", exc, delay)
             finally:
                 if connection is not None:

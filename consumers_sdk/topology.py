@@ -34,7 +34,7 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, FieldValue
 
-from consumers_sdk import contract
+from consumers_sdk import contract, failover
 from consumers_sdk.errors import TopologyMismatch
 
 logger = logging.getLogger(__name__)
@@ -136,15 +136,28 @@ class Exchange:
     arguments: Mapping[str, FieldValue] = field(default_factory=dict)
 
 
+APPLY_POLICIES = "dispatcher broker apply-policies"
+# How to bring a queue an earlier release declared up to date, as its warning says.
+MEND_WITH_POLICIES = (
+    "a message redelivered past RabbitMQ's default limit can be dropped; run "
+    f"'{APPLY_POLICIES}' to mend it in place"
+)
+MEND_BY_RECREATING = (
+    "it lives on one node and is lost with it; see the upgrade notes to move it to a quorum "
+    "queue (a queue's type never changes in place)"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueSpec:
     """One durable queue: its arguments, its bindings, and the arguments an earlier release
-    declared it with (a queue that still has those is kept, with a warning)."""
+    declared it with (a queue that still has those is kept, with a warning saying ``mend``)."""
 
     name: str
     arguments: Mapping[str, FieldValue]
     bindings: tuple[tuple[Exchange, str], ...] = ()
     earlier: Mapping[str, FieldValue] | None = None
+    mend: str = MEND_WITH_POLICIES
 
 
 def jobs_exchange(name: str = contract.EXCHANGE) -> Exchange:
@@ -195,12 +208,27 @@ def events_queues(major: int) -> list[QueueSpec]:
     ]
 
 
+def parked_queues(name: str, queue_type: QueueType = "quorum") -> Build:
+    """The dispatcher's queue of unroutable jobs, NAME: a quorum queue unless told otherwise (it
+    must outlive the loss of a node, as every other queue does). Releases before declared it
+    classic: such a queue is kept, with a warning."""
+
+    def build(major: int) -> list[QueueSpec]:
+        earlier: Arguments | None = {} if queue_type == "quorum" else None
+        return [
+            QueueSpec(
+                name, dead_arguments(queue_type, major), earlier=earlier, mend=MEND_BY_RECREATING
+            )
+        ]
+
+    return build
+
+
 Build = Callable[[int], Sequence[QueueSpec]]
-APPLY_POLICIES = "dispatcher broker apply-policies"
 
 
 async def declare(
-    url: str, build: Build, *, connection_name: str = "dispatcher-declare"
+    urls: failover.Urls, build: Build, *, connection_name: str = "dispatcher-declare"
 ) -> dict[str, Arguments]:
     """Declare the queues ``build(broker major)`` lists, with their exchanges and bindings, over
     a plain connection of its own (a refused declaration closes its channel; a robust one would
@@ -211,7 +239,7 @@ async def declare(
     refuses to change a queue's arguments, and the policies of ``dispatcher broker
     apply-policies`` mend it in place. Any other difference raises ``TopologyMismatch``.
     """
-    connection = await aio_pika.connect(url, client_properties={"connection_name": connection_name})
+    connection = await failover.connect(urls, connection_name=connection_name)
     try:
         return await _Declaring(connection).all(build(broker_major(connection)))
     finally:
@@ -260,12 +288,10 @@ class _Declaring:
                 pass
             else:
                 logger.warning(
-                    "queue %r was declared by an earlier release, without %s: a message "
-                    "redelivered past RabbitMQ's default limit can be dropped; run '%s' "
-                    "to mend it in place",
+                    "queue %r was declared by an earlier release, without %s: %s",
                     spec.name,
                     sorted(set(spec.arguments) - set(earlier)),
-                    APPLY_POLICIES,
+                    spec.mend,
                     extra={"action": "topology", "queue": spec.name},
                 )
                 return earlier

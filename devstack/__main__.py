@@ -1,9 +1,11 @@
-"""``python -m devstack ensure | up | cluster | down | status``: what `make run`, `make cluster`,
-`make down` and `make test` call.
+"""``python -m devstack ensure | up | cluster | cluster-ha | down | status``: what `make run`,
+`make cluster`, `make cluster-ha`, `make down` and `make test` call.
 
     up       PostgreSQL + RabbitMQ (what the default single-node settings use), migrated
     serve    up, then become one node in the foreground on --http-port (`make run`)
     cluster  ZooKeeper too, then NODES dispatcher nodes in the background on --http-ports
+    cluster-ha  as cluster, on replicated services: three RabbitMQ nodes, a PostgreSQL primary
+             with a synchronous standby, three ZooKeeper servers (devstack/cluster_ha.py)
     down     every node and service started under --root, whichever ports they were given
 """
 
@@ -13,14 +15,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from devstack import nodes, packages, stack
+from devstack import cluster_ha, nodes, packages, stack
 
 CLUSTER_HTTP_PORTS = "8081,8082,8083"  # beside `make run`'s 8080
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m devstack")
-    parser.add_argument("command", choices=["ensure", "up", "serve", "cluster", "down", "status"])
+    parser.add_argument(
+        "command", choices=["ensure", "up", "serve", "cluster", "cluster-ha", "down", "status"]
+    )
     parser.add_argument("--root", type=Path, default=Path(".run"), help="data, logs and pids")
     parser.add_argument("--browser", action="store_true", help="ensure: chromium too (tests)")
     parser.add_argument(
@@ -29,6 +33,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     defaults = stack.Ports()
     for field in ("postgres", "amqp", "management", "distribution", "zookeeper"):
         parser.add_argument(f"--{field}-port", type=int, default=getattr(defaults, field))
+    parser.add_argument(
+        "--ensemble-ports",
+        default=cluster_ha.ENSEMBLE_PORTS,
+        help="cluster-ha: ZooKeeper's three client, then quorum, then election ports",
+    )
+    parser.add_argument(
+        "--rabbitmq-ha-ports",
+        default=cluster_ha.RABBITMQ_PORTS,
+        help="cluster-ha: RabbitMQ's three AMQP, then management, then distribution ports",
+    )
+    parser.add_argument(
+        "--postgres-ha-ports",
+        default=cluster_ha.POSTGRES_PORTS,
+        help="cluster-ha: the PostgreSQL primary's port, then its standby's",
+    )
     parser.add_argument("--http-port", type=int, default=8080, help="serve: the node's HTTP port")
     parser.add_argument(
         "--http-ports",
@@ -38,8 +57,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def up(root: Path, ports: stack.Ports, *, zookeeper: bool) -> stack.Urls:
-    urls = stack.up(root, ports, zookeeper=zookeeper)
+def up(
+    root: Path, ports: stack.Ports, *, zookeeper: bool, ha: cluster_ha.Topology | None = None
+) -> stack.Urls:
+    """``ha``: the replicated services of ``cluster-ha`` instead of one server per tier."""
+    urls = stack.up(root, ports, zookeeper=zookeeper) if ha is None else cluster_ha.up(root, ha)
     nodes.migrate(urls)
     print(f"\n{stack.describe(urls)}\n  data, logs  {root}\n")
     return urls
@@ -60,9 +82,11 @@ def serve(root: Path, ports: stack.Ports, http_port: int) -> None:
     nodes.serve(root, urls, "dispatcher", http_port)
 
 
-def cluster(root: Path, ports: stack.Ports, http_ports: list[int]) -> None:
+def cluster(
+    root: Path, ports: stack.Ports, http_ports: list[int], *, ha: cluster_ha.Topology | None = None
+) -> None:
     refuse_if_running(root)
-    urls = up(root, ports, zookeeper=True)
+    urls = up(root, ports, zookeeper=True, ha=ha)
     started = [
         nodes.start(root, urls, f"node-{number}", port)
         for number, port in enumerate(http_ports, start=1)
@@ -93,15 +117,23 @@ def main(argv: list[str] | None = None) -> None:
         up(root, ports, zookeeper=False)
     elif args.command == "serve":
         serve(root, ports, args.http_port)
-    elif args.command == "cluster":
-        cluster(root, ports, [int(port) for port in args.http_ports.split(",")])
+    elif args.command in {"cluster", "cluster-ha"}:
+        http_ports = [int(port) for port in args.http_ports.split(",")]
+        topology = None
+        if args.command == "cluster-ha":
+            topology = cluster_ha.Topology.parse(
+                args.ensemble_ports, args.rabbitmq_ha_ports, args.postgres_ha_ports
+            )
+        cluster(root, ports, http_ports, ha=topology)
     elif args.command == "down":
         for name in nodes.stop_all(root):
             print(f"{name}: stopped")
+        cluster_ha.down(root)
         stack.down(root)
     else:
         print("nodes:", " ".join(nodes.running(root)) or "none")
         stack.status(root)
+        cluster_ha.status(root)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,8 @@ def settings_env(urls: Urls) -> dict[str, str]:
         "DISPATCHER_DATABASE_URL": urls.database_url,
         "DISPATCHER_AMQP_URL": urls.amqp_url,
         "DISPATCHER_ZK_HOSTS": urls.zk_hosts,
+        # The management API of the node `up` started (guest may log in from this machine).
+        "DISPATCHER_AMQP_MANAGEMENT_URL": urls.management_url.replace("://", "://guest:guest@", 1),
     }
 
 

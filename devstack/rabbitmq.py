@@ -32,6 +32,7 @@ class RabbitServer:
         self.nodename = nodename
         self.mgmt_url = f"http://127.0.0.1:{mgmt_port}"
         self.out = root / "server.out"
+        self.config_lines = ""  # more of rabbitmq.conf (a cluster's settings, say)
         self._process: subprocess.Popen[bytes] | None = None
 
     def command(self, tool: str) -> list[str]:
@@ -65,7 +66,7 @@ class RabbitServer:
             "management.tcp.ip = 127.0.0.1\n"
             "loopback_users = none\n"
             # Tests restart nodes often: do not wait for long-gone peers or big disk headroom.
-            "disk_free_limit.absolute = 50MB\n" + self.extra_config()
+            "disk_free_limit.absolute = 50MB\n" + self.extra_config() + self.config_lines
         )
         (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
         with self.out.open("ab") as out:

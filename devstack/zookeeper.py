@@ -21,19 +21,28 @@ class ZooKeeperServer:
         self.log = root / "zookeeper.log"
         self._process: subprocess.Popen[bytes] | None = None
 
+    def config(self) -> list[str]:
+        """The lines of ``zoo.cfg``; an ensemble member adds its peers."""
+        return [
+            "tickTime=500",  # short ticks let tests use sessions of a second or two
+            f"dataDir={self.root / 'data'}",
+            f"clientPort={self.client_port}",
+            "clientPortAddress=127.0.0.1",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=*",
+            "minSessionTimeout=1000",
+            "maxSessionTimeout=60000",
+        ]
+
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start without waiting (an ensemble member serves only once a quorum is up)."""
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         config = self.root / "zoo.cfg"
-        config.write_text(
-            "tickTime=500\n"  # short ticks let tests use sessions of a second or two
-            f"dataDir={self.root / 'data'}\n"
-            f"clientPort={self.client_port}\n"
-            "clientPortAddress=127.0.0.1\n"
-            "admin.enableServer=false\n"
-            "4lw.commands.whitelist=*\n"
-            "minSessionTimeout=1000\n"
-            "maxSessionTimeout=60000\n"
-        )
+        config.write_text("\n".join(self.config()) + "\n")
         with self.log.open("ab") as out:
             self._process = subprocess.Popen(
                 [
@@ -50,20 +59,26 @@ class ZooKeeperServer:
                 start_new_session=True,
             )
         (self.root / "zookeeper.pid").write_text(str(self._process.pid))
-        if not wait_until(self._ready, 60):
+
+    def wait_ready(self, deadline_s: float = 60) -> None:
+        if not wait_until(self._ready, deadline_s):
             self.kill()
-            raise ServiceError("zookeeper", "not ready after 60s", self.logs())
+            raise ServiceError("zookeeper", f"not ready after {deadline_s:.0f}s", self.logs())
 
     def _ready(self) -> bool:
         if self._process is not None and self._process.poll() is not None:
-            raise ServiceError("zookeeper", "exited during start", self.logs())
+            code = self._process.returncode
+            raise ServiceError("zookeeper", f"exited during start ({code})", self.logs())
         return self.four_letter("ruok") == "imok"
 
     def four_letter(self, word: str) -> str:
         try:
             with socket.create_connection(("127.0.0.1", self.client_port), timeout=2) as sock:
                 sock.sendall(word.encode())
-                return sock.recv(4096).decode(errors="replace")
+                answer = b""
+                while chunk := sock.recv(4096):  # the server closes once it has answered
+                    answer += chunk
+                return answer.decode(errors="replace")
         except OSError:
             return ""
 

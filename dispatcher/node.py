@@ -193,6 +193,7 @@ class Node:
             timeout_s=self.settings.publish_timeout_s,
             metrics=self.metrics,
             path=self.settings.publish_path,
+            unroutable_queue_type=self.settings.unroutable_queue_type,
         )
 
     def _build_ownership(self) -> ownership_mod.Ownership:

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from consumers_sdk import validation
+from consumers_sdk import broker_urls, validation
 from dispatcher import hosts
 from dispatcher.api_keys import StaticKey, parse_static
 
@@ -33,18 +33,21 @@ class Settings(BaseSettings):
     # Services
     database_url: str = Field(
         "postgresql://postgres@127.0.0.1:5432/dispatcher",
-        description="PostgreSQL; ?sslmode=verify-full&sslrootcert=... for TLS",
+        description="PostgreSQL; ?sslmode=verify-full&sslrootcert=... for TLS; "
+        "host1:port,host2:port (a primary and its standbys) reaches the one that accepts writes",
     )
     amqp_url: str = Field(
-        "amqp://guest:guest@127.0.0.1:5672/", description="RabbitMQ; amqps://...?cafile=... for TLS"
+        "amqp://guest:guest@127.0.0.1:5672/",
+        description="RabbitMQ; amqps://...?cafile=... for TLS; a cluster's nodes as "
+        "comma-separated URLs (the first that answers, the next when its node goes away)",
     )
     amqp_management_url: str = Field(
         "http://guest:guest@127.0.0.1:15672", description="RabbitMQ management API (dlq list)"
     )
     zk_hosts: str = Field(
         "",
-        description="ZooKeeper hosts (host:port,...[/chroot]); empty: single-node mode, this node "
-        "owns every shard",
+        description="ZooKeeper servers, all of the ensemble (h1:2181,h2:2181,h3:2181[/chroot]); "
+        "empty: single-node mode, this node owns every shard",
     )
     zk_path: str = Field("/dispatcher", description="the cluster's state in ZooKeeper")
     zk_session_timeout_s: float = Field(
@@ -86,6 +89,11 @@ class Settings(BaseSettings):
     exchange: str = Field("dispatcher.jobs", description="the topic exchange jobs go to")
     unroutable_exchange: str = Field(
         "dispatcher.unroutable", description="alternate exchange and queue for unroutable jobs"
+    )
+    unroutable_queue_type: Literal["quorum", "classic"] = Field(
+        "quorum",
+        description="the unroutable queue's type: quorum outlives a node (one declared classic "
+        "before is kept: see the upgrade notes)",
     )
 
     # Scheduling
@@ -231,6 +239,15 @@ class Settings(BaseSettings):
         hosts.parse_allowed(value)
         return value
 
+    @field_validator("amqp_url")
+    @classmethod
+    def _amqp_urls_parse(cls, value: str) -> str:
+        try:
+            broker_urls.parse(value)
+        except broker_urls.BrokerUrlError as exc:
+            raise ValueError(f"DISPATCHER_AMQP_URL: {exc}") from None
+        return value
+
     @field_validator("zk_auth")
     @classmethod
     def _zk_auth_is_user_and_password(cls, value: SecretStr) -> SecretStr:
@@ -245,6 +262,14 @@ class Settings(BaseSettings):
     def _api_keys_parse(cls, value: SecretStr) -> SecretStr:
         parse_static(value.get_secret_value())
         return value
+
+    def amqp_urls(self) -> tuple[str, ...]:
+        """The broker URLs, one per node of a cluster (one for a single broker)."""
+        return broker_urls.parse(self.amqp_url)
+
+    def amqp_vhost(self) -> str:
+        """The virtual host every broker URL names."""
+        return broker_urls.vhost(self.amqp_urls()[0])
 
     def allowed_host_list(self) -> list[hosts.Allowed]:
         return hosts.parse_allowed(self.allowed_hosts)

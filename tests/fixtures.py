@@ -16,6 +16,7 @@ from devstack import rabbitmq4
 from devstack.base import service_root
 from devstack.ports import free_port
 from devstack.postgres import PostgresServer
+from devstack.postgres_standby import PrimaryWithStandby
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
 
@@ -67,6 +68,21 @@ def own_postgres() -> Iterator[PostgresServer]:
     yield server
     server.stop()
     shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_pair() -> Iterator[PrimaryWithStandby]:
+    """A primary and its synchronous standby of this test's own (database ``dispatcher``)."""
+    pair = PrimaryWithStandby.fresh()
+    try:
+        pair.start("dispatcher")
+        yield pair
+    finally:
+        try:
+            pair.stop()
+        finally:
+            for server in (pair.primary, pair.standby):
+                shutil.rmtree(server.root, ignore_errors=True)
 
 
 def new_rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> RabbitServer:

@@ -16,11 +16,10 @@ import asyncio
 import contextlib
 import logging
 
-import aio_pika
 import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
-from consumers_sdk import connections, contract, topology
+from consumers_sdk import contract, failover, topology
 from dispatcher import errors, metrics
 from dispatcher.store import history
 
@@ -33,7 +32,7 @@ RETRY_MAX_S = 5.0
 class EventsConsumer:
     def __init__(
         self,
-        amqp_url: str,
+        amqp_url: failover.Urls,
         *,
         store: history.HistoryStore,
         metrics: metrics.Metrics,
@@ -78,13 +77,7 @@ class EventsConsumer:
         standing = await topology.declare(
             self._url, topology.events_queues, connection_name=f"{self._connection_name}-declare"
         )
-        connection = await connections.opened(
-            lambda: aio_pika.connect_robust(
-                self._url,
-                client_properties={"connection_name": self._connection_name},
-                reconnect_interval=1.0,
-            )
-        )
+        connection = await failover.connect_robust(self._url, connection_name=self._connection_name)
         try:
             channel = await connection.channel()
             await channel.set_qos(prefetch_count=self._batch * 2)

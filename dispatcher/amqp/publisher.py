@@ -5,6 +5,7 @@ exchange and its alternate exchange, and the Message built from a job (``consume
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ import pamqp.frame
 import pamqp.header
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection, FieldValue
 
-from consumers_sdk import connections, contract, validation
+from consumers_sdk import contract, failover, topology, validation
 from dispatcher import errors, metrics, models
 from dispatcher.amqp import frames
 
@@ -64,7 +65,7 @@ class Publisher:
 
     def __init__(
         self,
-        amqp_url: str,
+        amqp_urls: failover.Urls,
         *,
         exchange: str,
         unroutable_exchange: str,
@@ -72,8 +73,10 @@ class Publisher:
         timeout_s: float,
         metrics: metrics.Metrics,
         path: PublishPath = "auto",
+        unroutable_queue_type: topology.QueueType = "quorum",
     ) -> None:
-        self._url = amqp_url
+        self._urls = amqp_urls
+        self._parked = topology.parked_queues(unroutable_exchange, unroutable_queue_type)
         self._exchange_name = exchange
         self._unroutable_name = unroutable_exchange
         self._connection_name = connection_name
@@ -82,6 +85,8 @@ class Publisher:
         self._connection: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
         self._opened = asyncio.Event()
+        self._renewing = asyncio.Lock()
+        self._standing: dict[str, topology.Arguments] = {}  # the queue arguments declared
         self._requested_path = path
         self._chosen_for: aiormq.Channel | None = None  # the underlying channel path was chosen on
         self._frames: frames.Frames | None = None  # None: one publish per message
@@ -102,33 +107,62 @@ class Publisher:
         self._opened.set()
 
     async def _connect(self) -> None:
-        connection = await connections.opened(
-            lambda: aio_pika.connect_robust(
-                self._url,
-                client_properties={"connection_name": self._connection_name},
-                reconnect_interval=1.0,
-            )
+        # Declared first over a connection of its own: a queue an earlier release declared
+        # classic is kept as it stands (a refused redeclaration would close the robust channel).
+        self._standing = await topology.declare(
+            self._urls, self._parked, connection_name=f"{self._connection_name}-declare"
+        )
+        # On a cluster a lost node's publishes in flight fail (re-fired later, at least once)
+        # and the connection moves to the next node; the robust channel redeclares on it.
+        connection = await failover.connect_robust(
+            self._urls, connection_name=self._connection_name
         )
         try:
-            channel = await connection.channel(publisher_confirms=True)
-            unroutable = await channel.declare_exchange(
-                self._unroutable_name, aio_pika.ExchangeType.FANOUT, durable=True
-            )
-            parked = await channel.declare_queue(self._unroutable_name, durable=True)
-            await parked.bind(unroutable)
-            await channel.declare_exchange(
-                self._exchange_name,
-                aio_pika.ExchangeType.TOPIC,
-                durable=True,
-                arguments=dict[str, FieldValue](contract.exchange_arguments(self._unroutable_name)),
-            )
-            self._choose_path(cast(aiormq.Channel, await channel.get_underlay_channel()))
+            self._channel = await self._open_channel(connection)
         except BaseException:
             await connection.close()
             raise
-        self._channel = channel
         self._connection = connection
         logger.info("connected to RabbitMQ", extra={"action": "amqp_connected"})
+
+    async def _open_channel(self, connection: AbstractRobustConnection) -> AbstractChannel:
+        """A confirming channel with the exchanges and the unroutable queue declared on it (a
+        robust channel declares them again after a reconnect)."""
+        channel = await connection.channel(publisher_confirms=True)
+        unroutable = await channel.declare_exchange(
+            self._unroutable_name, aio_pika.ExchangeType.FANOUT, durable=True
+        )
+        parked = await channel.declare_queue(
+            self._unroutable_name, durable=True, arguments=self._standing[self._unroutable_name]
+        )
+        await parked.bind(unroutable)
+        await channel.declare_exchange(
+            self._exchange_name,
+            aio_pika.ExchangeType.TOPIC,
+            durable=True,
+            arguments=dict[str, FieldValue](contract.exchange_arguments(self._unroutable_name)),
+        )
+        self._choose_path(cast(aiormq.Channel, await channel.get_underlay_channel()))
+        return channel
+
+    async def _renew_channel(self, nacked_on: AbstractChannel) -> None:
+        """A fresh channel after a nack. RabbitMQ (3.10 at least) can go on refusing every
+        publish on a channel whose first publish to a quorum queue came while the queue's leader
+        was being elected; a new channel is not affected. Publishes in flight on the old channel
+        fail and are fired again."""
+        async with self._renewing:
+            connection = self._connection
+            if nacked_on is not self._channel or connection is None or not self.is_ready():
+                return  # renewed already by another batch, or reconnecting anyway
+            try:
+                fresh = await asyncio.wait_for(self._open_channel(connection), self._timeout_s)
+            except (TimeoutError, aiormq.exceptions.AMQPError) as exc:
+                logger.warning("channel not renewed after a nack: %r", exc)
+                return
+            self._channel = fresh
+            logger.info("new channel after a nack", extra={"action": "channel_renewed"})
+            with contextlib.suppress(Exception):
+                await nacked_on.close()
 
     def _choose_path(self, amqp: aiormq.Channel) -> None:
         """Framed batches or one publish per message, for this underlying channel; a change of
@@ -224,6 +258,12 @@ class Publisher:
                 outcome.failed.append(job)
             else:
                 outcome.confirmed.append(job)
+        self._count(outcome, confirmations)
+        if outcome.nacked:
+            await self._renew_channel(channel)
+        return outcome
+
+    def _count(self, outcome: Outcome, confirmations: list[asyncio.Future[object]]) -> None:
         self._metrics.publish_confirms.inc(len(outcome.confirmed))
         if not_confirmed := len(outcome.failed) + len(outcome.nacked):
             self._metrics.publish_failures.inc(not_confirmed)
@@ -237,7 +277,6 @@ class Publisher:
                 first.exception() if first else "timeout",
                 extra={"action": "publish_failed"},
             )
-        return outcome
 
     def _publish_each(
         self, amqp: aiormq.Channel, jobs: Sequence[models.Claimed], now: datetime

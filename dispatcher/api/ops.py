@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from urllib.parse import unquote, urlsplit
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -109,7 +108,7 @@ async def stats(deps: Deps, caller: auth.Monitor) -> Response:
             "node": deps.settings.node_id,
             "heap_size": deps.heap_size(),
             "rabbitmq_ui": deps.settings.rabbitmq_ui(),
-            "rabbitmq_vhost": unquote(urlsplit(deps.settings.amqp_url).path[1:]) or "/",
+            "rabbitmq_vhost": deps.settings.amqp_vhost(),
             "exchange": deps.settings.exchange,
         }
     )

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager, contextmanager
 import asyncpg
 
 from dispatcher import errors
-from dispatcher.store import queries
+from dispatcher.store import queries, servers
 
 # Failures that mean "the database is not there right now", as opposed to a bug in a query.
 _UNAVAILABLE = (
@@ -18,7 +18,9 @@ _UNAVAILABLE = (
     asyncpg.InterfaceError,  # the connection was closed under the query
     # The driver's own bookkeeping of a connection went wrong (seen: "cannot switch to state 12;
     # another operation is in progress" after its session was terminated): another connection
-    # will do, and this one is closed (``Database.connection``).
+    # will do, and this one is closed (``Database.connection``). Also its subclass
+    # TargetServerAttributeNotMatched: no host of a multi-host URL accepts writes yet (the
+    # primary died and no standby is promoted so far).
     asyncpg.InternalClientError,
 )
 
@@ -79,6 +81,7 @@ class Database:
                 min_size=self._min_size,
                 max_size=self._max_size,
                 timeout=self.timeout_s,  # connect timeout: a dead server answers 503, not a hang
+                connect=servers.connect,  # each host of a multi-host URL within that timeout
                 max_inactive_connection_lifetime=60.0,
                 reset=_keep_session,
             )
@@ -112,7 +115,7 @@ class Database:
         ``name`` is its application_name (what pg_stat_activity shows)."""
         settings = {"application_name": name} if name else None
         with translated():
-            return await asyncpg.connect(
+            return await servers.connect(
                 self._dsn, timeout=self.timeout_s, server_settings=settings
             )
 

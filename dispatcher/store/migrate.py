@@ -26,9 +26,11 @@ from pathlib import Path
 import asyncpg
 
 from dispatcher import errors
-from dispatcher.store import db, queries
+from dispatcher.store import db, queries, servers
 
 logger = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 60.0  # each host's; asyncpg's default
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,7 +159,7 @@ async def _connected(dsn: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection with PostgreSQL's errors translated (unavailable: transient; else fatal)."""
     with db.translated():  # a database not there yet is retried by the caller
         try:
-            connection = await asyncpg.connect(dsn)
+            connection = await servers.connect(dsn, timeout=CONNECT_TIMEOUT_S)
         except asyncpg.PostgresError as exc:
             if db.is_unavailable(exc):
                 raise

@@ -7,19 +7,16 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from pathlib import Path
 
-import aio_pika
 import pytest
 
-from consumers_sdk import Consumer, Job, Reject, topology
-from consumers_sdk import job as job_mod
+from consumers_sdk import Consumer, topology
 from devstack.rabbitmq import RabbitServer
 from tests.support.collector import classify
-from tests.support.consumers import running
+from tests.support.consumers import fail_once_and_reject, running
 from tests.support.process import DispatcherProcess, spawn
-from tests.support.queues import depth_reaches, wait_for_queue
+from tests.support.queues import depth_reaches, drain_dead, wait_for_queue
 from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
@@ -104,40 +101,18 @@ async def test_a_consumer_killed_mid_handling_has_its_unacked_jobs_redelivered(
     assert ledger.early == []
 
 
-RETRY_TIER_S = 10.0  # long enough that the retries still wait when the broker goes down
-
-
-async def drain(amqp_url: str, queue_name: str) -> dict[str, list[float]]:
-    """Consume (and ack) everything in a queue: message id -> times taken."""
-    taken: dict[str, list[float]] = {}
-    connection = await aio_pika.connect(amqp_url)
-    try:
-        channel = await connection.channel()
-        queue = await channel.declare_queue(queue_name, passive=True)
-        while (message := await queue.get(fail=False)) is not None:
-            assert message.headers.get(job_mod.DEAD_ERROR), "a dead job carries its reason"
-            taken.setdefault(message.message_id or "", []).append(time.time())
-            await message.ack()
-    finally:
-        await connection.close()
-    return taken
+# Long enough that every retry still waits when the broker goes down, even when the 1 000 moves
+# crawl on a loaded machine (the first copies must not expire before the last arrive).
+RETRY_TIER_S = 30.0
 
 
 async def test_a_broker_restart_loses_no_job_waiting_to_retry_or_dead(
     dispatcher: DispatcherProcess, amqp_url: str, rabbit_server: RabbitServer
 ) -> None:
     consumer = Consumer(amqp_url, group="faulty", prefetch=200, retry_tiers=(RETRY_TIER_S,))
-    succeeded: dict[str, list[float]] = {}
-
-    @consumer.handler("faults.retry", max_attempts=5, backoff=lambda _: RETRY_TIER_S)
-    async def flaky(job: Job) -> None:
-        if job.attempt == 1:
-            raise RuntimeError("first attempt fails")
-        succeeded.setdefault(job.id, []).append(time.time())
-
-    @consumer.handler("faults.poison")
-    async def poison(job: Job) -> None:
-        raise Reject("never handled")
+    succeeded = fail_once_and_reject(
+        consumer, retry_key="faults.retry", poison_key="faults.poison", tier_s=RETRY_TIER_S
+    )
 
     retry_work = topology.work_queue("faulty", "faults.retry")
     dead = topology.dead_queue(topology.work_queue("faulty", "faults.poison"))
@@ -154,7 +129,7 @@ async def test_a_broker_restart_loses_no_job_waiting_to_retry_or_dead(
         await asyncio.to_thread(rabbit_server.restart)
         await eventually(lambda: retries.keys() <= succeeded.keys(), 90)
     retried = classify(retries, succeeded)
-    parked = classify(poisoned, await drain(amqp_url, dead))
+    parked = classify(poisoned, await drain_dead(amqp_url, dead))
     print(
         f"\nRabbitMQ restarted with {len(retries)} jobs in {waiting} and {len(poisoned)} in "
         f"{dead}: retried {retried}; dead-lettered {parked}"

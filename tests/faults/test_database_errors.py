@@ -13,14 +13,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import asyncpg
-import httpx
 import pytest
 
 from devstack.ports import free_port
 from devstack.postgres import PostgresServer
 from tests.support.collector import Collector
-from tests.support.nodes import WRITE
 from tests.support.process import FAST_LEASE, DispatcherProcess
+from tests.support.recovery import assert_serving_again
 from tests.support.schedule import schedule_spread
 
 pytestmark = pytest.mark.faults
@@ -132,12 +131,7 @@ async def test_a_database_fault_during_firing_stops_nothing_and_loses_nothing(
         assert process.is_running(), process.logs(80)
         assert ledger.lost == []
         assert ledger.early == []
-        async with httpx.AsyncClient(base_url=process.url, timeout=10, headers=WRITE) as http:
-            after = await http.post("/v1/jobs", json={"routing_key": "e2e.after", "payload": 1})
-            assert after.status_code == 201, after.text
-            assert await collector.wait_for([after.json()["id"]], 30) == set()
-            ready = await http.get("/readyz")
-        assert ready.status_code == 200, ready.text
+        await assert_serving_again(process.url, collector)
     finally:
         print(process.logs(60))
         process.stop()

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection, FieldValue
 
-from consumers_sdk import contract
+from consumers_sdk import contract, failover
 
 # How late a job may arrive and still be on time, generously: these are not speed tests.
 ON_TIME_S = 5.0
@@ -46,17 +46,23 @@ class Ledger:
 
 
 class Collector:
-    def __init__(self, amqp_url: str, *, binding: str = "#", queue: str | None = None) -> None:
+    """``amqp_url`` may name a cluster's nodes (comma-separated); ``quorum`` makes the collector's
+    queue a quorum queue, which outlives the loss of any one node."""
+
+    def __init__(
+        self, amqp_url: str, *, binding: str = "#", queue: str | None = None, quorum: bool = False
+    ) -> None:
         self._url = amqp_url
         self._binding = binding
+        self._arguments: dict[str, FieldValue] = {"x-queue-type": "quorum"} if quorum else {}
         self.queue_name = queue or f"collector.{uuid.uuid4().hex[:8]}"
         self.deliveries: dict[str, list[Delivery]] = {}
         self._connection: AbstractRobustConnection | None = None
         self._changed = asyncio.Event()
 
     async def start(self) -> None:
-        self._connection = await aio_pika.connect_robust(
-            self._url, client_properties={"connection_name": "test-collector"}
+        self._connection = await failover.connect_robust(
+            self._url, connection_name="test-collector"
         )
         channel = await self._connection.channel()
         await channel.set_qos(prefetch_count=500)
@@ -67,7 +73,9 @@ class Collector:
             arguments=dict[str, FieldValue](contract.exchange_arguments()),
         )
         # Durable, so deliveries survive a broker restart like a real consumer's would.
-        queue = await channel.declare_queue(self.queue_name, durable=True)
+        queue = await channel.declare_queue(
+            self.queue_name, durable=True, arguments=self._arguments
+        )
         await queue.bind(exchange, self._binding)
         await queue.consume(self._on_message)
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import aio_pika
+
+from consumers_sdk import job as job_mod
 
 
 async def queue_exists(amqp_url: str, name: str) -> bool:
@@ -60,3 +63,19 @@ async def consumer_count(amqp_url: str, name: str) -> int:
 
 async def consumers_reach(amqp_url: str, name: str, count: int, deadline_s: float) -> None:
     await _reaches(lambda: consumer_count(amqp_url, name), count, deadline_s, 0.2)
+
+
+async def drain_dead(amqp_url: str, queue_name: str) -> dict[str, list[float]]:
+    """Consume (and ack) everything in a dead-letter queue: message id -> times taken."""
+    taken: dict[str, list[float]] = {}
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        channel = await connection.channel()
+        queue = await channel.declare_queue(queue_name, passive=True)
+        while (message := await queue.get(fail=False)) is not None:
+            assert message.headers.get(job_mod.DEAD_ERROR), "a dead job carries its reason"
+            taken.setdefault(message.message_id or "", []).append(time.time())
+            await message.ack()
+    finally:
+        await connection.close()
+    return taken

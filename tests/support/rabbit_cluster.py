@@ -1,0 +1,64 @@
+"""A three-node RabbitMQ cluster for the tests that kill its nodes: one per test module (starting
+one takes about half a minute), healed after each test, its vhosts one per test.
+
+``DISPATCHER_TEST_RABBITMQ=4`` builds it from RabbitMQ 4.x nodes (``devstack.rabbitmq4``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devstack import rabbitmq4
+from devstack.base import service_root
+from devstack.rabbitmq import RabbitServer
+from devstack.rabbitmq_cluster import NodeFactory, RabbitCluster, system_node
+from tests import fixtures
+
+
+def node_factory() -> NodeFactory:
+    """3.x nodes from the system, or 4.x nodes from the chroot when DISPATCHER_TEST_RABBITMQ=4."""
+    if os.environ.get("DISPATCHER_TEST_RABBITMQ") != "4":
+        return system_node
+    chroot = rabbitmq4.ensure_chroot()
+
+    def make(root: Path, amqp_port: int, mgmt_port: int, dist_port: int, name: str) -> RabbitServer:
+        # A 4.x node's folder must lie inside the chroot.
+        return rabbitmq4.Rabbit4Server(
+            chroot, rabbitmq4.node_root(chroot), amqp_port, mgmt_port, dist_port, name
+        )
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def rabbit_cluster() -> Iterator[RabbitCluster]:
+    root = service_root("rabbitmq-cluster")
+    cluster = RabbitCluster.local(root, make=node_factory())
+    # A failing test prints the nodes' log tails (tests/fixtures.py).
+    fixtures._running.extend(cluster.nodes)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        for node in cluster.nodes:
+            fixtures._running.remove(node)
+        cluster.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        for node in cluster.nodes:  # a 4.x node's folder is in the kept chroot: drop its data
+            shutil.rmtree(node.root / "mnesia", ignore_errors=True)
+
+
+@pytest.fixture
+def cluster_url(rabbit_cluster: RabbitCluster) -> Iterator[str]:
+    """Every node's URL (comma-separated) for a vhost of this test's own; every node runs again
+    after the test."""
+    vhost = f"test-{uuid.uuid4().hex[:12]}"
+    rabbit_cluster.create_vhost(vhost)
+    yield rabbit_cluster.url(vhost)
+    rabbit_cluster.heal()
+    rabbit_cluster.any_running().delete_vhost(vhost)
