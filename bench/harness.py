@@ -21,6 +21,7 @@ from devstack.ports import free_port
 from devstack.postgres import PostgresServer
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
+from tests.support.process import DispatcherProcess
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -109,3 +110,15 @@ def write(name: str, data: dict[str, object]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"machine": machine(), **data}, indent=2, default=str))
     return path
+
+
+@contextmanager
+def one_node(svc: Services, folder: Path) -> Iterator[DispatcherProcess]:
+    """A dispatcher node on the services, its log in FOLDER; stopped on the way out."""
+    env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
+    node = DispatcherProcess(folder, port=free_port(), env=env)
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()

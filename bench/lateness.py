@@ -23,7 +23,9 @@ from devstack.ports import free_port
 from tests.support.process import DispatcherProcess
 
 
-async def steady(url: str, rate: int, seconds: float) -> dict[str, float]:
+async def steady(
+    url: str, rate: int, seconds: float, routing_key: str = "bench.steady"
+) -> dict[str, float]:
     """Submit, one second ahead, jobs due evenly at ``rate`` per second; id -> run_at."""
     accepted: dict[str, float] = {}
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
@@ -34,7 +36,7 @@ async def steady(url: str, rate: int, seconds: float) -> dict[str, float]:
             for first in range(0, rate, 1000):
                 jobs = [
                     {
-                        "routing_key": "bench.steady",
+                        "routing_key": routing_key,
                         "payload": i,
                         "run_at": datetime.fromtimestamp(slot + i / rate, UTC).isoformat(),
                     }
@@ -117,11 +119,16 @@ async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
     print(f"  written to {write('lateness', results)}")
 
 
-if __name__ == "__main__":
+def rates_and_runs() -> argparse.Namespace:
+    """The command line of a steady-load benchmark: --seconds, --rates, --runs."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    args = rates_and_runs()
     print(f"firing lateness, steady load, {args.seconds:.0f}s per rate and run")
     harness.run(main(args.seconds, args.rates, args.runs))

@@ -2,12 +2,15 @@
 
 from bench import (
     backlog,
+    consumer_throughput,
+    end_to_end,
     failover,
     fairness,
     ha_failover,
     harness,
     lateness,
     list_queries,
+    single_submit,
     throughput,
     versus_celery,
     zk_ensemble,
@@ -16,6 +19,9 @@ from bench import (
 if __name__ == "__main__":
     harness.run(throughput.main(runs=3, jobs=30000, fire_jobs=100_000))
     harness.run(lateness.main(seconds=60, rates=[1000, 5000], runs=3))
+    harness.run(end_to_end.main(seconds=60, rates=[1000, 5000], runs=3))
+    harness.run(consumer_throughput.main(jobs=100_000, runs=3))
+    harness.run(single_submit.main(seconds=10, runs=3))
     harness.run(backlog.main(rows=[1_000_000, 10_000_000], overdue=200_000, runs=3))
     harness.run(failover.main(kills=3, rate=200, session_s=5.0))
     harness.run(zk_ensemble.main(rounds=2, rate=200, session_s=6.0))

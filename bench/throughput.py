@@ -170,7 +170,11 @@ def wrk(url: str, body: str, *, connections: int, seconds: int) -> tuple[float, 
             f"wrk.body = [[{body}]]\n"
         )
     output = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", script.name, url],
+        # A thread per connection at most: wrk refuses more threads than connections.
+        [
+            *("wrk", f"-t{min(2, connections)}", f"-c{connections}", f"-d{seconds}s"),
+            *("--latency", "-s", script.name, url),
+        ],
         check=True,
         capture_output=True,
         text=True,
