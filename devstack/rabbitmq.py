@@ -34,6 +34,7 @@ class RabbitServer:
         self.out = root / "server.out"
         self.config_lines = ""  # more of rabbitmq.conf (a cluster's settings, say)
         self._process: subprocess.Popen[bytes] | None = None
+        self.starts = 0  # how many times start() ran: a test can tell it was restarted
 
     def command(self, tool: str) -> list[str]:
         """How to run one of RabbitMQ's scripts (another install may run them elsewhere)."""
@@ -59,6 +60,7 @@ class RabbitServer:
         }
 
     def start(self) -> None:
+        self.starts += 1
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "rabbitmq.conf").write_text(
             f"listeners.tcp.default = 127.0.0.1:{self.amqp_port}\n"
