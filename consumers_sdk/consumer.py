@@ -24,6 +24,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage, AbstractRobustConnection
 
 from consumers_sdk import (
+    acks,
     contract,
     dedup,
     delivery,
@@ -127,6 +128,7 @@ class Consumer:
         self._handlers: list[outcome.HandlerSpec] = []
         self._stop = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
+        self._acks = acks.Acks()
         self.ready = asyncio.Event()
         self._running = 0
         self.max_in_flight = 0  # the most deliveries handled at once, for operators and tests
@@ -295,6 +297,7 @@ class Consumer:
         self._outcomes = delivery.Outcomes(
             await open_publisher(),
             open_publisher=open_publisher,
+            acks=self._acks,
             tiers=self._tiers,
             deduplicator=self._dedup,
             events=self.events,
@@ -347,6 +350,7 @@ class Consumer:
                 await asyncio.wait(late)
                 continue
             await asyncio.wait(set(self._inflight), timeout=remaining)
+        await self._acks.drained()  # queued before the channel closes
 
     def _warn_if_deliveries_can_outwait_the_broker(self) -> None:
         # A delivery waits in the prefetch buffer behind up to prefetch/concurrency handlers
@@ -378,9 +382,10 @@ class Consumer:
                 installed.append(signum)
         return installed
 
-    async def _on_message(
-        self, spec: outcome.HandlerSpec, message: AbstractIncomingMessage
-    ) -> None:
+    def _on_message(self, spec: outcome.HandlerSpec, message: AbstractIncomingMessage) -> None:
+        # Not a coroutine function: aio-pika then calls it soon rather than in a task of its own,
+        # and this task is the only one a delivery gets besides aiormq's.
+        self._acks.delivered(message)
         task = asyncio.create_task(self._handle(spec, message), name=f"handle-{message.message_id}")
         self._inflight.add(task)
         task.add_done_callback(self._finished)
@@ -396,7 +401,7 @@ class Consumer:
             if not self._stop.is_set():
                 await self._rate.acquire()
             if self._stop.is_set():  # stopping: hand it back now rather than start it
-                await delivery.settle(partial(message.nack, requeue=True))
+                await self._acks.nack(message)
                 return
             self._running += 1
             self.max_in_flight = max(self.max_in_flight, self._running)

@@ -171,16 +171,20 @@ def _as_str(value: object) -> str | None:
 
 # --- job events: what consumers report back -----------------------------------------------------
 #
-# The SDK publishes one event per step of an attempt to the durable topic exchange
-# ``EVENTS_EXCHANGE`` with the outcome as routing key. Every dispatcher node consumes the one
-# shared quorum queue ``EVENTS_QUEUE`` (competing consumers) and records the events; delivery is
-# at-least-once, so each event carries a unique ``event_id`` (also its ``message_id``) and is
-# recorded once whatever the number of copies.
+# The SDK publishes the events of each step of an attempt to the durable topic exchange
+# ``EVENTS_EXCHANGE`` with the outcome as routing key, several of one outcome to a message: its
+# body is a JSON array of event objects and its ``type`` is ``EVENTS_TYPE`` (at most
+# ``EVENTS_PER_MESSAGE`` events). A message of ``EVENT_TYPE`` holds one event object, as SDKs
+# before the arrays sent; the dispatcher reads both. Every dispatcher node consumes the one shared
+# quorum queue ``EVENTS_QUEUE`` (competing consumers) and records the events; delivery is
+# at-least-once, so each event carries a unique ``event_id`` and is recorded once whatever the
+# number of copies.
 #
-# Body (JSON): ``event_id``, ``job_id``, ``routing_key`` (the job's own), ``group``, ``consumer``,
-# ``attempt`` (1 for the first delivery), ``outcome`` (one of ``OUTCOMES``), ``error`` (exception
-# type and message, at most ``EVENT_ERROR_LIMIT`` characters, or null), ``at`` (RFC 3339 UTC,
-# microseconds) and ``round``: the delivery's ``HEADER_ROUND``, or null when it had none.
+# An event object (JSON): ``event_id``, ``job_id``, ``routing_key`` (the job's own), ``group``,
+# ``consumer``, ``attempt`` (1 for the first delivery), ``outcome`` (one of ``OUTCOMES``),
+# ``error`` (exception type and message, at most ``EVENT_ERROR_LIMIT`` characters, or null),
+# ``at`` (RFC 3339 UTC, microseconds) and ``round``: the delivery's ``HEADER_ROUND``, or null when
+# it had none.
 #
 # Anyone allowed to write to the exchange can publish an event, and a job may be dispatched again
 # (an admin requeue): the dispatcher counts only an event that echoes the job's current round and
@@ -189,7 +193,9 @@ def _as_str(value: object) -> str | None:
 
 EVENTS_EXCHANGE: Final = "dispatcher.events"
 EVENTS_QUEUE: Final = "dispatcher.events"
-EVENT_TYPE: Final = "dispatcher.job-event"  # the message's ``type`` property
+EVENT_TYPE: Final = "dispatcher.job-event"  # the ``type`` of a message holding one event
+EVENTS_TYPE: Final = "dispatcher.job-events"  # the ``type`` of a message holding an array
+EVENTS_PER_MESSAGE: Final = 1000  # a longer array is refused whole
 OUTCOMES: Final = ("started", "succeeded", "failed", "dead")
 FINAL_OUTCOMES: Final = ("succeeded", "dead")
 EVENT_ERROR_LIMIT: Final = 1000
@@ -211,23 +217,32 @@ class JobEvent:
     dispatch_round: str | None = None  # "round" in JSON: the dispatch the event reports on
 
 
+def event_object(event: JobEvent) -> dict[str, object]:
+    """The JSON object of one event (what ``encode_event`` encodes)."""
+    return {
+        "event_id": event.event_id,
+        "job_id": event.job_id,
+        "routing_key": event.routing_key,
+        "group": event.group,
+        "consumer": event.consumer,
+        "attempt": event.attempt,
+        "outcome": event.outcome,
+        "error": event.error[:EVENT_ERROR_LIMIT] if event.error is not None else None,
+        "at": event.at.astimezone(UTC).isoformat(),  # microseconds: steps of one attempt
+        "round": event.dispatch_round,
+    }
+
+
 def encode_event(event: JobEvent) -> bytes:
-    """The event's JSON body (``json`` rather than orjson: the contract stays dependency-free)."""
-    return json.dumps(
-        {
-            "event_id": event.event_id,
-            "job_id": event.job_id,
-            "routing_key": event.routing_key,
-            "group": event.group,
-            "consumer": event.consumer,
-            "attempt": event.attempt,
-            "outcome": event.outcome,
-            "error": event.error[:EVENT_ERROR_LIMIT] if event.error is not None else None,
-            "at": event.at.astimezone(UTC).isoformat(),  # microseconds: steps of one attempt
-            "round": event.dispatch_round,
-        },
-        separators=(",", ":"),
-    ).encode()
+    """One event's JSON body (``json`` rather than orjson: the contract stays dependency-free)."""
+    return json.dumps(event_object(event), separators=(",", ":")).encode()
+
+
+def encode_events(events: Sequence[JobEvent]) -> bytes:
+    """The body of an ``EVENTS_TYPE`` message: the events as a JSON array."""
+    if not 0 < len(events) <= EVENTS_PER_MESSAGE:
+        raise ValueError(f"1 to {EVENTS_PER_MESSAGE} events per message, not {len(events)}")
+    return json.dumps([event_object(event) for event in events], separators=(",", ":")).encode()
 
 
 def _text(value: object, limit: int = 255) -> str:
@@ -235,11 +250,12 @@ def _text(value: object, limit: int = 255) -> str:
     return str(value).replace("\x00", "\ufffd")[:limit]
 
 
-def decode_event(body: bytes) -> JobEvent:
-    """Inverse of ``encode_event``; raises ValueError for anything else. Text is cut to its limit
-    and NUL characters are replaced, so whatever a consumer sent can be stored."""
+def _event_from(data: object) -> JobEvent:
+    """The event a decoded JSON object holds; ValueError for anything else. Text is cut to its
+    limit and NUL characters are replaced, so whatever a consumer sent can be stored."""
+    if not isinstance(data, dict):
+        raise ValueError(f"not a job event: {type(data).__name__}, not an object")
     try:
-        data = json.loads(body)
         event = JobEvent(
             event_id=str(uuid.UUID(data["event_id"])),
             job_id=str(uuid.UUID(data["job_id"])),
@@ -261,6 +277,30 @@ def decode_event(body: bytes) -> JobEvent:
     if not 0 <= event.attempt < 2**31:
         raise ValueError(f"attempt {event.attempt} out of range")
     return event
+
+
+def decode_event(body: bytes) -> JobEvent:
+    """Inverse of ``encode_event``; raises ValueError for anything else."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise ValueError(f"not a job event: {exc!r}") from exc
+    return _event_from(data)
+
+
+def decode_events(body: bytes) -> list[JobEvent]:
+    """The events of a message of either type (an array, or one object); ValueError when the
+    body or any event in it is not one, or the array is empty or longer than
+    ``EVENTS_PER_MESSAGE``."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise ValueError(f"not a job event: {exc!r}") from exc
+    if not isinstance(data, list):
+        return [_event_from(data)]
+    if not 0 < len(data) <= EVENTS_PER_MESSAGE:
+        raise ValueError(f"1 to {EVENTS_PER_MESSAGE} events per message, not {len(data)}")
+    return [_event_from(item) for item in data]
 
 
 # --- per-job retry policy -----------------------------------------------------------------------

@@ -23,13 +23,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from functools import partial
-from typing import Any
 
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
+from consumers_sdk import acks as acks_mod
 from consumers_sdk import contract, dedup, outcome, reporter, topology, tracing
 from consumers_sdk import job as job_mod
 from consumers_sdk import metrics as metrics_mod
@@ -46,6 +45,7 @@ class Outcomes:
         publisher: AbstractChannel,
         *,
         open_publisher: Callable[[], Awaitable[AbstractChannel]] | None = None,
+        acks: acks_mod.Acks,
         tiers: Sequence[float],
         deduplicator: dedup.Deduplicator | None,
         events: reporter.EventReporter | None = None,
@@ -55,6 +55,7 @@ class Outcomes:
         self._publisher = publisher
         self._open_publisher = open_publisher
         self._renewing = asyncio.Lock()
+        self._acks = acks
         self._tiers = tiers
         self._dedup = deduplicator
         self._events = events
@@ -91,12 +92,12 @@ class Outcomes:
             await self._dead(spec, message, attempts=1, error=exc, job=None)
             return
         if self._dedup is not None and await self._dedup.seen(job.id):
-            await settle(message.ack)
+            self._acks.ack(message)
             return
         self._report_job(job, "started")
         decided = await self._attempt(spec, job)
         if decided.kind == "acked":
-            await settle(message.ack)
+            self._acks.ack(message)
             self._report_job(job, "succeeded")
             if self._dedup is not None:
                 await self._dedup.remember(job.id)
@@ -173,9 +174,9 @@ class Outcomes:
             logger.warning("could not move job %s to %s: %r", message.message_id, target, exc)
             if isinstance(getattr(exc, "frame", None), aiormq.spec.Basic.Nack):
                 await self._renew_publisher(publisher)
-            await settle(partial(message.nack, requeue=True))
+            await self._acks.nack(message)
             return
-        await settle(message.ack)
+        self._acks.ack(message)
 
     async def _renew_publisher(self, nacked_on: AbstractChannel) -> None:
         """A fresh channel after a nack: RabbitMQ (3.10 at least) can go on refusing every
@@ -192,15 +193,3 @@ class Outcomes:
             logger.info("new channel after a nack")
             with contextlib.suppress(Exception):
                 await nacked_on.close()
-
-
-async def settle(action: Callable[[], Awaitable[Any]]) -> None:
-    """Ack or nack, tolerating a channel that is gone.
-
-    After a reconnection the delivery tag belongs to a dead channel: the broker has already
-    requeued that delivery, so there is nothing left to settle (and nothing is acked twice).
-    """
-    try:
-        await action()
-    except Exception as exc:
-        logger.info("delivery not settled (channel gone, it will be redelivered): %r", exc)

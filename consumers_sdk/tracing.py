@@ -102,6 +102,10 @@ def handler_span(job: Job, *, queue: str) -> Iterator[HandlerSpan]:
         return
     from opentelemetry import trace
 
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # No tracer provider set (yet): the span would be a no-op, at a cost per delivery.
+        yield HandlerSpan(None)
+        return
     tracer = trace.get_tracer(TRACER_NAME)
     with tracer.start_as_current_span(
         f"process {queue}",

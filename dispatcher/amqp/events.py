@@ -1,13 +1,14 @@
-"""The events consumer: records what consumers report about each attempt (``contract.JobEvent``)
-so that a job's history and final state (``succeeded``/``dead``) live in PostgreSQL. Only an
-event of the job's current dispatch round and routing key counts; the others are recorded as
-ignored, with the reason, and counted in ``dispatcher_events_ignored_total{reason}``.
+"""The events consumer: records what consumers report about each attempt (``contract.JobEvent``) so
+that a job's history and final state (``succeeded``/``dead``) live in PostgreSQL. Only an event of
+the job's current dispatch round and routing key counts; the others are recorded as ignored, with
+the reason, and counted in ``dispatcher_events_ignored_total{reason}``.
 
-Every node consumes the one shared quorum queue ``contract.EVENTS_QUEUE`` (competing consumers)
-on a connection of its own. Deliveries are batched (up to ``batch``, or whatever arrived within
-``LINGER_S``), recorded in one round trip, then acked together: a crash before the ack redelivers
-them, and recording is idempotent on the event id, so at-least-once delivery records each event
-once. While PostgreSQL is unreachable the batch stays unacked and is retried with backoff.
+Every node consumes the one shared quorum queue ``contract.EVENTS_QUEUE`` (competing consumers) on
+a connection of its own. Deliveries (each an array of events, or one event) are batched (up to
+``batch`` of them, or whatever arrived within ``LINGER_S``), their events recorded ``batch`` to a
+round trip, then acked together: a crash before the ack redelivers them, and recording is
+idempotent on the event id, so at-least-once delivery records each event once. While PostgreSQL is
+unreachable the batch stays unacked and is retried with backoff.
 """
 
 from __future__ import annotations
@@ -136,13 +137,25 @@ class EventsConsumer:
         refused: list[AbstractIncomingMessage] = []
         for message in batch:
             try:
-                decoded.append((message, contract.decode_event(message.body)))
+                events = contract.decode_events(message.body)
             except ValueError as exc:
-                logger.warning("events: refused a message that is not a job event: %s", exc)
+                logger.warning("events: refused a message that is not job events: %s", exc)
                 refused.append(message)
-        recorded, unrecordable = await self._store_retrying([event for _, event in decoded])
+                continue
+            decoded.extend((message, event) for event in events)
+        recorded: list[history.Recorded] = []
+        unrecordable: list[contract.JobEvent] = []
+        # A message holds up to contract.EVENTS_PER_MESSAGE events: statements stay bounded.
+        for start in range(0, len(decoded), self._batch):
+            chunk = [event for _, event in decoded[start : start + self._batch]]
+            stored, refused_events = await self._store_retrying(chunk)
+            recorded.extend(stored)
+            unrecordable.extend(refused_events)
+        # A message with an event PostgreSQL refused goes to .dead whole: its other events are
+        # recorded already, and recording them again once it is requeued changes nothing.
         message_of = {id(event): message for message, event in decoded}
-        refused.extend(message_of[id(event)] for event in unrecordable)
+        spoilt = {id(message_of[id(event)]): message_of[id(event)] for event in unrecordable}
+        refused.extend(spoilt.values())
         for entry in recorded:
             if entry.ignored is not None:  # forged or stale: not an outcome of the job
                 self._metrics.events_ignored.labels(reason=entry.ignored).inc()

@@ -5,6 +5,7 @@ mended by `dispatcher broker apply-policies`, and any other difference is named.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from datetime import UTC, datetime
@@ -165,6 +166,28 @@ async def test_a_refused_event_is_dead_lettered_counted_and_can_be_requeued(
         assert (await dlq.requeue(amqp_url, topology.EVENTS_DEAD_QUEUE)).moved == 1
         await until(lambda: no_longer_refused(node, 2), 20)  # refused again: same bytes
         await depth_reaches(amqp_url, topology.EVENTS_DEAD_QUEUE, 1, 20)
+
+
+async def test_a_message_of_events_is_recorded_whole_and_one_with_a_broken_event_refused_whole(
+    database_url: str, amqp_url: str
+) -> None:
+    job_id = await stored_job(database_url, amqp_url)
+    good = [event_for(job_id) for _ in range(3)]
+    spoilt = [event_for(job_id) for _ in range(2)]
+    broken = json.loads(contract.encode_events(spoilt))
+    broken[1]["outcome"] = "exploded"
+    async with running_node(
+        database_url=database_url, amqp_url=amqp_url, shard_count=2, stats_interval_s=0.2
+    ) as node:
+        await wait_for_queue(amqp_url, contract.EVENTS_QUEUE)
+        await consumers_reach(amqp_url, contract.EVENTS_QUEUE, 1, 30)
+        bodies = [contract.encode_events(good), json.dumps(broken).encode()]
+        await put(amqp_url, contract.EVENTS_QUEUE, bodies, ids=["good", "broken"])
+        await depth_reaches(amqp_url, topology.EVENTS_DEAD_QUEUE, 1, 20)
+        for event in good:
+            await until(lambda event=event: recorded(database_url, event.event_id), 20)
+        assert refused_total(node) == 1
+    assert not await recorded(database_url, spoilt[0].event_id)  # its message was refused whole
 
 
 def refused_total(node: Node) -> float:

@@ -149,6 +149,32 @@ def test_job_events_round_trip_and_decoding_makes_any_event_storable() -> None:
         contract.decode_event(b"[1, 2]")
 
 
+def test_a_message_of_events_holds_an_array_and_one_bad_event_refuses_it_whole() -> None:
+    events = [an_event(outcome="started", error=None) for _ in range(3)]
+    body = contract.encode_events(events)
+    assert [event.event_id for event in contract.decode_events(body)] == [
+        event.event_id for event in events
+    ]
+    # A message of one event, as SDKs before the arrays sent it, reads as a list of one.
+    assert contract.decode_events(contract.encode_event(events[0])) == [
+        contract.decode_event(contract.encode_event(events[0]))
+    ]
+    items = json.loads(body)
+    for broken in (
+        [*items[:2], {**items[2], "outcome": "exploded"}],
+        [*items, 7],
+        [],
+        [items[0]] * (contract.EVENTS_PER_MESSAGE + 1),
+    ):
+        with pytest.raises(ValueError, match=r"event|outcome|per message"):
+            contract.decode_events(json.dumps(broken).encode())
+    for too_many in ([], events[:1] * (contract.EVENTS_PER_MESSAGE + 1)):
+        with pytest.raises(ValueError, match="per message"):
+            contract.encode_events(too_many)
+    with pytest.raises(ValueError, match="not a job event"):
+        contract.decode_events(b"{not json")
+
+
 def test_an_event_carries_the_round_of_its_delivery_and_an_older_sdks_event_has_none() -> None:
     dispatch_round = str(uuid.uuid4())
     headers = contract.message_headers(
