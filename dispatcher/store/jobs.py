@@ -88,23 +88,20 @@ class JobStore:
 
     async def _insert(self, jobs: Sequence[models.NewJob]) -> list[models.Submitted]:
         columns = _columns(jobs)
-        async with self._db.connection() as connection, connection.transaction():
-            rows = await connection.fetch(queries.INSERT_JOBS, *columns)
-            inserted = {row["id"]: row["created_at"] for row in rows}
-            missing_keys = [
-                (job.namespace or "", job.idempotency_key)
-                for job in jobs
-                if job.id not in inserted and job.idempotency_key is not None
-            ]
-            existing: dict[tuple[str, str], models.Job] = {}
-            if missing_keys:
-                namespaces, keys = (list(column) for column in zip(*missing_keys, strict=True))
-                for row in await connection.fetch(
-                    queries.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys
-                ):
-                    existing[(row["namespace"] or "", row["idempotency_key"])] = job_from_row(row)
-            waiting: set[uuid.UUID] = set()
-            if any(job.after for job in jobs):
+        waiting: set[uuid.UUID] = set()
+        if not any(job.after for job in jobs):
+            # One statement is atomic and durable on its own: an explicit transaction would only
+            # add the BEGIN and COMMIT round trips to every request's wait. The rows of existing
+            # idempotency keys are read after it, as they would be inside one (read committed).
+            async with self._db.connection() as connection:
+                rows = await connection.fetch(queries.INSERT_JOBS, *columns)
+                inserted = {row["id"]: row["created_at"] for row in rows}
+                existing = await _existing(connection, jobs, inserted)
+        else:  # the prerequisites are written with the jobs, all or nothing
+            async with self._db.connection() as connection, connection.transaction():
+                rows = await connection.fetch(queries.INSERT_JOBS, *columns)
+                inserted = {row["id"]: row["created_at"] for row in rows}
+                existing = await _existing(connection, jobs, inserted)
                 resolved = [
                     job.id
                     if job.id in inserted or job.idempotency_key is None
@@ -303,6 +300,25 @@ class JobStore:
             return
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             await connection.execute(query, ids, *args)
+
+
+async def _existing(
+    connection: asyncpg.pool.PoolConnectionProxy,
+    jobs: Sequence[models.NewJob],
+    inserted: dict[uuid.UUID, datetime],
+) -> dict[tuple[str, str], models.Job]:
+    """The stored jobs of the idempotency keys that kept some of ``jobs`` from being inserted."""
+    missing_keys = [
+        (job.namespace or "", job.idempotency_key)
+        for job in jobs
+        if job.id not in inserted and job.idempotency_key is not None
+    ]
+    existing: dict[tuple[str, str], models.Job] = {}
+    if missing_keys:
+        namespaces, keys = (list(column) for column in zip(*missing_keys, strict=True))
+        for row in await connection.fetch(queries.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys):
+            existing[(row["namespace"] or "", row["idempotency_key"])] = job_from_row(row)
+    return existing
 
 
 def as_stored(
