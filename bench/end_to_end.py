@@ -36,14 +36,6 @@ def stopped(process: subprocess.Popen[bytes]) -> None:
     process.wait(60)
 
 
-def handler_lateness(path: Path) -> dict[str, float]:
-    first: dict[str, float] = {}
-    for line in path.read_text().splitlines():
-        job_id, late = line.split()
-        first.setdefault(job_id, float(late))
-    return first
-
-
 def roots(svc: Services, node: DispatcherProcess, consumer: int) -> dict[str, list[int]]:
     postmaster = int((svc.postgres.data / "postmaster.pid").read_text().split()[0])
     beam = int((svc.rabbit.root / "rabbitmq.pid").read_text().split()[0])
@@ -73,7 +65,7 @@ async def one_run(
     finally:
         stopped(consumer)
         stopped(receiver)
-    handled = handler_lateness(at_handler)
+    handled = received(at_handler)  # lateness at the handler, the first per job
     got = received(at_receiver)
     stats = {f"handler_{k}": v for k, v in summary(list(handled.values())).items()}
     alone = [got[job_id] - run_at for job_id, run_at in accepted.items() if job_id in got]

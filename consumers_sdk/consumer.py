@@ -382,9 +382,9 @@ class Consumer:
                 installed.append(signum)
         return installed
 
-    def _on_message(self, spec: outcome.HandlerSpec, message: AbstractIncomingMessage) -> None:
-        # Not a coroutine function: aio-pika then calls it soon rather than in a task of its own,
-        # and this task is the only one a delivery gets besides aiormq's.
+    async def _on_message(
+        self, spec: outcome.HandlerSpec, message: AbstractIncomingMessage
+    ) -> None:
         self._acks.delivered(message)
         task = asyncio.create_task(self._handle(spec, message), name=f"handle-{message.message_id}")
         self._inflight.add(task)

@@ -20,12 +20,13 @@ Jobs whose routing key has no bound queue are routed by the alternate exchange
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
+
+import orjson
 
 EXCHANGE: Final = "dispatcher.jobs"
 UNROUTABLE_EXCHANGE: Final = "dispatcher.unroutable"
@@ -217,8 +218,7 @@ class JobEvent:
     dispatch_round: str | None = None  # "round" in JSON: the dispatch the event reports on
 
 
-def event_object(event: JobEvent) -> dict[str, object]:
-    """The JSON object of one event (what ``encode_event`` encodes)."""
+def _event_object(event: JobEvent) -> dict[str, object]:
     return {
         "event_id": event.event_id,
         "job_id": event.job_id,
@@ -234,15 +234,15 @@ def event_object(event: JobEvent) -> dict[str, object]:
 
 
 def encode_event(event: JobEvent) -> bytes:
-    """One event's JSON body (``json`` rather than orjson: the contract stays dependency-free)."""
-    return json.dumps(event_object(event), separators=(",", ":")).encode()
+    """One event's JSON body (the message of an SDK before the arrays)."""
+    return orjson.dumps(_event_object(event))
 
 
 def encode_events(events: Sequence[JobEvent]) -> bytes:
     """The body of an ``EVENTS_TYPE`` message: the events as a JSON array."""
     if not 0 < len(events) <= EVENTS_PER_MESSAGE:
         raise ValueError(f"1 to {EVENTS_PER_MESSAGE} events per message, not {len(events)}")
-    return json.dumps([event_object(event) for event in events], separators=(",", ":")).encode()
+    return orjson.dumps([_event_object(event) for event in events])
 
 
 def _text(value: object, limit: int = 255) -> str:
@@ -279,23 +279,24 @@ def _event_from(data: object) -> JobEvent:
     return event
 
 
+def _loads(body: bytes) -> object:
+    # orjson refuses nesting past its limit with a ValueError, where json raised RecursionError.
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"not a job event: {exc!r}") from exc
+
+
 def decode_event(body: bytes) -> JobEvent:
     """Inverse of ``encode_event``; raises ValueError for anything else."""
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise ValueError(f"not a job event: {exc!r}") from exc
-    return _event_from(data)
+    return _event_from(_loads(body))
 
 
 def decode_events(body: bytes) -> list[JobEvent]:
     """The events of a message of either type (an array, or one object); ValueError when the
     body or any event in it is not one, or the array is empty or longer than
     ``EVENTS_PER_MESSAGE``."""
-    try:
-        data = json.loads(body)
-    except ValueError as exc:
-        raise ValueError(f"not a job event: {exc!r}") from exc
+    data = _loads(body)
     if not isinstance(data, list):
         return [_event_from(data)]
     if not 0 < len(data) <= EVENTS_PER_MESSAGE:

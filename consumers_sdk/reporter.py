@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from typing import cast
 
 import aiormq
-import orjson
 from aio_pika.abc import AbstractConnection
 
 from consumers_sdk import contract, failover, topology
@@ -176,7 +175,7 @@ class EventReporter:
             *(
                 asyncio.wait_for(
                     amqp.basic_publish(
-                        _body(events),
+                        contract.encode_events(events),
                         exchange=contract.EVENTS_EXCHANGE,
                         routing_key=outcome,
                         properties=_properties(),
@@ -213,11 +212,6 @@ class EventReporter:
             self._drained.set()
         if failure is not None:
             raise failure
-
-
-def _body(events: list[contract.JobEvent]) -> bytes:
-    """``contract.encode_events``, with orjson: the stdlib encoder cost more than the publish."""
-    return orjson.dumps([contract.event_object(event) for event in events])
 
 
 def _properties() -> aiormq.spec.Basic.Properties:

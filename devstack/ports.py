@@ -1,6 +1,7 @@
 """Free TCP ports on the loopback interface."""
 
 import socket
+import time
 
 
 def free_port() -> int:
@@ -10,8 +11,6 @@ def free_port() -> int:
 
 
 def wait_port_free(port: int, deadline_s: float = 15.0) -> None:
-    import time
-
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         with socket.socket() as sock:

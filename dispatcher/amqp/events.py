@@ -153,8 +153,10 @@ class EventsConsumer:
             unrecordable.extend(refused_events)
         # A message with an event PostgreSQL refused goes to .dead whole: its other events are
         # recorded already, and recording them again once it is requeued changes nothing.
-        message_of = {id(event): message for message, event in decoded}
-        spoilt = {id(message_of[id(event)]): message_of[id(event)] for event in unrecordable}
+        unrecordable_ids = {id(event) for event in unrecordable}
+        spoilt = {
+            id(message): message for message, event in decoded if id(event) in unrecordable_ids
+        }
         refused.extend(spoilt.values())
         for entry in recorded:
             if entry.ignored is not None:  # forged or stale: not an outcome of the job

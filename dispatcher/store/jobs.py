@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -88,20 +89,19 @@ class JobStore:
 
     async def _insert(self, jobs: Sequence[models.NewJob]) -> list[models.Submitted]:
         columns = _columns(jobs)
+        with_prerequisites = any(job.after for job in jobs)
         waiting: set[uuid.UUID] = set()
-        if not any(job.after for job in jobs):
-            # One statement is atomic and durable on its own: an explicit transaction would only
-            # add the BEGIN and COMMIT round trips to every request's wait. The rows of existing
-            # idempotency keys are read after it, as they would be inside one (read committed).
-            async with self._db.connection() as connection:
-                rows = await connection.fetch(queries.INSERT_JOBS, *columns)
-                inserted = {row["id"]: row["created_at"] for row in rows}
-                existing = await _existing(connection, jobs, inserted)
-        else:  # the prerequisites are written with the jobs, all or nothing
-            async with self._db.connection() as connection, connection.transaction():
-                rows = await connection.fetch(queries.INSERT_JOBS, *columns)
-                inserted = {row["id"]: row["created_at"] for row in rows}
-                existing = await _existing(connection, jobs, inserted)
+        async with self._db.connection() as connection, contextlib.AsyncExitStack() as stack:
+            # One statement is atomic and durable on its own: a transaction would only add the
+            # BEGIN and COMMIT round trips to every request's wait. Prerequisites are written with
+            # their jobs, all or nothing. Existing idempotency keys are read after the insert,
+            # as read committed would inside a transaction.
+            if with_prerequisites:
+                await stack.enter_async_context(connection.transaction())
+            rows = await connection.fetch(queries.INSERT_JOBS, *columns)
+            inserted = {row["id"]: row["created_at"] for row in rows}
+            existing = await _existing(connection, jobs, inserted)
+            if with_prerequisites:
                 resolved = [
                     job.id
                     if job.id in inserted or job.idempotency_key is None

@@ -25,14 +25,6 @@ def chromium(*arguments: str, size: tuple[int, int] = (1400, 1200)) -> webdriver
     return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 
 
-def until(check: Callable[[], object], timeout_s: float = 20) -> None:
-    """Return once ``check()`` holds (state in another process); AssertionError at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
-
-
 def settled(check: Callable[[], object], timeout_s: float = 5) -> bool:
     """Whether ``check()`` holds within ``timeout_s`` (for a wait that acts again if not)."""
     deadline = time.monotonic() + timeout_s
@@ -41,6 +33,11 @@ def settled(check: Callable[[], object], timeout_s: float = 5) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def until(check: Callable[[], object], timeout_s: float = 20) -> None:
+    """Return once ``check()`` holds (state in another process); AssertionError at the deadline."""
+    assert settled(check, timeout_s), "timed out"
 
 
 def click(browser: webdriver.Chrome, selector: str) -> bool:

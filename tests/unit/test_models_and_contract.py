@@ -175,6 +175,15 @@ def test_a_message_of_events_holds_an_array_and_one_bad_event_refuses_it_whole()
         contract.decode_events(b"{not json")
 
 
+def test_an_event_message_nested_past_any_depth_is_refused_as_not_events() -> None:
+    # A RecursionError here would escape the dispatcher's events loop with the message unacked.
+    for body in (b"[" * 100_000, b'{"a":' * 100_000):
+        with pytest.raises(ValueError, match="not a job event"):
+            contract.decode_events(body)
+        with pytest.raises(ValueError, match="not a job event"):
+            contract.decode_event(body)
+
+
 def test_an_event_carries_the_round_of_its_delivery_and_an_older_sdks_event_has_none() -> None:
     dispatch_round = str(uuid.uuid4())
     headers = contract.message_headers(
