@@ -6,14 +6,16 @@ from __future__ import annotations
 from importlib import resources
 
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 
-from dispatcher.api import jobs, ops, problems, schedules
+from dispatcher.api import jobs, lean, ops, problems, schedules
 from dispatcher.api.browsers import BrowserGuard
 from dispatcher.api.connections import RequestCap
 from dispatcher.api.deps import ApiDeps
-from dispatcher.api.gate import Gate, Rules
+from dispatcher.api.gate import Gate, Rules, routes
+from dispatcher.api.lean import LeanSubmit
 from dispatcher.api.timing import Timing
 from dispatcher.version import __version__
 
@@ -43,10 +45,19 @@ def create_api(deps: ApiDeps) -> FastAPI:
     settings = deps.settings
     refused = deps.metrics.refusal
     rules = Rules(settings)
-    # Outermost last: the browser guard, timing, the request cap, then the gate (key, body bound).
+    # Outermost last: the browser guard, timing, the request cap, the gate (key, body bound), then
+    # the lean path of POST /v1/jobs.
+    app.add_middleware(LeanSubmit, deps=deps, route=_route(app, lean.PATH, "POST"))
     app.add_middleware(Gate, keyring=deps.keyring, metrics=deps.metrics, rules=rules)
     cap = settings.http_max_requests
     app.add_middleware(RequestCap, max_requests=cap, counted=rules.needs_key, refused=refused)
     app.add_middleware(Timing, histogram=deps.metrics.api_latency)
     app.add_middleware(BrowserGuard, allowed_hosts=settings.allowed_host_list(), refused=refused)
     return app
+
+
+def _route(app: FastAPI, path: str, method: str) -> APIRoute:
+    for route in routes(app.router.routes):
+        if isinstance(route, APIRoute) and route.path == path and method in (route.methods or ()):
+            return route
+    raise LookupError(f"no route {method} {path}")

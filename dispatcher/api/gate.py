@@ -72,15 +72,15 @@ def _requirement(dependant: Dependant) -> tuple[bool, api_keys.Scope | None]:
     return False, None
 
 
-def _flatten(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+def routes(found: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
     """The routes themselves: newer FastAPI versions wrap each included router in a route of its
     own (``original_router``). Our routers carry their prefix, so their routes' paths are whole."""
-    for route in routes:
+    for route in found:
         inner = getattr(route, "original_router", None)
         if inner is None:
             yield route
         else:
-            yield from _flatten(inner.routes)
+            yield from routes(inner.routes)
 
 
 def _is_batch(dependant: Dependant) -> bool:
@@ -110,7 +110,7 @@ class Rules:
 
     def _match(self, scope: Scope) -> Rule:
         if self._routes is None:  # the app's routes are all in place once it serves
-            self._routes = list(_flatten(scope["app"].router.routes))
+            self._routes = list(routes(scope["app"].router.routes))
         partial = None
         for route in self._routes:
             match, _ = route.matches(scope)

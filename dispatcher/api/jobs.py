@@ -10,9 +10,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
-from dispatcher import errors, intake, models
+from dispatcher import api_keys, errors, intake, models
 from dispatcher.api import auth, gate, schemas
-from dispatcher.api.deps import Deps
+from dispatcher.api.deps import ApiDeps, Deps
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -48,6 +48,14 @@ def prerequisites_named(prefix: str) -> Iterator[None]:
 )
 async def create_job(body: schemas.JobCreate, deps: Deps, caller: auth.Producer) -> Response:
     """Schedule one job. 201 once it is committed; 200 with the existing job for a known key."""
+    return await submit_one(body, deps, caller)
+
+
+async def submit_one(
+    body: schemas.JobCreate, deps: ApiDeps, caller: api_keys.Principal
+) -> Response:
+    """``POST /v1/jobs`` once the request is validated: the route's body, and the lean path's
+    (``api.lean``), which serves valid requests without FastAPI's routing."""
     auth.check_routing_key(caller, body.routing_key, "routing_key")
     spec = schemas.to_spec(body, deps.settings, now=datetime.now(UTC))
     with prerequisites_named(""):

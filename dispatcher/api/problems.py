@@ -87,6 +87,11 @@ async def _invalid_request(request: Request, exc: Exception) -> Response:
 
 
 async def _dispatcher_error(request: Request, exc: Exception) -> Response:
+    return dispatcher_problem(exc)
+
+
+def dispatcher_problem(exc: Exception) -> Response:
+    """The answer to a DispatcherError, named by its field or state."""
     match exc:
         case errors.InvalidField():
             fields = [{"field": exc.field, "message": exc.detail}]

@@ -4,7 +4,6 @@ given as plain callables."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
@@ -12,49 +11,20 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from dispatcher import api, housekeeping
+from dispatcher import api
 from dispatcher.api.deps import ApiDeps
-from dispatcher.cluster.ownership import SingleNode
-from dispatcher.firing.heap import Backlog, DueHeap
-from dispatcher.firing.loader import Loader
-from dispatcher.intake import Intake
-from dispatcher.keyring import Keyring
-from dispatcher.metrics import Metrics
-from dispatcher.settings import Settings
-from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database
-from dispatcher.store.history import HistoryStore
-from dispatcher.store.jobs import JobStore
-from dispatcher.store.schedules import ScheduleStore
-from dispatcher.store.shards import ShardStore
+from tests.support import api_deps
 from tests.support.nodes import WRITE, jobs_stored
 
-ADMIN = "admin-token-0123456789"
-SHARDS = 4
-CLUSTER = {"mode": "test", "members": ["only"]}
-HEAP_SIZE = 7
+ADMIN = api_deps.ADMIN
+HEAP_SIZE = api_deps.HEAP_SIZE
+CLUSTER = api_deps.CLUSTER
+Checks = api_deps.Checks
 
 
 def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}", **WRITE}
-
-
-class Checks:
-    """Readiness as the routes see it: named checks and the failing loops, set by the test."""
-
-    def __init__(self) -> None:
-        self.checks = {"postgres": True, "rabbitmq": True}
-        self.failing: dict[str, str] = {}
-
-    async def readiness(self) -> dict[str, bool]:
-        return dict(self.checks)
-
-    def degraded(self) -> dict[str, str]:
-        return dict(self.failing)
-
-
-async def describe() -> dict[str, object]:
-    return dict(CLUSTER)
 
 
 @pytest.fixture
@@ -64,53 +34,7 @@ def checks() -> Checks:
 
 @pytest.fixture
 def deps(database_url: str, db: Database, checks: Checks) -> ApiDeps:
-    settings = Settings(database_url=database_url, shard_count=SHARDS, api_keys=f"{ADMIN}:admin")
-    metrics = Metrics()
-    store = JobStore(db, node_id="api-only", lease_s=settings.lease_s)
-    loader = Loader(
-        store,
-        DueHeap(),
-        Backlog(),
-        lookahead_s=settings.lookahead_s,
-        heap_cap=settings.heap_cap,
-        load_batch=settings.load_batch,
-        lease_sweep_s=5.0,
-        sweep_grace_s=settings.sweep_grace_s,
-        clock=time.time,
-        on_due=lambda: None,
-    )
-    ownership = SingleNode(ShardStore(db), node_id="api-only", shard_count=SHARDS)
-    intake = Intake(
-        store=store,
-        loader=loader,
-        ownership=ownership,
-        metrics=metrics,
-        shard_count=SHARDS,
-        lookahead_s=settings.lookahead_s,
-        group_commit=False,  # no intake task runs the group commit here
-    )
-    keyring = Keyring(
-        static=settings.static_keys(),
-        store=KeyStore(db),
-        cache_s=settings.api_key_cache_s,
-        required=settings.api_auth_required,
-        lookup_rate=settings.api_key_lookup_rate,
-    )
-    return ApiDeps(
-        settings=settings,
-        intake=intake,
-        jobs=store,
-        history=HistoryStore(db),
-        schedules=ScheduleStore(db),
-        keyring=keyring,
-        metrics=metrics,
-        readiness=checks.readiness,
-        degraded=checks.degraded,
-        publish_path=lambda: {"path": "per_message", "fallback_reason": "forced"},
-        counts=housekeeping.Snapshot,
-        heap_size=lambda: HEAP_SIZE,
-        cluster=describe,
-    )
+    return api_deps.build(database_url, db, checks)
 
 
 @pytest.fixture

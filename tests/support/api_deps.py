@@ -1,0 +1,95 @@
+"""The HTTP API's dependencies built from real stores over PostgreSQL, without a node: no
+RabbitMQ, no ZooKeeper; readiness, counts and the cluster view are plain callables a test sets."""
+
+from __future__ import annotations
+
+import time
+
+from dispatcher import housekeeping
+from dispatcher.api.deps import ApiDeps
+from dispatcher.cluster.ownership import SingleNode
+from dispatcher.firing.heap import Backlog, DueHeap
+from dispatcher.firing.loader import Loader
+from dispatcher.intake import Intake
+from dispatcher.keyring import Keyring
+from dispatcher.metrics import Metrics
+from dispatcher.settings import Settings
+from dispatcher.store.api_keys import KeyStore
+from dispatcher.store.db import Database
+from dispatcher.store.history import HistoryStore
+from dispatcher.store.jobs import JobStore
+from dispatcher.store.schedules import ScheduleStore
+from dispatcher.store.shards import ShardStore
+
+ADMIN = "admin-token-0123456789"
+SHARDS = 4
+CLUSTER = {"mode": "test", "members": ["only"]}
+HEAP_SIZE = 7
+
+
+class Checks:
+    """Readiness as the routes see it: named checks and the failing loops, set by the test."""
+
+    def __init__(self) -> None:
+        self.checks = {"postgres": True, "rabbitmq": True}
+        self.failing: dict[str, str] = {}
+
+    async def readiness(self) -> dict[str, bool]:
+        return dict(self.checks)
+
+    def degraded(self) -> dict[str, str]:
+        return dict(self.failing)
+
+
+async def describe() -> dict[str, object]:
+    return dict(CLUSTER)
+
+
+def build(database_url: str, db: Database, checks: Checks) -> ApiDeps:
+    settings = Settings(database_url=database_url, shard_count=SHARDS, api_keys=f"{ADMIN}:admin")
+    metrics = Metrics()
+    store = JobStore(db, node_id="api-only", lease_s=settings.lease_s)
+    loader = Loader(
+        store,
+        DueHeap(),
+        Backlog(),
+        lookahead_s=settings.lookahead_s,
+        heap_cap=settings.heap_cap,
+        load_batch=settings.load_batch,
+        lease_sweep_s=5.0,
+        sweep_grace_s=settings.sweep_grace_s,
+        clock=time.time,
+        on_due=lambda: None,
+    )
+    ownership = SingleNode(ShardStore(db), node_id="api-only", shard_count=SHARDS)
+    intake = Intake(
+        store=store,
+        loader=loader,
+        ownership=ownership,
+        metrics=metrics,
+        shard_count=SHARDS,
+        lookahead_s=settings.lookahead_s,
+        group_commit=False,  # no intake task runs the group commit here
+    )
+    keyring = Keyring(
+        static=settings.static_keys(),
+        store=KeyStore(db),
+        cache_s=settings.api_key_cache_s,
+        required=settings.api_auth_required,
+        lookup_rate=settings.api_key_lookup_rate,
+    )
+    return ApiDeps(
+        settings=settings,
+        intake=intake,
+        jobs=store,
+        history=HistoryStore(db),
+        schedules=ScheduleStore(db),
+        keyring=keyring,
+        metrics=metrics,
+        readiness=checks.readiness,
+        degraded=checks.degraded,
+        publish_path=lambda: {"path": "per_message", "fallback_reason": "forced"},
+        counts=housekeeping.Snapshot,
+        heap_size=lambda: HEAP_SIZE,
+        cluster=describe,
+    )
