@@ -18,8 +18,7 @@ import aio_pika
 from aio_pika.abc import FieldValue
 
 from bench import harness
-from bench.end_to_end import started, stopped
-from bench.harness import median, one_node, services, write
+from bench.harness import median, one_node, services, started, stopped, write
 from bench.throughput import ceiling_consume
 from consumers_sdk import contract, topology
 from dispatcher.amqp.publisher import message_properties

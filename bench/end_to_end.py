@@ -10,30 +10,16 @@ spent per 1 000 jobs: the dispatcher, the consumer, PostgreSQL and RabbitMQ.
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from bench import harness
 from bench.cpu import tree_seconds
-from bench.harness import Services, median, one_node, services, summary, write
+from bench.harness import Services, median, one_node, services, started, stopped, summary, write
 from bench.lateness import drained, rates_and_runs, received, steady
 from tests.support.process import DispatcherProcess
 
 ROUTING_KEY = "bench.e2e"
-
-
-def started(module: str, *args: str) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE)
-    assert process.stdout is not None
-    process.stdout.readline()  # "ready"
-    return process
-
-
-def stopped(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    process.wait(60)
 
 
 def roots(svc: Services, node: DispatcherProcess, consumer: int) -> dict[str, list[int]]:

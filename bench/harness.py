@@ -6,6 +6,8 @@ import json
 import platform
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Coroutine, Iterator, Sequence
@@ -110,6 +112,19 @@ def write(name: str, data: dict[str, object]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({"machine": machine(), **data}, indent=2, default=str))
     return path
+
+
+def started(module: str, *args: str) -> subprocess.Popen[bytes]:
+    """``python -m MODULE ARGS...``, once it printed its first line ("ready")."""
+    process = subprocess.Popen([sys.executable, "-m", module, *args], stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    process.stdout.readline()
+    return process
+
+
+def stopped(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait(60)
 
 
 @contextmanager

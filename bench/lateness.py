@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime
@@ -18,8 +16,7 @@ from pathlib import Path
 import httpx
 
 from bench import harness
-from bench.harness import median, services, summary, write
-from devstack.ports import free_port
+from bench.harness import median, one_node, services, started, stopped, summary, write
 from tests.support.process import DispatcherProcess
 
 
@@ -75,16 +72,12 @@ async def one_run(
     node: DispatcherProcess, amqp_url: str, folder: Path, rate: int, seconds: float, run: int
 ) -> dict[str, float]:
     output = folder / f"received-{rate}-{run}.txt"
-    receiver = subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring
-        [sys.executable, "-m", "bench.receiver", amqp_url, "bench.steady", str(output)],
-        stdout=subprocess.PIPE,
-    )
-    assert receiver.stdout is not None
-    receiver.stdout.readline()  # "ready"
-    accepted = await steady(node.url, rate, seconds)
-    await drained(output, len(accepted), deadline_s=180)
-    receiver.terminate()
-    receiver.wait(30)
+    receiver = started("bench.receiver", amqp_url, "bench.steady", str(output))
+    try:
+        accepted = await steady(node.url, rate, seconds)
+        await drained(output, len(accepted), deadline_s=180)
+    finally:
+        stopped(receiver)
     got = received(output)
     late = [got[job_id] - run_at for job_id, run_at in accepted.items() if job_id in got]
     stats = summary(late)
@@ -94,28 +87,26 @@ async def one_run(
 
 async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
     results: dict[str, object] = {"seconds": seconds, "runs": runs}
-    with services() as svc, tempfile.TemporaryDirectory() as folder:
-        env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
-        node = DispatcherProcess(Path(folder), port=free_port(), env=env)
-        node.start()
-        try:
-            for rate in rates:
-                each = [
-                    await one_run(node, svc.amqp_url, Path(folder), rate, seconds, run)
-                    for run in range(runs)
-                ]
-                stats = {key: median([run[key] for run in each]) for key in each[0]}
-                results[f"rate_{rate}"] = {"median": stats, "runs": each}
-                print(
-                    f"  {rate:5}/s for {seconds:.0f}s: lateness p50 {stats['p50'] * 1000:6.1f} ms"
-                    f"  p99 {stats['p99'] * 1000:7.1f} ms  max {stats['max'] * 1000:7.1f} ms"
-                    f"  (median of {runs} runs; p99 of each: "
-                    + ", ".join(f"{run['p99'] * 1000:.0f}" for run in each)
-                    + f" ms; not received {sum(run['lost'] for run in each):.0f})",
-                    flush=True,
-                )
-        finally:
-            node.stop()
+    with (
+        services() as svc,
+        tempfile.TemporaryDirectory() as folder,
+        one_node(svc, Path(folder)) as node,
+    ):
+        for rate in rates:
+            each = [
+                await one_run(node, svc.amqp_url, Path(folder), rate, seconds, run)
+                for run in range(runs)
+            ]
+            stats = {key: median([run[key] for run in each]) for key in each[0]}
+            results[f"rate_{rate}"] = {"median": stats, "runs": each}
+            print(
+                f"  {rate:5}/s for {seconds:.0f}s: lateness p50 {stats['p50'] * 1000:6.1f} ms"
+                f"  p99 {stats['p99'] * 1000:7.1f} ms  max {stats['max'] * 1000:7.1f} ms"
+                f"  (median of {runs} runs; p99 of each: "
+                + ", ".join(f"{run['p99'] * 1000:.0f}" for run in each)
+                + f" ms; not received {sum(run['lost'] for run in each):.0f})",
+                flush=True,
+            )
     print(f"  written to {write('lateness', results)}")
 
 
