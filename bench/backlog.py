@@ -27,7 +27,7 @@ import asyncpg
 import httpx
 
 from bench import harness
-from bench.harness import Services, median, services, summary, write
+from bench.harness import Services, medians, services, summary, write
 from bench.lateness import received
 from consumers_sdk.ids import JobIds
 from devstack.ports import free_port
@@ -168,10 +168,6 @@ async def catchup_run(svc: Services, folder: Path, overdue: int, run: int) -> di
         "fresh_p99_s": late["p99"],
         "fresh_max_s": late["max"],
     }
-
-
-def medians(each: list[dict[str, float]]) -> dict[str, float]:
-    return {key: median([run[key] for run in each]) for key in each[0]}
 
 
 async def main(rows: list[int], overdue: int, runs: int = 3) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bench import harness
 from bench.cpu import tree_seconds
-from bench.harness import Services, median, one_node, services, started, stopped, summary, write
+from bench.harness import Services, medians, one_node, services, started, stopped, summary, write
 from bench.lateness import drained, rates_and_runs, received, steady
 from tests.support.process import DispatcherProcess
 
@@ -72,7 +72,7 @@ async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
             each = [
                 await one_run(svc, node, Path(folder), rate, seconds, run) for run in range(runs)
             ]
-            stats = {key: median([run[key] for run in each]) for key in each[0]}
+            stats = medians(each)
             results[f"rate_{rate}"] = {"median": stats, "runs": each}
             ms = {key: value * 1000 for key, value in stats.items()}
             print(

@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 
 from bench import harness
-from bench.backlog import copy_jobs, finish_when_drained, medians, receiver
-from bench.harness import Services, services, summary, write
+from bench.backlog import copy_jobs, finish_when_drained, receiver
+from bench.harness import Services, medians, services, summary, write
 from bench.lateness import received
 from devstack.ports import free_port
 from dispatcher.store.migrate import apply_migrations

@@ -101,6 +101,11 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def medians(each: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the runs (each run a dict of the same figures)."""
+    return {key: median([run[key] for run in each]) for key in each[0]}
+
+
 def machine() -> str:
     import os
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from bench import harness
-from bench.harness import median, one_node, services, started, stopped, summary, write
+from bench.harness import medians, one_node, services, started, stopped, summary, write
 from tests.support.process import DispatcherProcess
 
 
@@ -97,7 +97,7 @@ async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
                 await one_run(node, svc.amqp_url, Path(folder), rate, seconds, run)
                 for run in range(runs)
             ]
-            stats = {key: median([run[key] for run in each]) for key in each[0]}
+            stats = medians(each)
             results[f"rate_{rate}"] = {"median": stats, "runs": each}
             print(
                 f"  {rate:5}/s for {seconds:.0f}s: lateness p50 {stats['p50'] * 1000:6.1f} ms"
