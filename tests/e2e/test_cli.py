@@ -18,9 +18,9 @@ from consumers_sdk import Consumer, Job, topology
 from devstack.rabbitmq import RabbitServer
 from dispatcher.cli import http as cli_http
 from dispatcher.cli import main as dispatcher_main
-from tests.integration.test_consumer import depth_reaches, queue_depth
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess, served
+from tests.support.queues import depth_reaches
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e
@@ -114,7 +114,7 @@ async def test_dlq_requeue_of_one_job_sends_it_to_its_routing_key_with_its_histo
         consumer.stop()
         await task
     assert handled == [(ids[1], 1, 2)]  # a fresh attempt; its history rode along
-    assert await queue_depth(amqp_url, dead) == 2  # the others stayed, each looked at once
+    await depth_reaches(amqp_url, dead, 2, 10)  # the others stayed, each looked at once
 
 
 async def test_broker_apply_policies_and_dlq_list_as_a_user_runs_them(

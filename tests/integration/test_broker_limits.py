@@ -20,7 +20,7 @@ from consumers_sdk.errors import DlqError, TopologyMismatch
 from devstack.rabbitmq import RabbitServer
 from dispatcher.node import Node
 from tests.support.nodes import client, running_node
-from tests.support.queues import consumers_reach, depth_reaches, queue_depth, wait_for_queue
+from tests.support.queues import consumers_reach, depth_reaches, wait_for_queue
 from tests.support.waiting import until
 
 WORK = topology.work_queue("billing", "orders.expire")
@@ -87,11 +87,14 @@ async def test_dead_jobs_survive_any_number_of_looks_and_passed_over_requeues(
     ids = [str(uuid.uuid4()) for _ in range(3)]
     await put(amqp_url, DEAD, [b'{"order": 1}'] * 3, ids=ids)
     for _ in range(LOOKS):
+        # A quorum queue takes back what was handed back a moment after the nack is sent.
+        await depth_reaches(amqp_url, DEAD, 3, 10)
         assert await look_through_the_management_ui(rabbit_server, amqp_url, DEAD) == 3
     for _ in range(LOOKS):  # each run hands back every dead job it passes over
+        await depth_reaches(amqp_url, DEAD, 3, 10)
         with pytest.raises(DlqError, match="no job"):
             await dlq.requeue_job(amqp_url, DEAD, str(uuid.uuid4()))
-    assert await queue_depth(amqp_url, DEAD) == 3
+    await depth_reaches(amqp_url, DEAD, 3, 10)
     # `dispatcher dlq list` counts them even where the management API gives no count (4.x).
     await until(lambda: listed(rabbit_server, amqp_url), 20)
 
@@ -143,7 +146,7 @@ async def test_an_event_handed_back_past_the_broker_default_is_still_recorded(
     event = event_for(job_id)
     await put(amqp_url, contract.EVENTS_QUEUE, [contract.encode_event(event)], ids=[event.event_id])
     await hand_back(amqp_url, contract.EVENTS_QUEUE, LOOKS)
-    assert await queue_depth(amqp_url, contract.EVENTS_QUEUE) == 1
+    await depth_reaches(amqp_url, contract.EVENTS_QUEUE, 1, 10)
     async with running_node(database_url=database_url, amqp_url=amqp_url, shard_count=2):
         await until(lambda: recorded(database_url, event.event_id), 20)
 

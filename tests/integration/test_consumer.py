@@ -348,7 +348,7 @@ async def test_stop_past_its_deadline_leaves_unfinished_jobs_to_be_redelivered(
     await asyncio.wait_for(task, 10)  # the deadline, not the handler's 25 s
     # One was cancelled mid-handler and two never started: none acked, all three back.
     assert len(started) == 1
-    assert await queue_depth(amqp_url, WORK) == 3
+    await depth_reaches(amqp_url, WORK, 3, 10)  # returned as the channel closed
 
 
 async def test_a_retry_copy_that_reaches_no_queue_is_not_lost(
