@@ -285,6 +285,7 @@ class JobStore:
             connection.transaction(),
         ):
             await connection.execute(queries.MARK_DISPATCHED, marked)
+            await connection.execute(queries.PLAN_EACH_RUN)
             await connection.execute(queries.SETTLE_REPORTED, marked)
 
     async def mark_expired(self, ids: Iterable[uuid.UUID]) -> None:

@@ -197,6 +197,8 @@ WHERE id = ANY($1::uuid[]) AND state = 'dispatching'
 # consumers reported for this round. A statement of its own, after MARK_DISPATCHED locked the
 # rows, so that its snapshot holds every event recorded meanwhile (RECORD_EVENTS locks the job of
 # a final event: it either commits before the mark's lock, or waits and finds it dispatched).
+# Planned at each run (PLAN_EACH_RUN): a new database's first confirms find no events, and the
+# generic plan PostgreSQL would cache then reads all of job_events, which grows by two rows a job.
 # $1 ids.
 SETTLE_REPORTED: Final = """
 WITH reported AS (
@@ -211,6 +213,10 @@ UPDATE jobs j SET state = reported.outcome, last_error = reported.error, updated
 FROM reported
 WHERE j.id = reported.job_id AND j.state = 'dispatched'
 """
+
+# The transaction's next statements are planned with their values each time they run, never from a
+# plan cached for the prepared statement.
+PLAN_EACH_RUN: Final = "SET LOCAL plan_cache_mode = force_custom_plan"
 
 # Their ttl ran out before they could be published. $1 ids.
 MARK_EXPIRED: Final = """

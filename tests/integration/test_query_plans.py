@@ -17,6 +17,8 @@ import pytest
 from devstack.postgres import PostgresServer
 from dispatcher import models
 from dispatcher.store import queries
+from dispatcher.store.db import Database
+from dispatcher.store.jobs import JobStore
 from tests.support import million
 
 # The states in flight, and a rare finished one. The bulk of finished jobs is half the table: any
@@ -48,6 +50,8 @@ def literal(value: Any) -> str:
         return "NULL"
     if isinstance(value, int | float):
         return str(value)
+    if isinstance(value, uuid.UUID):
+        return f"'{value}'::uuid"
     if isinstance(value, list):
         return "ARRAY[" + ", ".join(literal(item) for item in value) + "]"
     return "'" + str(value).replace("'", "''") + "'"
@@ -123,3 +127,55 @@ async def test_the_consoles_grouped_next_due_reads_the_due_index_only(million_jo
         assert grouping, json.dumps(plan, indent=1)
         below = list(nodes(grouping[0]))[1:]
         assert any(n["Node Type"] == "Limit" for n in below), json.dumps(plan, indent=1)
+
+
+MANY_EVENTS = """
+INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at)
+SELECT gen_random_uuid(), id, 'succeeded', 1, 'g', 'c', now() FROM jobs LIMIT $1
+"""
+
+
+async def job_events_scans(dsn: str, pool: Database) -> int:
+    """Whole-table reads of job_events so far, counting the pool's connection's latest."""
+    async with pool.connection(10) as connection:
+        await connection.execute("SELECT pg_stat_force_next_flush()")  # flushed when it idles
+    await asyncio.sleep(0.2)
+    reader = await asyncpg.connect(dsn)
+    try:
+        scans = await reader.fetchval(
+            "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'job_events'"
+        )
+    finally:
+        await reader.close()
+    return int(scans)
+
+
+async def test_confirms_read_job_events_by_its_index_after_it_outgrew_its_statistics(
+    database_url: str,
+) -> None:
+    """A new database's first confirms find jobs and no events yet, and PostgreSQL caches a plan
+    that reads all of job_events (cheapest then) for a prepared statement after five runs; the
+    table then grows by two rows a job until autovacuum first analyses it. Each confirm's reading
+    of the outcomes already reported must go through the job ids all the same."""
+    setup = await asyncpg.connect(database_url)
+    try:
+        await million.load(setup, 20_000)
+        await setup.execute("ALTER TABLE job_events SET (autovacuum_enabled = false)")
+    finally:
+        await setup.close()
+    pool = Database(database_url, min_size=1, max_size=1, timeout_s=10)  # one connection's cache
+    await pool.open()
+    try:
+        store = JobStore(pool, node_id="n1", lease_s=30)
+        for _ in range(8):
+            await store.mark_dispatched([uuid.uuid4()])
+        grow = await asyncpg.connect(database_url)
+        try:
+            await grow.execute(MANY_EVENTS, 20_000)
+        finally:
+            await grow.close()
+        before = await job_events_scans(database_url, pool)
+        await store.mark_dispatched([uuid.uuid4()])
+        assert await job_events_scans(database_url, pool) == before
+    finally:
+        await pool.close()
