@@ -82,8 +82,9 @@ class HistoryStore:
     ) -> list[asyncpg.Record]:
         return await connection.fetch(
             queries.RECORD_EVENTS,
-            [uuid.UUID(e.event_id) for e in events],
-            [uuid.UUID(e.job_id) for e in events],
+            # Ids as the canonical text decoding checked: asyncpg reads it as uuid in C.
+            [e.event_id for e in events],
+            [e.job_id for e in events],
             [e.outcome for e in events],
             [e.attempt for e in events],
             [e.group for e in events],
@@ -91,7 +92,7 @@ class HistoryStore:
             [e.error for e in events],
             [e.at for e in events],
             [e.routing_key for e in events],
-            [None if e.dispatch_round is None else uuid.UUID(e.dispatch_round) for e in events],
+            [e.dispatch_round for e in events],
         )
 
     async def events(self, job_id: uuid.UUID) -> list[models.JobEvent]:

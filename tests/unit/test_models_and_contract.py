@@ -203,3 +203,23 @@ def test_an_event_carries_the_round_of_its_delivery_and_an_older_sdks_event_has_
     assert contract.decode_event(json.dumps(body).encode()).dispatch_round is None
     with pytest.raises(ValueError, match="not a job event"):
         contract.decode_event(json.dumps({**body, "round": "guess"}).encode())
+
+
+def test_an_events_ids_are_read_in_any_spelling_of_a_uuid_and_kept_in_the_canonical_one() -> None:
+    event = an_event(dispatch_round=str(uuid.uuid4()))
+    body = json.loads(contract.encode_event(event))
+    spelled = {
+        **body,
+        "event_id": body["event_id"].upper(),
+        "job_id": "{" + body["job_id"] + "}",
+        "round": body["round"].replace("-", ""),
+    }
+    decoded = contract.decode_event(json.dumps(spelled).encode())
+    assert (decoded.event_id, decoded.job_id, decoded.dispatch_round) == (
+        event.event_id,
+        event.job_id,
+        event.dispatch_round,
+    )
+    for bad in ("g" * 32, body["job_id"] + "0", 7, None, ["x"]):
+        with pytest.raises(ValueError, match="not a job event"):
+            contract.decode_event(json.dumps({**body, "job_id": bad}).encode())
