@@ -20,7 +20,7 @@ import uvloop
 
 from devstack.base import service_root
 from devstack.ports import free_port
-from devstack.postgres import PostgresServer
+from devstack.postgres import QUEUE_SETTINGS, PostgresServer
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
 from tests.support.process import DispatcherProcess
@@ -50,7 +50,7 @@ class Services:
 def services(*, zookeeper: bool = False) -> Iterator[Services]:
     pg_root = service_root("bench-pg")
     other_root = Path(tempfile.mkdtemp(prefix="dispatcher-bench-"))
-    postgres = PostgresServer(pg_root, free_port())
+    postgres = PostgresServer(pg_root, free_port(), settings=QUEUE_SETTINGS)
     rabbit = RabbitServer(
         other_root / "rabbitmq",
         free_port(),

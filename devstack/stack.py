@@ -20,7 +20,7 @@ from pathlib import Path
 
 from devstack import packages
 from devstack.ports import wait_port_free
-from devstack.postgres import PostgresServer
+from devstack.postgres import QUEUE_SETTINGS, PostgresServer
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
 
@@ -79,7 +79,7 @@ def servers(root: Path, ports: Ports) -> tuple[PostgresServer, RabbitServer, Zoo
     # The node name carries the AMQP port: two stacks on one machine must not share it in epmd.
     nodename = f"dispatcher-{ports.amqp}@localhost"
     return (
-        PostgresServer(postgres_root(root), ports.postgres),
+        PostgresServer(postgres_root(root), ports.postgres, settings=QUEUE_SETTINGS),
         RabbitServer(root / "rabbitmq", ports.amqp, ports.management, ports.distribution, nodename),
         ZooKeeperServer(root / "zookeeper", ports.zookeeper),
     )

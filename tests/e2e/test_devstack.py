@@ -4,6 +4,7 @@ a throwaway root: single node starts no ZooKeeper, the cluster's three nodes sha
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -108,6 +110,17 @@ class Stack:
         )
 
 
+def naptime(port: int) -> str:
+    async def show() -> str:
+        connection = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres")
+        try:
+            return str(await connection.fetchval("SHOW autovacuum_naptime"))
+        finally:
+            await connection.close()
+
+    return asyncio.run(show())
+
+
 @pytest.fixture
 def stack() -> Iterator[Stack]:
     stack = Stack(service_root("devstack"))
@@ -126,6 +139,7 @@ def test_up_starts_postgres_and_rabbitmq_only_and_cluster_adds_zookeeper_and_thr
 ) -> None:
     out = stack.run("up")
     assert answers(stack.ports["postgres"])
+    assert naptime(stack.ports["postgres"]) == "5s"  # QUEUE_SETTINGS, what `make run` runs with
     assert answers(stack.ports["amqp"])
     assert not answers(stack.ports["zookeeper"])
     assert "ZooKeeper" not in out

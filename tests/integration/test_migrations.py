@@ -117,3 +117,16 @@ async def test_migrate_status_lists_every_migration_with_its_state(
     assert [line[0] for line in lines] == [m.version for m in SHIPPED]
     assert [line[1] for line in lines] == ["applied"] * (len(SHIPPED) - 1) + ["pending"]
     assert LAST not in await recorded(connection)  # --status applied nothing
+
+
+async def test_the_queue_tables_are_vacuumed_and_analysed_after_two_percent_changed(
+    connection: asyncpg.Connection,
+) -> None:
+    rows = await connection.fetch(
+        "SELECT relname, reloptions FROM pg_class WHERE relname IN ('jobs', 'job_events')"
+    )
+    for row in rows:
+        options = dict(option.split("=") for option in row["reloptions"])
+        assert options["autovacuum_vacuum_scale_factor"] == "0.02", row["relname"]
+        assert options["autovacuum_analyze_scale_factor"] == "0.02", row["relname"]
+    assert len(rows) == 2
