@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +17,7 @@ import aio_pika
 from aio_pika.abc import FieldValue
 
 from bench import harness
-from bench.harness import median, one_node, services, started, stopped, write
+from bench.harness import median, services_with_node, started, stopped, write
 from bench.throughput import ceiling_consume
 from consumers_sdk import contract, topology
 from dispatcher.amqp.publisher import message_properties
@@ -90,15 +89,11 @@ async def raw_rate(amqp_url: str, count: int) -> float:
 
 async def main(jobs: int, runs: int) -> None:
     figures: dict[str, list[float]] = {"raw": [], "events_on": [], "events_off": []}
-    with (
-        services() as svc,
-        tempfile.TemporaryDirectory() as folder,
-        one_node(svc, Path(folder)),  # takes the outcome events
-    ):
+    with services_with_node() as (svc, folder, _):  # the node takes the outcome events
         for _ in range(runs):  # interleaved, so drift touches each alike
             figures["raw"].append(await raw_rate(svc.amqp_url, jobs))
-            figures["events_on"].append(await sdk_rate(svc.amqp_url, Path(folder), jobs, True))
-            figures["events_off"].append(await sdk_rate(svc.amqp_url, Path(folder), jobs, False))
+            figures["events_on"].append(await sdk_rate(svc.amqp_url, folder, jobs, True))
+            figures["events_off"].append(await sdk_rate(svc.amqp_url, folder, jobs, False))
     medians = {name: median(values) for name, values in figures.items()}
     print(f"One consumer process, {jobs} ready jobs, no-op handler (median of {runs})")
     for name in ("raw", "events_on", "events_off"):

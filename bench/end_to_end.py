@@ -10,12 +10,11 @@ spent per 1 000 jobs: the dispatcher, the consumer, PostgreSQL and RabbitMQ.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from pathlib import Path
 
 from bench import harness
 from bench.cpu import tree_seconds
-from bench.harness import Services, medians, one_node, services, started, stopped, summary, write
+from bench.harness import Services, medians, services_with_node, started, stopped, summary, write
 from bench.lateness import drained, rates_and_runs, received, steady
 from tests.support.process import DispatcherProcess
 
@@ -63,15 +62,9 @@ async def one_run(
 
 async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
     results: dict[str, object] = {"seconds": seconds, "runs": runs, "machine": harness.machine()}
-    with (
-        services() as svc,
-        tempfile.TemporaryDirectory() as folder,
-        one_node(svc, Path(folder)) as node,
-    ):
+    with services_with_node() as (svc, folder, node):
         for rate in rates:
-            each = [
-                await one_run(svc, node, Path(folder), rate, seconds, run) for run in range(runs)
-            ]
+            each = [await one_run(svc, node, folder, rate, seconds, run) for run in range(runs)]
             stats = medians(each)
             results[f"rate_{rate}"] = {"median": stats, "runs": each}
             ms = {key: value * 1000 for key, value in stats.items()}

@@ -133,6 +133,17 @@ def stopped(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
+def services_with_node() -> Iterator[tuple[Services, Path, DispatcherProcess]]:
+    """The services, a scratch folder and one node on them, its log in the folder."""
+    with (
+        services() as svc,
+        tempfile.TemporaryDirectory() as folder,
+        one_node(svc, Path(folder)) as node,
+    ):
+        yield svc, Path(folder), node
+
+
+@contextmanager
 def one_node(svc: Services, folder: Path) -> Iterator[DispatcherProcess]:
     """A dispatcher node on the services, its log in FOLDER; stopped on the way out."""
     env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from bench import harness
-from bench.harness import medians, one_node, services, started, stopped, summary, write
+from bench.harness import medians, services_with_node, started, stopped, summary, write
 from tests.support.process import DispatcherProcess
 
 
@@ -87,15 +86,10 @@ async def one_run(
 
 async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
     results: dict[str, object] = {"seconds": seconds, "runs": runs}
-    with (
-        services() as svc,
-        tempfile.TemporaryDirectory() as folder,
-        one_node(svc, Path(folder)) as node,
-    ):
+    with services_with_node() as (svc, folder, node):
         for rate in rates:
             each = [
-                await one_run(node, svc.amqp_url, Path(folder), rate, seconds, run)
-                for run in range(runs)
+                await one_run(node, svc.amqp_url, folder, rate, seconds, run) for run in range(runs)
             ]
             stats = medians(each)
             results[f"rate_{rate}"] = {"median": stats, "runs": each}

@@ -255,12 +255,14 @@ _CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[
 
 
 def _uuid_text(value: object) -> str:
-    """A UUID's canonical text; ValueError (or TypeError, AttributeError) for anything else. What
-    an SDK sends is canonical already, and matched without making a UUID of it (events arrive by
-    thousands a second)."""
-    if type(value) is str and _CANONICAL_UUID.fullmatch(value):
+    """A UUID's canonical text; ValueError or TypeError for anything else. What an SDK sends is
+    canonical already, and matched without making a UUID of it (events arrive by thousands a
+    second)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{type(value).__name__}, not a UUID's text")
+    if _CANONICAL_UUID.fullmatch(value):
         return value
-    return str(uuid.UUID(value))  # type: ignore[arg-type] # any other spelling it accepts
+    return str(uuid.UUID(value))  # any other spelling it accepts
 
 
 def _event_from(data: object) -> JobEvent:

@@ -91,13 +91,14 @@ class JobStore:
         columns = _columns(jobs)
         with_prerequisites = any(job.after for job in jobs)
         waiting: set[uuid.UUID] = set()
-        async with self._db.connection() as connection, contextlib.AsyncExitStack() as stack:
-            # One statement is atomic and durable on its own: a transaction would only add the
-            # BEGIN and COMMIT round trips to every request's wait. Prerequisites are written with
-            # their jobs, all or nothing. Existing idempotency keys are read after the insert,
-            # as read committed would inside a transaction.
-            if with_prerequisites:
-                await stack.enter_async_context(connection.transaction())
+        # One statement is atomic and durable on its own: a transaction would only add the BEGIN
+        # and COMMIT round trips to every request's wait. Prerequisites are written with their
+        # jobs, all or nothing. Existing idempotency keys are read after the insert, as read
+        # committed would inside a transaction.
+        async with (
+            self._db.connection() as connection,
+            connection.transaction() if with_prerequisites else contextlib.nullcontext(),
+        ):
             rows = await connection.fetch(queries.INSERT_JOBS, *columns)
             inserted = {row["id"]: row["created_at"] for row in rows}
             existing = await _existing(connection, jobs, inserted)

@@ -150,13 +150,13 @@ async def job_events_scans(dsn: str, pool: Database) -> int:
     return int(scans)
 
 
-async def test_confirms_read_job_events_by_its_index_after_it_outgrew_its_statistics(
+async def test_a_confirm_does_not_scan_job_events_after_it_outgrew_its_statistics(
     database_url: str,
 ) -> None:
     """A new database's first confirms find jobs and no events yet, and PostgreSQL caches a plan
     that reads all of job_events (cheapest then) for a prepared statement after five runs; the
     table then grows by two rows a job until autovacuum first analyses it. Each confirm's reading
-    of the outcomes already reported must go through the job ids all the same."""
+    of the outcomes already reported must still start from the job ids, not from the table."""
     setup = await asyncpg.connect(database_url)
     try:
         await million.load(setup, 20_000)
