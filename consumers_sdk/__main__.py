@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from consumers_sdk import logs
-from consumers_sdk.consumer import Consumer
+from consumers_sdk.consumer import Consumer, install_stop_signals, remove_stop_signals
 
 PROG = "dispatcher-consumer"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -153,15 +153,25 @@ def prepare(args: argparse.Namespace) -> Consumer:
 def run(consumer: Consumer, args: argparse.Namespace) -> None:
     """Log to stderr at ``--log-level`` and consume until SIGTERM or SIGINT."""
     logs.configure(args.log_level, json=args.log_format == "json")
-    logging.getLogger(__name__).info(
-        "running %s: group %s, prefetch %d, concurrency %d, max %s/s",
-        args.target,
-        consumer.group,
-        consumer.prefetch,
-        consumer.concurrency,
-        consumer.max_per_second or "unlimited",
-    )
-    asyncio.run(consumer.run())
+    asyncio.run(_serve(consumer, args))
+
+
+async def _serve(consumer: Consumer, args: argparse.Namespace) -> None:
+    # The stop signals are installed before the line that says the runner is running: a
+    # supervisor that sends SIGTERM as soon as it reads the line gets a graceful stop, not a kill.
+    signals = install_stop_signals(consumer.stop)
+    try:
+        logging.getLogger(__name__).info(
+            "running %s: group %s, prefetch %d, concurrency %d, max %s/s",
+            args.target,
+            consumer.group,
+            consumer.prefetch,
+            consumer.concurrency,
+            consumer.max_per_second or "unlimited",
+        )
+        await consumer.run(handle_signals=False)
+    finally:
+        remove_stop_signals(signals)
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = PROG) -> int:

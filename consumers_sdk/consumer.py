@@ -244,7 +244,7 @@ class Consumer:
         if not self._handlers:
             raise ValueError("no handler registered")
         self._warn_if_deliveries_can_outwait_the_broker()
-        signals = self._install_signals() if handle_signals else []
+        signals = install_stop_signals(self.stop) if handle_signals else []
         self._started = True
         try:
             if self._metrics_server is not None:
@@ -263,9 +263,7 @@ class Consumer:
             self._started = False
             if self._metrics_server is not None:
                 await self._metrics_server.close()
-            loop = asyncio.get_running_loop()
-            for signum in signals:
-                loop.remove_signal_handler(signum)
+            remove_stop_signals(signals)
 
     async def _connect(self) -> AbstractRobustConnection | None:
         """The first connection, retried until the broker answers; later losses aio-pika heals."""
@@ -370,18 +368,6 @@ class Consumer:
                 self._consumer_timeout_s,
             )
 
-    def _install_signals(self) -> list[signal.Signals]:
-        """The one place signals are handled: SIGTERM and SIGINT ask for a graceful stop."""
-        if threading.current_thread() is not threading.main_thread():
-            return []
-        loop = asyncio.get_running_loop()
-        installed = []
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, self.stop)
-                installed.append(signum)
-        return installed
-
     async def _on_message(
         self, spec: outcome.HandlerSpec, message: AbstractIncomingMessage
     ) -> None:
@@ -410,3 +396,23 @@ class Consumer:
                 await self._outcomes.process(spec, message)
             finally:
                 self._running -= 1
+
+
+def install_stop_signals(stop: Callable[[], None]) -> list[signal.Signals]:
+    """The one way signals are handled: SIGTERM and SIGINT call ``stop`` on the running loop.
+    Returns the signals installed (none off the main thread), for ``remove_stop_signals``."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    loop = asyncio.get_running_loop()
+    installed = []
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop)
+            installed.append(signum)
+    return installed
+
+
+def remove_stop_signals(signals: Sequence[signal.Signals]) -> None:
+    loop = asyncio.get_running_loop()
+    for signum in signals:
+        loop.remove_signal_handler(signum)

@@ -3,13 +3,16 @@ the pace the flags override on the Consumer."""
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from consumers_sdk import Consumer
+from consumers_sdk import Consumer, Job
 from consumers_sdk import __main__ as runner
 
 AMQP = "amqp://guest:guest@127.0.0.1:9/"
@@ -93,3 +96,40 @@ def test_flags_override_the_consumers_pace() -> None:
     assert defaulted.concurrency == 20
     with pytest.raises(ValueError, match="at least 1"):
         defaulted.configure(concurrency=0)
+
+
+def test_a_sigterm_right_after_the_running_line_stops_the_runner_gracefully(
+    app: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stop signals are in place before the runner says it is running; they are gone after."""
+    args = runner.build_parser(runner.PROG).parse_args(["runner_app:consumer"])
+    consumer = runner.prepare(args)
+
+    @consumer.handler("runner.work")
+    async def work(job: Job) -> None:
+        pass
+
+    monkeypatch.setattr(runner.logs, "configure", lambda *_args, **_kwargs: None)  # keep pytest's
+    before = signal.getsignal(signal.SIGTERM)
+    seen: list[object] = []
+
+    class OnRunning(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("running"):
+                seen.append(signal.getsignal(signal.SIGTERM))
+                if seen[0] is before:  # no handler yet: a real SIGTERM would kill pytest
+                    consumer.stop()
+                else:
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+    caplog.set_level(logging.INFO, logger=runner.__name__)
+    logger = logging.getLogger(runner.__name__)
+    handler = OnRunning()
+    logger.addHandler(handler)
+    try:
+        runner.run(consumer, args)  # returns: the signal asked the consumer to stop
+    finally:
+        logger.removeHandler(handler)
+    [at_running] = seen
+    assert at_running is not before  # SIGTERM was handled when the line was written
+    assert signal.getsignal(signal.SIGTERM) is before
