@@ -70,6 +70,11 @@ class Metrics:
         self.publish_confirms = Counter(
             "dispatcher_publish_confirms", "Publishes RabbitMQ confirmed", registry=r
         )
+        self.claims = Counter(
+            "dispatcher_claims",
+            "Fenced claim statements firing ran (jobs dispatched per claim: what one serves)",
+            registry=r,
+        )
         self.window_horizon = Gauge(
             "dispatcher_window_horizon_seconds",
             "How far ahead of now the jobs held in memory reach (the loader's horizon)",

@@ -5,11 +5,17 @@ confirms: the broker's confirm path, not a round trip, bounds the rate. Confirme
 ``dispatched`` by one task in shared round trips (``marks.py``). A claim is made before the
 publish because a publish cannot be fenced; a claim whose publish is never confirmed is released,
 or its lease runs out and the loader hands it back (at-least-once, never lost).
+
+A claim is made ahead: once the earliest job is ``CLAIM_LEAD_S`` from due, the jobs due in the
+next ``CLAIM_AHEAD_S`` are claimed in the same statement and each is published when it is due,
+never before. The claim's round trip is then off the path from due to published, and at a steady
+rate one statement serves tens of jobs instead of two or three.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from asyncio import FIRST_COMPLETED
@@ -29,6 +35,11 @@ from dispatcher.store.jobs import JobStore
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 5.0
+# Claim this long before the earliest job is due: a claim's round trip, with room under load.
+CLAIM_LEAD_S = 0.010
+# With it, claim what falls due this much later. Claims are leased (seconds) and fenced, and
+# each job is published at its due time, so holding them this long changes no guarantee.
+CLAIM_AHEAD_S = 0.050
 
 
 class Firer:
@@ -142,7 +153,7 @@ class Firer:
                 return entries
             next_due = self._heap.next_due_s()
             now_s = self._clock()
-            timeout = None if next_due is None else max(0.0, next_due - now_s)
+            timeout = None if next_due is None else max(0.0, next_due - CLAIM_LEAD_S - now_s)
             if len(self._backlog) and not live_only:  # held back by the catch-up pace
                 paced = self._catchup_pace.wait_s(now_s, len(self._backlog))
                 timeout = paced if timeout is None else min(timeout, paced)
@@ -154,7 +165,7 @@ class Firer:
         """A batch: live jobs due now, with a share kept for the overdue backlog if there is one
         (as much of it as the catch-up pace allows)."""
         if live_only:
-            return self._heap.pop_due(now_s, self._batch)
+            return self._pop_live(now_s, self._batch)
         # Recovered claims and stragglers first, unpaced, in a share of the batch: their own
         # budget, whatever the backlog and its pace.
         recovered = self._loader.take_recovered(max(1, self._batch // 4))
@@ -162,7 +173,7 @@ class Firer:
             return recovered + self._heap.pop_due(now_s, self._batch - len(recovered))
         waiting = len(self._backlog)
         if not waiting:
-            return self._heap.pop_due(now_s, self._batch)
+            return self._pop_live(now_s, self._batch)
         share = min(waiting, max(1, int(self._batch * self._catchup_share)), self._batch - 1)
         overdue = self._catchup_pace.take(now_s, share)
         entries = self._heap.pop_due(now_s, self._batch - overdue)
@@ -170,6 +181,16 @@ class Firer:
         if room > 0:  # few live jobs due: the backlog may have the rest of the batch
             overdue += self._catchup_pace.take(now_s, room)
         entries.extend(self._backlog.pop(overdue))
+        return entries
+
+    def _pop_live(self, now_s: float, limit: int) -> list[models.DueEntry]:
+        """The live jobs due now and, once the next is within the claim's lead, those falling due
+        in the next ``CLAIM_AHEAD_S`` (claimed together, each published when due). A batch with
+        overdue jobs takes none ahead: its worker would hold the backlog while it waits."""
+        entries = self._heap.pop_due(now_s, limit)
+        next_due = self._heap.next_due_s()
+        if len(entries) < limit and next_due is not None and next_due <= now_s + CLAIM_LEAD_S:
+            entries.extend(self._heap.pop_due(now_s + CLAIM_AHEAD_S, limit - len(entries)))
         return entries
 
     async def _fire(self, entries: list[models.DueEntry], publisher: Publisher) -> bool:
@@ -257,14 +278,42 @@ class Firer:
             )
 
     async def _fire_batch(self, entries: list[models.DueEntry], publisher: Publisher) -> None:
+        """Claim the batch in one statement, then publish each claimed job when it is due."""
         held = self._ownership.epochs()
         mine = [entry for entry in entries if entry.shard in held]
         if not mine:
             return
         epochs = {entry.shard: held[entry.shard] for entry in mine}
         claimed = await self._store.claim(mine, epochs)
-        if not claimed:
-            return
+        self._metrics.claims.inc()
+        waiting = sorted(claimed, key=lambda job: job.run_at)
+        try:
+            while waiting:
+                now_s = self._clock()
+                due = 0
+                while due < len(waiting) and waiting[due].run_at.timestamp() <= now_s:
+                    due += 1
+                if not due:
+                    await asyncio.sleep(waiting[0].run_at.timestamp() - now_s)
+                    continue
+                group, waiting = waiting[:due], waiting[due:]
+                await self._publish_claimed(group, epochs, publisher)
+        except Exception:
+            if waiting:  # claimed ahead, not yet published: released, or their leases run out
+                with contextlib.suppress(*errors.TRANSIENT):
+                    await self._give_back(waiting)
+            raise
+
+    async def _publish_claimed(
+        self, claimed: list[models.Claimed], epochs: dict[int, int], publisher: Publisher
+    ) -> None:
+        """Publish claimed jobs that are due: expired ones marked, ones whose shard moved since
+        the claim handed to its new owner, the rest published and their outcomes settled."""
+        held = self._ownership.epochs()
+        moved = [job for job in claimed if held.get(job.shard) != epochs[job.shard]]
+        if moved:
+            await self._store.release((job.id for job in moved), announce=True)
+            claimed = [job for job in claimed if held.get(job.shard) == epochs[job.shard]]
         now = datetime.now(UTC)
         expired: list[models.Claimed] = []
         live: list[models.Claimed] = []
