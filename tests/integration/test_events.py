@@ -26,18 +26,23 @@ from tests.support.waiting import eventually
 
 async def drain_events(amqp_url: str) -> list[contract.JobEvent]:
     """Every event waiting in the dispatchers' queue (taken off it)."""
+    return [event for message in await drain_event_messages(amqp_url) for event in message]
+
+
+async def drain_event_messages(amqp_url: str) -> list[list[contract.JobEvent]]:
+    """Every message waiting in the dispatchers' queue, as the events each holds (taken off it)."""
     await topology.declare(amqp_url, topology.events_queues)
     connection = await aio_pika.connect(amqp_url)
-    events = []
+    messages = []
     try:
         channel = await connection.channel()
         queue = await channel.declare_queue(contract.EVENTS_QUEUE, passive=True)
         while (message := await queue.get(fail=False)) is not None:
-            events.extend(contract.decode_events(message.body))
+            messages.append(contract.decode_events(message.body))
             await message.ack()
     finally:
         await connection.close()
-    return events
+    return messages
 
 
 def set_write(rabbit: RabbitServer, amqp_url: str, write: str) -> None:
@@ -214,3 +219,28 @@ async def test_a_blocked_broker_never_holds_up_handlers_and_events_follow_once_u
         await asyncio.to_thread(rabbit_server.ctl, "set_vm_memory_high_watermark", "0.4")
     events = await drain_events(amqp_url)
     assert sorted(e.job_id for e in events if e.outcome == "succeeded") == sorted(ids)
+
+
+async def test_events_reported_a_millisecond_apart_travel_together_in_few_messages(
+    amqp_url: str,
+) -> None:
+    await topology.declare(amqp_url, topology.events_queues)
+    events = reporter.EventReporter(amqp_url, group="billing", consumer="worker-1")
+    events.open()
+    try:
+        for _ in range(40):
+            events.report(
+                job_id=str(uuid.uuid4()),
+                routing_key="orders.expire",
+                attempt=1,
+                outcome="succeeded",
+            )
+            await asyncio.sleep(0.001)
+        await eventually(lambda: events.pending == 0, 10)
+    finally:
+        await events.close(timeout_s=5)
+    messages = await drain_event_messages(amqp_url)
+    assert sum(len(message) for message in messages) == events.published == 40
+    # A round short of a batch waits reporter.LINGER_S for more: two or three rounds for 40 ms
+    # of events, where a round per confirm took one message for every event or two.
+    assert len(messages) <= 4, [len(message) for message in messages]
