@@ -31,7 +31,7 @@ def claims(node: Node) -> float:
 async def test_jobs_due_a_millisecond_apart_are_claimed_together_and_none_is_published_early(
     node: Node, collector: Collector
 ) -> None:
-    first = datetime.now(UTC) + timedelta(seconds=2)
+    first = datetime.now(UTC) + timedelta(seconds=3)
     run_ats = [first + timedelta(milliseconds=number) for number in range(SPREAD)]
     jobs = [
         {"routing_key": "ahead.spread", "payload": number, "run_at": run_at.isoformat()}
@@ -41,7 +41,7 @@ async def test_jobs_due_a_millisecond_apart_are_claimed_together_and_none_is_pub
         response = await http.post("/v1/jobs/batch", json={"jobs": jobs})
     assert response.status_code == 201
     before = claims(node)
-    assert datetime.now(UTC) < first - timedelta(milliseconds=500), "stored too late to tell"
+    assert datetime.now(UTC) < first - timedelta(seconds=1), "stored too late to tell"
     accepted = {
         job["id"]: run_at.timestamp()
         for job, run_at in zip(response.json()["jobs"], run_ats, strict=True)
