@@ -15,11 +15,12 @@ rate one statement serves tens of jobs instead of two or three.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import uuid
 from asyncio import FIRST_COMPLETED
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 
 from dispatcher import errors, metrics, models
@@ -151,10 +152,10 @@ class Firer:
             if entries:
                 self._loader.heap_drained()
                 return entries
-            next_due = self._heap.next_due_s()
             now_s = self._clock()
-            timeout = None if next_due is None else max(0.0, next_due - CLAIM_LEAD_S - now_s)
-            if len(self._backlog) and not live_only:  # held back by the catch-up pace
+            paced_backlog = bool(len(self._backlog)) and not live_only
+            timeout = wake_in_s(self._heap.next_due_s(), now_s, claims_ahead=not paced_backlog)
+            if paced_backlog:  # held back by the catch-up pace
                 paced = self._catchup_pace.wait_s(now_s, len(self._backlog))
                 timeout = paced if timeout is None else min(timeout, paced)
             self._wake.clear()
@@ -286,26 +287,26 @@ class Firer:
         epochs = {entry.shard: held[entry.shard] for entry in mine}
         claimed = await self._store.claim(mine, epochs)
         self._metrics.claims.inc()
-        waiting = sorted(claimed, key=lambda job: job.run_at)
+        claimed.sort(key=lambda job: job.run_at)
+        due_s = [job.run_at.timestamp() for job in claimed]
+        published = 0  # claimed[:published] are handed to _publish_claimed
         try:
-            while waiting:
+            while published < len(claimed):
                 now_s = self._clock()
-                due = 0
-                while due < len(waiting) and waiting[due].run_at.timestamp() <= now_s:
-                    due += 1
-                if not due:
-                    await asyncio.sleep(waiting[0].run_at.timestamp() - now_s)
+                due = bisect.bisect_right(due_s, now_s, lo=published)
+                if due == published:
+                    await asyncio.sleep(due_s[published] - now_s)
                     continue
-                group, waiting = waiting[:due], waiting[due:]
+                group, published = claimed[published:due], due
                 await self._publish_claimed(group, epochs, publisher)
         except Exception:
-            if waiting:  # claimed ahead, not yet published: released, or their leases run out
+            if published < len(claimed):  # claimed ahead, not yet published: released, or leased
                 with contextlib.suppress(*errors.TRANSIENT):
-                    await self._give_back(waiting)
+                    await self._give_back(claimed[published:])
             raise
 
     async def _publish_claimed(
-        self, claimed: list[models.Claimed], epochs: dict[int, int], publisher: Publisher
+        self, claimed: list[models.Claimed], epochs: Mapping[int, int], publisher: Publisher
     ) -> None:
         """Publish claimed jobs that are due: expired ones marked, ones whose shard moved since
         the claim handed to its new owner, the rest published and their outcomes settled."""
@@ -367,6 +368,16 @@ class Firer:
         self._metrics.count_by_key(self._metrics.jobs_dispatched, jobs)
         for job in jobs:
             self._metrics.fire_lateness.observe(max(0.0, now_s - job.run_at.timestamp()))
+
+
+def wake_in_s(next_due_s: float | None, now_s: float, *, claims_ahead: bool) -> float | None:
+    """How long a worker with nothing to take sleeps (None: until woken): until the next live job
+    is ``CLAIM_LEAD_S`` from due when its batch would claim ahead; until the job is due when the
+    worker has overdue jobs to take, which claim nothing ahead (woken sooner, it would find
+    nothing to take and wake again at once until then)."""
+    if next_due_s is None:
+        return None
+    return max(0.0, next_due_s - (CLAIM_LEAD_S if claims_ahead else 0.0) - now_s)
 
 
 def _entries(jobs: list[models.Claimed]) -> list[models.DueEntry]:
