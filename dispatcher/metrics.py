@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -13,6 +13,10 @@ LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 
 OTHER = "other"
 API_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10)
+
+
+class _Labelled(Protocol):
+    def labels(self, *values: str) -> Any: ...
 
 
 class _Routed(Protocol):
@@ -40,6 +44,7 @@ class RoutingKeyLabels:
 class Metrics:
     def __init__(self, *, routing_key_labels: int = 50) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self.key_label = RoutingKeyLabels(routing_key_labels)
         r = self.registry
         key = ["routing_key"]
@@ -194,7 +199,16 @@ class Metrics:
         """Add one per item to ``counter``, labelled by its (bounded) routing key; one ``inc``
         per distinct key, not per item, on the hot paths."""
         for key, n in Tally(self.key_label(item.routing_key) for item in items).items():
-            counter.labels(routing_key=key).inc(n)
+            self.child(counter, key).inc(n)
+
+    def child(self, metric: _Labelled, *values: str) -> Any:
+        """``metric.labels(*values)``, kept: prometheus_client checks and locks on every call,
+        which the request path paid per request. Every label set here is bounded already."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def refusal(self, reason: str) -> None:
         """Count one refusal at the HTTP edge (``reason``: see ``http_refused``)."""

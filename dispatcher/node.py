@@ -309,6 +309,7 @@ class Node:
             log_config=None,  # uvicorn's records go to the root handler: one format (text or JSON)
             access_log=False,
             lifespan="off",
+            proxy_headers=False,  # nothing reads the client's address: no X-Forwarded-* parsing
         )
         self._http = _HttpServer(config)
         await self._http.serve()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute, Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatcher import api_keys, errors
@@ -90,13 +90,18 @@ def _is_batch(dependant: Dependant) -> bool:
 class Rules:
     """Each route's rule, read from the route itself and kept per route."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, router: Router) -> None:
+        self._router = router
         ceiling = settings.max_body_bytes
         self._document = min(document_bytes(settings), ceiling)
         self._batch = min(settings.max_batch * document_bytes(settings), ceiling)
         self._small = min(SMALL_BODY_BYTES, ceiling)
         self._rules: dict[int, Rule] = {}  # by id(route): starlette routes are not hashable
         self._routes: list[BaseRoute] | None = None
+        # The rule of each (method, path) that matched a route without path parameters: as
+        # many entries as such routes and methods, so a client cannot grow it; the router's
+        # match depends on nothing else, and matching walks every route before it.
+        self._by_path: dict[tuple[str, str], Rule] = {}
 
     def rule(self, scope: Scope) -> Rule:
         """The rule of the route the request goes to; unknown paths need no key (the router
@@ -104,21 +109,33 @@ class Rules:
         found = scope.get(RULE)
         if isinstance(found, Rule):
             return found
-        found = self._match(scope)
+        key = (scope["method"], scope["path"])
+        found = self._by_path.get(key)
+        if found is None:
+            found, route = self._match(scope)
+            if route is not None and not getattr(route, "param_convertors", True):
+                self._by_path[key] = found
         scope[RULE] = found
         return found
 
-    def _match(self, scope: Scope) -> Rule:
+    def _match(self, scope: Scope) -> tuple[Rule, BaseRoute | None]:
+        """The rule of the request's route, and the route if it matched fully."""
         if self._routes is None:  # the app's routes are all in place once it serves
-            self._routes = list(routes(scope["app"].router.routes))
+            self._routes = list(routes(self._router.routes))
         partial = None
         for route in self._routes:
             match, _ = route.matches(scope)
             if match is Match.FULL:
-                return self._rule_of(route)
+                return self._rule_of(route), route
             if match is Match.PARTIAL and partial is None:
                 partial = route
-        return self._rule_of(partial) if partial is not None else Rule(False, None, self._small)
+        if partial is not None:
+            return self._rule_of(partial), None
+        return Rule(False, None, self._small), None
+
+    def paths_kept(self) -> int:
+        """How many (method, path) pairs have their rule kept."""
+        return len(self._by_path)
 
     def needs_key(self, scope: Scope) -> bool:
         return self.rule(scope).needs_key

@@ -4,17 +4,20 @@ so job ids cannot grow the metric's label set), method and status."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-from prometheus_client import Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from dispatcher.metrics import Metrics
 
 UNMATCHED = "unmatched"  # 404s for paths no route knows, and requests refused before routing
 
 
 class Timing:
-    def __init__(self, app: ASGIApp, *, histogram: Histogram) -> None:
+    def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
         self._app = app
-        self._histogram = histogram
+        self._metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -34,6 +37,7 @@ class Timing:
         finally:
             # The router records the matched route in the scope it was handed (this one).
             route = getattr(scope.get("route"), "path", None) or UNMATCHED
-            self._histogram.labels(route=route, method=scope["method"], status=str(status)).observe(
-                time.perf_counter() - started
+            observed = self._metrics.child(
+                self._metrics.api_latency, route, scope["method"], str(status)
             )
+            observed.observe(time.perf_counter() - started)

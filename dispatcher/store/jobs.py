@@ -88,7 +88,8 @@ class JobStore:
             raise errors.JobRefused(str(exc)) from exc
 
     async def _insert(self, jobs: Sequence[models.NewJob]) -> list[models.Submitted]:
-        columns = _columns(jobs)
+        if not jobs:
+            return []
         with_prerequisites = any(job.after for job in jobs)
         waiting: set[uuid.UUID] = set()
         # One statement is atomic and durable on its own: a transaction would only add the BEGIN
@@ -99,7 +100,10 @@ class JobStore:
             self._db.connection() as connection,
             connection.transaction() if with_prerequisites else contextlib.nullcontext(),
         ):
-            rows = await connection.fetch(queries.INSERT_JOBS, *columns)
+            if len(jobs) == 1:
+                rows = await connection.fetch(queries.INSERT_JOB, *_values(jobs[0]))
+            else:
+                rows = await connection.fetch(queries.INSERT_JOBS, *_columns(jobs))
             inserted = {row["id"]: row["created_at"] for row in rows}
             existing = await _existing(connection, jobs, inserted)
             if with_prerequisites:
@@ -346,16 +350,22 @@ def as_stored(
     )
 
 
-def _columns(jobs: Sequence[models.NewJob]) -> tuple[list[object], ...]:
+def _values(job: models.NewJob) -> tuple[object, ...]:
+    """A job's parameters of INSERT_JOB, in order."""
     return (
-        [job.id for job in jobs],
-        [job.shard for job in jobs],
-        [job.routing_key for job in jobs],
-        [job.payload for job in jobs],
-        [orjson.dumps(dict(job.headers)).decode() for job in jobs],
-        [job.priority for job in jobs],
-        [job.ttl_ms for job in jobs],
-        [job.idempotency_key for job in jobs],
-        [job.run_at for job in jobs],
-        [job.namespace for job in jobs],
+        job.id,
+        job.shard,
+        job.routing_key,
+        job.payload,
+        orjson.dumps(dict(job.headers)).decode(),
+        job.priority,
+        job.ttl_ms,
+        job.idempotency_key,
+        job.run_at,
+        job.namespace,
     )
+
+
+def _columns(jobs: Sequence[models.NewJob]) -> tuple[list[object], ...]:
+    """The parameters of INSERT_JOBS: each of ``_values`` as an array over ``jobs`` (not empty)."""
+    return tuple(list(column) for column in zip(*map(_values, jobs), strict=True))

@@ -46,7 +46,7 @@ def document() -> dict[str, Any]:
         heap_size=unused,
         cluster=unused,
     )
-    return api.create_api(deps).openapi()
+    return api.create_api(deps).fastapi.openapi()
 
 
 def ref_name(ref: str) -> str:

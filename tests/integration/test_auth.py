@@ -103,7 +103,7 @@ async def test_without_keys_the_api_stays_open_and_readyz_says_auth_is_off(
 
 async def test_every_endpoint_but_healthz_answers_401_without_a_valid_key(node: Node) -> None:
     # Every documented endpoint, so one added later is checked too.
-    routes = node.app.openapi()["paths"]
+    routes = node.app.fastapi.openapi()["paths"]
     checked = set()
     async with client(node) as http:
         for route, methods in routes.items():

@@ -81,6 +81,28 @@ async def test_insert_roundtrips_a_job(db: Database) -> None:
     assert stored.headers == {"tenant": "a", "n": 1}
 
 
+async def test_a_job_inserted_alone_is_stored_as_one_inserted_in_a_batch(db: Database) -> None:
+    # One job takes a plain INSERT, a batch the contract function: the rows must not differ.
+    store = JobStore(db, node_id="n1", lease_s=30)
+    fields = {"priority": 7, "ttl_ms": 60_000, "namespace": "team-a"}
+    alone = dataclasses.replace(new_job(key="alone"), **fields)
+    batched = dataclasses.replace(new_job(key="batched"), **fields)
+    [one] = await store.insert([alone])
+    [first, _] = await store.insert([batched, new_job()])
+    assert one.created
+    assert first.created
+    rows = [await store.get(job.id) for job in (alone, batched)]
+    assert [one.job, first.job] == rows  # what the API answers is what was stored
+    differ = {"id", "idempotency_key", "created_at", "updated_at"}
+    as_dicts = [
+        {k: v for k, v in dataclasses.asdict(row).items() if k not in differ} for row in rows
+    ]
+    assert as_dicts[0] == as_dicts[1]
+    [again] = await store.insert([dataclasses.replace(new_job(key="alone"), **fields)])
+    assert not again.created
+    assert again.job.id == alone.id  # the key is kept per namespace by the plain INSERT too
+
+
 async def test_idempotency_key_returns_the_first_job(db: Database) -> None:
     store = JobStore(db, node_id="n1", lease_s=30)
     first = new_job(key="order-1")
