@@ -23,7 +23,7 @@ from typing import cast
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from consumers_sdk import contract, failover, topology
+from consumers_sdk import contract, failover, ids, topology
 from consumers_sdk.errors import TopologyMismatch
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class EventReporter:
         self.group = group
         self.consumer = consumer
         self._buffer: deque[contract.JobEvent] = deque()
+        self._event_ids = ids.RandomIds()
         self._capacity = capacity
         self._timeout_s = publish_timeout_s
         self._wake = asyncio.Event()
@@ -89,7 +90,7 @@ class EventReporter:
             self.dropped += 1
         self._buffer.append(
             contract.JobEvent(
-                event_id=str(uuid.uuid4()),
+                event_id=self._event_ids.next_text(),
                 job_id=job_id,
                 routing_key=routing_key,
                 group=self.group,
