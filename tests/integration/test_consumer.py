@@ -251,6 +251,44 @@ async def test_the_dedup_hook_skips_a_job_id_already_handled(amqp_url: str) -> N
     assert handled.count(str(same.id)) == 1
 
 
+class FailingStore:
+    """A user's deduplicator whose store fails for one job id: an error outside the handler."""
+
+    def __init__(self, failing_id: str) -> None:
+        self.failing_id = failing_id
+
+    async def seen(self, job_id: str) -> bool:
+        if job_id == self.failing_id:
+            raise ConnectionError("dedup store unreachable")
+        return False
+
+    async def remember(self, job_id: str) -> None:
+        return None
+
+
+async def test_an_error_outside_the_handler_leaves_its_delivery_unacked_and_the_consumer_running(
+    amqp_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad, good = job("orders.expire", 1), job("orders.expire", 2)
+    consumer = Consumer(
+        amqp_url, group="billing", retry_tiers=TIERS, deduplicator=FailingStore(str(bad.id))
+    )
+    handled: list[str] = []
+
+    @consumer.handler("orders.expire")
+    async def expire(job: Job) -> None:
+        handled.append(job.id)
+
+    caplog.set_level(logging.ERROR, logger="consumers_sdk.consumer")
+    async with running(consumer):
+        await publish(amqp_url, [bad, good])
+        await eventually(lambda: handled == [str(good.id)], 10)
+        await eventually(lambda: "delivery handling crashed" in caplog.text, 10)
+        assert await queue_depth(amqp_url, WORK) == 0  # held unacked, not moved anywhere
+    await depth_reaches(amqp_url, WORK, 1, 10)  # handed back when the consumer's channel closed
+    assert handled == [str(good.id)]
+
+
 async def test_stop_finishes_the_jobs_in_flight_and_acks_them(amqp_url: str) -> None:
     consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
     started = asyncio.Event()
