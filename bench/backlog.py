@@ -30,7 +30,7 @@ from bench import harness
 from bench.harness import Services, medians, services, summary, write
 from bench.lateness import received
 from consumers_sdk.ids import JobIds
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from dispatcher.store.migrate import apply_migrations
 from tests.support.process import DispatcherProcess
 
@@ -102,7 +102,7 @@ async def memory_run(svc: Services, folder: Path, run: str) -> dict[str, float]:
     output = folder / f"received-{run}.txt"
     listening = receiver(svc.amqp_url, f"bench.now.{run}", output)
     await copy_jobs(svc.database_url, 100, datetime.now(UTC), timedelta(0), f"bench.now.{run}")
-    node = DispatcherProcess(folder, port=free_port(), env=env)
+    node = DispatcherProcess(folder, port=reserve_port(), env=env)
     launched = time.time()
     node.start()
     samples = []
@@ -138,7 +138,7 @@ async def catchup_run(svc: Services, folder: Path, overdue: int, run: int) -> di
         receiver(svc.amqp_url, key, overdue_file),
         receiver(svc.amqp_url, f"bench.fresh.{run}", fresh_file),
     ]
-    node = DispatcherProcess(folder, port=free_port(), env=env)
+    node = DispatcherProcess(folder, port=reserve_port(), env=env)
     node.start()
     restarted = time.time()
     fresh: dict[str, float] = {}

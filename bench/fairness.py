@@ -24,7 +24,7 @@ from bench import harness
 from bench.backlog import copy_jobs, finish_when_drained, receiver
 from bench.harness import Services, medians, services, summary, write
 from bench.lateness import received
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from dispatcher.store.migrate import apply_migrations
 from tests.support.process import DispatcherProcess
 
@@ -73,7 +73,7 @@ async def burst_run(svc: Services, folder: Path, burst: int, run: int) -> dict[s
     await copy_jobs(
         svc.database_url, burst, datetime.fromtimestamp(burst_at, UTC), timedelta(0), big
     )
-    node = DispatcherProcess(folder, port=free_port(), env=env, name=f"burst-{run}")
+    node = DispatcherProcess(folder, port=reserve_port(), env=env, name=f"burst-{run}")
     node.start()
     small_due = await trickle(node.url, small, burst_at - 2, 30)
     await finish_when_drained(svc.database_url, big, node, listening)
@@ -107,7 +107,7 @@ async def catchup_run(
     ]
     downtime = timedelta(minutes=10)
     await copy_jobs(svc.database_url, overdue, datetime.now(UTC) - downtime, downtime, key)
-    node = DispatcherProcess(folder, port=free_port(), env=env, name=f"catchup-{run}")
+    node = DispatcherProcess(folder, port=reserve_port(), env=env, name=f"catchup-{run}")
     node.start()
     started = time.time()
     fresh_due = await trickle(node.url, fresh_key, started + 1, overdue / rate * 0.8)

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import uvloop
 
 from devstack.base import service_root
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.postgres import QUEUE_SETTINGS, PostgresServer
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
@@ -50,15 +50,15 @@ class Services:
 def services(*, zookeeper: bool = False) -> Iterator[Services]:
     pg_root = service_root("bench-pg")
     other_root = Path(tempfile.mkdtemp(prefix="dispatcher-bench-"))
-    postgres = PostgresServer(pg_root, free_port(), settings=QUEUE_SETTINGS)
+    postgres = PostgresServer(pg_root, reserve_port(), settings=QUEUE_SETTINGS)
     rabbit = RabbitServer(
         other_root / "rabbitmq",
-        free_port(),
-        free_port(),
-        free_port(),
+        reserve_port(),
+        reserve_port(),
+        reserve_port(),
         f"bench-{uuid.uuid4().hex[:6]}@localhost",
     )
-    zk = ZooKeeperServer(other_root / "zookeeper", free_port()) if zookeeper else None
+    zk = ZooKeeperServer(other_root / "zookeeper", reserve_port()) if zookeeper else None
     started: list[PostgresServer | RabbitServer | ZooKeeperServer] = []
     try:
         for server in (postgres, rabbit, zk):
@@ -147,7 +147,7 @@ def services_with_node() -> Iterator[tuple[Services, Path, DispatcherProcess]]:
 def one_node(svc: Services, folder: Path) -> Iterator[DispatcherProcess]:
     """A dispatcher node on the services, its log in FOLDER; stopped on the way out."""
     env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
-    node = DispatcherProcess(folder, port=free_port(), env=env)
+    node = DispatcherProcess(folder, port=reserve_port(), env=env)
     node.start()
     try:
         yield node

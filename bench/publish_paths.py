@@ -16,7 +16,7 @@ from typing import get_args
 
 from bench import harness, throughput
 from bench.harness import services, write
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from dispatcher.amqp.publisher import PublishPath
 from dispatcher.store.migrate import apply_migrations
 from tests.support.process import DispatcherProcess
@@ -36,7 +36,7 @@ async def main(fire_jobs: int, messages: int) -> None:
                 "DISPATCHER_PUBLISH_PATH": path,
             }
             # One node at a time: two single-node dispatchers on one database fence each other.
-            node = DispatcherProcess(Path(logs), port=free_port(), env=env, name=path)
+            node = DispatcherProcess(Path(logs), port=reserve_port(), env=env, name=path)
             node.start()
             try:
                 rate, last = await throughput.fire(node.url, svc.amqp_url, fire_jobs)

@@ -23,7 +23,7 @@ import httpx
 
 from bench import harness
 from bench.harness import percentile, services, write
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from tests.support.process import DispatcherProcess
 
 BATCH = 1000
@@ -122,7 +122,7 @@ async def main(duration_s: float, rate: int, ahead_s: float, every_s: float) -> 
     rows: list[dict[str, float]] = []
     with services() as svc, tempfile.TemporaryDirectory() as folder:
         env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
-        node = DispatcherProcess(Path(folder), port=free_port(), env=env)
+        node = DispatcherProcess(Path(folder), port=reserve_port(), env=env)
         node.start()
         output = Path(folder) / "received.txt"
         receiver = subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring

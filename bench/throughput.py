@@ -38,7 +38,7 @@ from bench.harness import median, services, write
 from consumers_sdk import contract
 from consumers_sdk.ids import JobIds
 from devstack import packages
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from dispatcher.amqp.publisher import Publisher, PublishPath
 from dispatcher.metrics import Metrics
 from dispatcher.models import Claimed
@@ -264,13 +264,13 @@ async def main(runs: int, jobs: int, fire_jobs: int) -> None:
     with services() as svc, tempfile.TemporaryDirectory() as logs:
         await apply_migrations(svc.database_url)
         env = {"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url}
-        node = DispatcherProcess(Path(logs), port=free_port(), env=env)
+        node = DispatcherProcess(Path(logs), port=reserve_port(), env=env)
         # The same dispatcher with one INSERT and commit per request, for the group-commit ratio.
         # Its own database: two single-node dispatchers on one database fence each other out.
         svc.postgres.create_database("bench_ungrouped")
         ungrouped = DispatcherProcess(
             Path(logs),
-            port=free_port(),
+            port=reserve_port(),
             env={
                 **env,
                 "DISPATCHER_DATABASE_URL": svc.postgres.dsn("bench_ungrouped"),

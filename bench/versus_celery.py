@@ -29,7 +29,7 @@ from bench import harness
 from bench.backlog import rss_mb
 from bench.harness import Services, median, services, summary, write
 from bench.lateness import received
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from tests.support.process import DispatcherProcess
 
 
@@ -137,7 +137,7 @@ async def one_round(
     # The dispatcher: batch POSTs, one SDK consumer.
     node = DispatcherProcess(
         Path(folder),
-        port=free_port(),
+        port=reserve_port(),
         env={"DISPATCHER_DATABASE_URL": svc.database_url, "DISPATCHER_AMQP_URL": svc.amqp_url},
     )
     node.start()

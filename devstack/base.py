@@ -16,7 +16,12 @@ class ServiceError(RuntimeError):
         super().__init__(f"{name}: {message}\n--- {name} log tail ---\n{logs}")
 
 
-def tail(path: Path, lines: int = 60) -> str:
+# What a failure shows of one server's log: enough to name the cause, little enough that the
+# failing test's own assertion stays the part a reader sees first.
+LOG_TAIL_LINES = 25
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     if not path.exists():
         return ""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from devstack import reaper
 from devstack.base import ServiceError, run_as_postgres, tail
 
 BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -27,6 +28,7 @@ class PostgresServer:
         self.settings = dict(settings or {})
         self.data = root / "data"
         self.log = root / "postgres.log"
+        self.mark = reaper.current()  # the server belongs to the scope that made it (reaper.py)
 
     def _own_root(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -114,7 +116,9 @@ class PostgresServer:
         self.sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def _run(self, args: list[str]) -> None:
-        result = subprocess.run(run_as_postgres(args), capture_output=True, text=True)
+        result = subprocess.run(
+            run_as_postgres(args), capture_output=True, text=True, env=reaper.marked(self.mark)
+        )
         if result.returncode != 0:
             raise ServiceError(
                 "postgres", f"{args[0]} failed: {result.stdout}{result.stderr}", self.logs()

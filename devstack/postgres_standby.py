@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 from devstack.base import ServiceError, run_as_postgres, service_root, wait_until
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.postgres import BIN, PostgresServer
 
 STANDBY_NAME = "standby"
@@ -39,8 +39,8 @@ class PrimaryWithStandby:
     def fresh(cls) -> PrimaryWithStandby:
         """Two servers in fresh folders on free ports."""
         return cls(
-            PostgresServer(service_root("postgres-primary"), free_port()),
-            PostgresServer(service_root("postgres-standby"), free_port()),
+            PostgresServer(service_root("postgres-primary"), reserve_port()),
+            PostgresServer(service_root("postgres-standby"), reserve_port()),
         )
 
     def start(self, *databases: str) -> None:

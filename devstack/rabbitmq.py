@@ -12,11 +12,25 @@ from urllib.parse import quote
 
 import httpx
 
+from devstack import reaper
 from devstack.base import ServiceError, kill_group, tail, wait_until
-from devstack.ports import wait_port_free
+from devstack.ports import reserve_ports, wait_port_free
 
 BIN = Path("/usr/lib/rabbitmq/bin")
 READY_S = 90.0
+# How many `rabbitmqctl` runs one process may have at once (the size of RabbitMQ's own range).
+CTL_PORT_COUNT = 11
+_ctl_ports: dict[int, range] = {}
+
+
+def ctl_ports() -> range:
+    """The distribution ports this process's `rabbitmqctl` runs listen on. RabbitMQ's default,
+    35672-35682, is one range for every process and lies where the kernel picks ephemeral
+    ports, so a server handed one of them could find it taken by a CLI run."""
+    pid = os.getpid()
+    if pid not in _ctl_ports:
+        _ctl_ports[pid] = reserve_ports(CTL_PORT_COUNT)
+    return _ctl_ports[pid]
 
 
 class RabbitServer:
@@ -35,6 +49,7 @@ class RabbitServer:
         self.config_lines = ""  # more of rabbitmq.conf (a cluster's settings, say)
         self._process: subprocess.Popen[bytes] | None = None
         self.starts = 0  # how many times start() ran: a test can tell it was restarted
+        self.mark = reaper.current()  # the node belongs to the scope that made it (reaper.py)
 
     def command(self, tool: str) -> list[str]:
         """How to run one of RabbitMQ's scripts (another install may run them elsewhere)."""
@@ -48,7 +63,7 @@ class RabbitServer:
     def env(self) -> dict[str, str]:
         at = self.node_path
         return {
-            **os.environ,
+            **reaper.marked(self.mark),
             "HOME": at(self.root),  # the Erlang cookie lives here; rabbitmqctl needs the same
             "RABBITMQ_NODENAME": self.nodename,
             "RABBITMQ_MNESIA_BASE": at(self.root / "mnesia"),
@@ -57,6 +72,8 @@ class RabbitServer:
             "RABBITMQ_ENABLED_PLUGINS_FILE": at(self.root / "enabled_plugins"),
             "RABBITMQ_DIST_PORT": str(self.dist_port),
             "RABBITMQ_PID_FILE": at(self.root / "rabbitmq.pid"),
+            "RABBITMQ_CTL_DIST_PORT_MIN": str(ctl_ports().start),
+            "RABBITMQ_CTL_DIST_PORT_MAX": str(ctl_ports()[-1]),
         }
 
     def start(self) -> None:
@@ -188,4 +205,5 @@ class RabbitServer:
 
     def logs(self) -> str:
         logs = sorted((self.root / "log").glob("*.log")) if (self.root / "log").exists() else []
-        return "\n".join([tail(self.out, 20), *(tail(path, 40) for path in logs)])
+        # The node's own log says why; the script's output only when it failed to start one.
+        return "\n".join([tail(path) for path in logs] or [tail(self.out)])

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from devstack.base import ServiceError
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.rabbitmq import RabbitServer
 
 SIZE = 3
@@ -57,9 +57,9 @@ class RabbitCluster:
             [
                 make(
                     root / f"node{number}",
-                    free_port(),
-                    free_port(),
-                    free_port(),
+                    reserve_port(),
+                    reserve_port(),
+                    reserve_port(),
                     f"{prefix}-{number}@localhost",
                 )
                 for number in range(1, size + 1)

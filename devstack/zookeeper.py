@@ -7,6 +7,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+from devstack import reaper
 from devstack.base import ServiceError, kill_group, tail, wait_until
 from devstack.ports import wait_port_free
 
@@ -20,6 +21,7 @@ class ZooKeeperServer:
         self.hosts = f"127.0.0.1:{client_port}"
         self.log = root / "zookeeper.log"
         self._process: subprocess.Popen[bytes] | None = None
+        self.mark = reaper.current()  # the server belongs to the scope that made it (reaper.py)
 
     def config(self) -> list[str]:
         """The lines of ``zoo.cfg``; an ensemble member adds its peers."""
@@ -54,6 +56,7 @@ class ZooKeeperServer:
                     str(config),
                 ],
                 cwd=self.root,
+                env=reaper.marked(self.mark),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

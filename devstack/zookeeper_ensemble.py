@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack.base import ServiceError, wait_until
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.zookeeper import ZooKeeperServer
 
 SIZE = 3
@@ -70,7 +70,7 @@ class EnsembleMember(ZooKeeperServer):
 
 
 def free_peers(size: int = SIZE) -> list[Peer]:
-    return [Peer(n, free_port(), free_port(), free_port()) for n in range(1, size + 1)]
+    return [Peer(n, reserve_port(), reserve_port(), reserve_port()) for n in range(1, size + 1)]
 
 
 class ZooKeeperEnsemble:

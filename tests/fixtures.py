@@ -12,23 +12,22 @@ from pathlib import Path
 
 import pytest
 
-from devstack import rabbitmq4
+from devstack import base, rabbitmq4
 from devstack.base import service_root
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.postgres import PostgresServer
 from devstack.postgres_standby import PrimaryWithStandby
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
 
 TEMPLATE = "dispatcher_template"
-LOG_TAIL_LINES = 25
 _running: list[PostgresServer | RabbitServer | ZooKeeperServer] = []
 
 
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
     root = service_root("postgres")
-    server = PostgresServer(root, free_port())
+    server = PostgresServer(root, reserve_port())
     server.start()
     _running.append(server)
     yield server
@@ -62,7 +61,7 @@ def own_postgres() -> Iterator[PostgresServer]:
     """A PostgreSQL of this test's own (database ``dispatcher``), so stopping it disturbs no other
     test."""
     root = service_root("postgres-own")
-    server = PostgresServer(root, free_port())
+    server = PostgresServer(root, reserve_port())
     server.start()
     server.create_database("dispatcher")
     yield server
@@ -87,7 +86,7 @@ def pg_pair() -> Iterator[PrimaryWithStandby]:
 
 def new_rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> RabbitServer:
     """The system's RabbitMQ, or 4.x from its chroot when DISPATCHER_TEST_RABBITMQ=4."""
-    ports = {"amqp_port": free_port(), "mgmt_port": free_port(), "dist_port": free_port()}
+    ports = {"amqp_port": reserve_port(), "mgmt_port": reserve_port(), "dist_port": reserve_port()}
     nodename = f"test-{uuid.uuid4().hex[:8]}@localhost"
     if os.environ.get("DISPATCHER_TEST_RABBITMQ") == "4":
         chroot = rabbitmq4.ensure_chroot()
@@ -127,7 +126,7 @@ def amqp_url(rabbit_server: RabbitServer) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
-    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), free_port())
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), reserve_port())
     server.start()
     _running.append(server)
     yield server
@@ -138,7 +137,7 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperSer
 @pytest.fixture
 def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
     """A ZooKeeper of this test's own, so stopping it disturbs no other test."""
-    server = ZooKeeperServer(tmp_path / "zookeeper-own", free_port())
+    server = ZooKeeperServer(tmp_path / "zookeeper-own", reserve_port())
     server.start()
     yield server
     server.stop()
@@ -159,6 +158,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # visible part of a long run's output.
     if report.failed and _running:
         for server in _running:
-            tail = "\n".join(server.logs().splitlines()[-LOG_TAIL_LINES:])
+            tail = "\n".join(server.logs().splitlines()[-base.LOG_TAIL_LINES :])
             report.sections.append((f"{type(server).__name__} log tail", tail))
     return report  # type: ignore[return-value]

@@ -80,6 +80,7 @@ async def test_jobs_cluster_and_stats_commands_with_an_api_key(
     assert "401" in refused.stderr
 
 
+@pytest.mark.rabbitmq_version
 async def test_dlq_requeue_of_one_job_sends_it_to_its_routing_key_with_its_history(
     amqp_url: str,
 ) -> None:
@@ -117,6 +118,7 @@ async def test_dlq_requeue_of_one_job_sends_it_to_its_routing_key_with_its_histo
     await depth_reaches(amqp_url, dead, 2, 10)  # the others stayed, each looked at once
 
 
+@pytest.mark.rabbitmq_version
 async def test_broker_apply_policies_and_dlq_list_as_a_user_runs_them(
     amqp_url: str, rabbit_server: RabbitServer
 ) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from devstack import nodes
 from devstack.base import service_root, wait_until
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 
 pytestmark = pytest.mark.e2e
 
@@ -43,10 +43,10 @@ class Stack:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.ports = {
-            name: free_port()
+            name: reserve_port()
             for name in ("postgres", "amqp", "management", "distribution", "zookeeper")
         }
-        self.http_ports = [free_port() for _ in range(3)]
+        self.http_ports = [reserve_port() for _ in range(3)]
 
     def attempt(self, command: str) -> subprocess.CompletedProcess[str]:
         options = [f"--{name}-port={port}" for name, port in self.ports.items()]
@@ -146,7 +146,7 @@ def test_up_starts_postgres_and_rabbitmq_only_and_cluster_adds_zookeeper_and_thr
     assert nodes.running(stack.root) == []
 
     # `make run`'s node: in the foreground, refused beside a cluster, stopped by `down`.
-    serve_port = free_port()
+    serve_port = reserve_port()
     served = stack.serve(serve_port)
     try:
         assert wait_until(lambda: ready(serve_port), 120), stack.serve_log()

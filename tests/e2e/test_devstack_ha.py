@@ -17,7 +17,7 @@ import pytest
 
 from devstack import cluster_ha
 from devstack.base import service_root, wait_until
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.stack import port_open
 
 pytestmark = pytest.mark.e2e
@@ -54,9 +54,9 @@ def fired(port: int, job_id: str) -> bool:
 
 def test_cluster_ha_replicates_every_tier_and_down_stops_it_all() -> None:
     root = service_root("devstack-ha")
-    ha_ports = {name: [free_port() for _ in range(size)] for name, size in HA_PORTS.items()}
-    http_ports = [free_port() for _ in range(3)]
-    options = [f"--{name}-port={free_port()}" for name in SERVICES]
+    ha_ports = {name: [reserve_port() for _ in range(size)] for name, size in HA_PORTS.items()}
+    http_ports = [reserve_port() for _ in range(3)]
+    options = [f"--{name}-port={reserve_port()}" for name in SERVICES]
     options += [f"--root={root}", f"--http-ports={','.join(map(str, http_ports))}"]
     options += [f"--{name}={','.join(map(str, ports))}" for name, ports in ha_ports.items()]
     try:

@@ -20,7 +20,7 @@ from tests.support.process import DispatcherProcess, spawn
 from tests.support.queues import wait_for_queue
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq_version]
 ROOT = Path(__file__).parents[2]
 
 

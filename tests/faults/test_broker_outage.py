@@ -17,6 +17,7 @@ from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
 pytestmark = [
+    pytest.mark.rabbitmq_version,
     pytest.mark.faults,
     # While the broker restarts, the AMQP client leaves the socket of a connection attempt the
     # broker dropped mid-handshake to the garbage collector; that notice is not a failure here.

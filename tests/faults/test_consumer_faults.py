@@ -20,7 +20,7 @@ from tests.support.queues import depth_reaches, drain_dead, wait_for_queue
 from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.rabbitmq_version]
 PREFETCH = 20
 
 

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.postgres import PostgresServer
 from tests.support.collector import Collector
 from tests.support.process import FAST_LEASE, DispatcherProcess
@@ -113,7 +113,7 @@ async def test_a_database_fault_during_firing_stops_nothing_and_loses_nothing(
     database = urlsplit(database_url).path.lstrip("/")
     process = DispatcherProcess(
         tmp_path,
-        port=free_port(),
+        port=reserve_port(),
         env={
             "DISPATCHER_DATABASE_URL": database_url,
             "DISPATCHER_AMQP_URL": amqp_url,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.postgres import PostgresServer
 from tests.support.collector import Collector
 from tests.support.process import FAST_LEASE, DispatcherProcess
@@ -28,7 +28,7 @@ async def test_postgres_restart_during_submission_and_firing_loses_no_accepted_j
 ) -> None:
     process = DispatcherProcess(
         tmp_path,
-        port=free_port(),
+        port=reserve_port(),
         env={
             "DISPATCHER_DATABASE_URL": own_postgres.dsn("dispatcher"),
             "DISPATCHER_AMQP_URL": amqp_url,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.postgres_standby import PrimaryWithStandby
 from tests.support.cluster import SESSION_S, Cluster, start_nodes
 from tests.support.collector import Collector, Ledger
@@ -106,7 +106,7 @@ async def test_primary_killed_and_standby_promoted_loses_no_accepted_job(
 ) -> None:
     process = DispatcherProcess(
         tmp_path,
-        port=free_port(),
+        port=reserve_port(),
         env={
             "DISPATCHER_DATABASE_URL": pg_pair.dsn("dispatcher"),
             "DISPATCHER_AMQP_URL": amqp_url,

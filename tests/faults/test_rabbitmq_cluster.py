@@ -26,6 +26,7 @@ from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
 pytestmark = [
+    pytest.mark.rabbitmq_version,
     pytest.mark.faults,
     # A connection attempt the dying node dropped mid-handshake leaves its socket to the garbage
     # collector (as in test_broker_outage); that notice is not a failure here.

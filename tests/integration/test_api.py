@@ -144,6 +144,7 @@ async def test_idempotency_key_creates_one_job_and_one_message(
     assert len(collector.deliveries) == 1
 
 
+@pytest.mark.rabbitmq_version
 async def test_unroutable_job_is_parked_in_the_unroutable_queue(node: Node, amqp_url: str) -> None:
     async with client(node) as http:
         job = (

@@ -23,6 +23,10 @@ from tests.support.nodes import client, running_node
 from tests.support.queues import consumers_reach, depth_reaches, wait_for_queue
 from tests.support.waiting import until
 
+# The outcome depends on the broker's version: run again on RabbitMQ 4.x (make test).
+pytestmark = pytest.mark.rabbitmq_version
+
+
 WORK = topology.work_queue("billing", "orders.expire")
 DEAD = topology.dead_queue(WORK)
 LOOKS = 30  # past RabbitMQ 4's default limit of 20

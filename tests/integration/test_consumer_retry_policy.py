@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import aio_pika
+import pytest
 
 from consumers_sdk import Consumer, Job, contract, topology
 from dispatcher import models
@@ -16,6 +17,10 @@ from tests.support.consumers import running
 from tests.support.jobs_out import job, publish
 from tests.support.queues import depth_reaches
 from tests.support.waiting import eventually
+
+# The outcome depends on the broker's version: run again on RabbitMQ 4.x (make test).
+pytestmark = pytest.mark.rabbitmq_version
+
 
 TIERS = (0.3, 0.6, 1.2)
 WORK = "billing.orders.expire"

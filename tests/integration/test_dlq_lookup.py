@@ -7,7 +7,7 @@ import pytest
 
 from consumers_sdk import Consumer, Job, dlq, dlq_check, topology
 from consumers_sdk.errors import DlqError
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from tests.support.consumers import running
 from tests.support.jobs_out import job, publish
 from tests.support.queues import depth_reaches, queue_depth
@@ -29,7 +29,7 @@ async def test_a_dispatcher_that_cannot_answer_leaves_every_dead_copy_in_place(
         await publish(amqp_url, [job("orders.expire", 1), job("orders.expire", 2)])
         await depth_reaches(amqp_url, DEAD, 2, 30)
 
-    nobody = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    nobody = f"http://127.0.0.1:{reserve_port()}"  # nothing listens there
     async with dlq_check.JobLookup(nobody, timeout_s=5) as lookup:
         with pytest.raises(
             DlqError, match="moved 0, dropped 0, then: could not ask the dispatcher"

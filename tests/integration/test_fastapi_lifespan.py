@@ -15,7 +15,7 @@ from fastapi import FastAPI
 
 from consumers_sdk import Consumer, Job, retry, topology
 from consumers_sdk.integrations.fastapi import consumer_lifespan
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from tests.support.jobs_out import job, publish
 from tests.support.queues import queue_depth
 from tests.support.waiting import eventually, until
@@ -27,7 +27,7 @@ WORK = topology.work_queue("web", "orders.expire")
 async def serving(app: FastAPI) -> AsyncIterator[tuple[uvicorn.Server, str]]:
     """The application under uvicorn in this event loop, until the block ends (a graceful
     shutdown, as on SIGTERM) or the server stops by itself."""
-    port = free_port()
+    port = reserve_port()
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, lifespan="on", ws="none", log_config=None
     )
@@ -90,7 +90,7 @@ async def test_a_consumer_that_cannot_start_fails_the_startup_with_its_own_error
 
 
 async def test_a_consumer_not_consuming_in_time_fails_the_startup_and_leaves_no_task() -> None:
-    unreachable = f"amqp://guest:guest@127.0.0.1:{free_port()}/"
+    unreachable = f"amqp://guest:guest@127.0.0.1:{reserve_port()}/"
     consumer = Consumer(unreachable, group="web", report_events=False)
 
     @consumer.handler("orders.expire")

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from dispatcher import errors
 from dispatcher.node import Node
 from dispatcher.settings import Settings
@@ -73,7 +73,7 @@ async def test_a_node_refuses_a_database_migrated_by_a_newer_release(
     await connection.execute(
         "INSERT INTO schema_migrations (version, checksum) VALUES ($1, $2)", newer, "f" * 64
     )
-    nowhere = f"amqp://guest:guest@127.0.0.1:{free_port()}/"
+    nowhere = f"amqp://guest:guest@127.0.0.1:{reserve_port()}/"
     for migrate_on_start in (True, False):
         settings = Settings(
             database_url=database_url,

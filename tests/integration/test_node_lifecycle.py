@@ -11,7 +11,7 @@ import shutil
 import asyncpg
 
 from devstack.base import service_root
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.postgres import PostgresServer
 from devstack.zookeeper import ZooKeeperServer
 from dispatcher import lifecycle
@@ -59,7 +59,7 @@ async def job_states(database_url: str) -> dict[str, str]:
 
 
 async def test_a_node_whose_broker_never_answered_stops_when_asked(database_url: str) -> None:
-    nowhere = f"amqp://guest:guest@127.0.0.1:{free_port()}/"
+    nowhere = f"amqp://guest:guest@127.0.0.1:{reserve_port()}/"
     node = Node(Settings(database_url=database_url, amqp_url=nowhere, shard_count=8))
     task = asyncio.create_task(node.run(serve_http=False))
     await asyncio.wait_for(node.started.wait(), 30)
@@ -111,7 +111,7 @@ async def test_a_failing_loop_is_restarted_and_shown_degraded_while_the_node_fir
 async def test_a_node_started_before_its_database_waits_for_it_and_then_fires(
     amqp_url: str, collector: Collector
 ) -> None:
-    server = PostgresServer(service_root("postgres-late"), free_port())
+    server = PostgresServer(service_root("postgres-late"), reserve_port())
     # The server's own database: it exists as soon as the server answers.
     node = Node(Settings(database_url=server.dsn("postgres"), amqp_url=amqp_url, shard_count=8))
     task = asyncio.create_task(node.run(serve_http=False))
@@ -135,7 +135,7 @@ async def test_a_node_started_before_its_database_waits_for_it_and_then_fires(
 
 
 async def test_a_node_whose_database_never_answered_stops_when_asked(amqp_url: str) -> None:
-    nowhere = f"postgresql://postgres@127.0.0.1:{free_port()}/dispatcher"
+    nowhere = f"postgresql://postgres@127.0.0.1:{reserve_port()}/dispatcher"
     node = Node(Settings(database_url=nowhere, amqp_url=amqp_url, shard_count=8))
     task = asyncio.create_task(node.run(serve_http=False))
     await asyncio.sleep(1.0)
@@ -183,7 +183,7 @@ async def test_a_node_whose_zookeeper_went_away_stops_when_asked(
 async def test_a_node_whose_zookeeper_never_answered_stops_when_asked(
     database_url: str, amqp_url: str
 ) -> None:
-    node, task = started(in_cluster(database_url, amqp_url, f"127.0.0.1:{free_port()}"))
+    node, task = started(in_cluster(database_url, amqp_url, f"127.0.0.1:{reserve_port()}"))
     try:
         await asyncio.sleep(1.0)  # retrying to join: nothing listens on the port
         assert not task.done()

@@ -16,7 +16,7 @@ from consumers_sdk import broker_urls
 from devstack.rabbitmq_cluster import RabbitCluster
 from tests.support.waiting import until
 
-pytestmark = pytest.mark.faults  # kills real nodes
+pytestmark = [pytest.mark.faults, pytest.mark.rabbitmq_version]  # kills real nodes
 
 MESSAGES = 100
 CONFIRM_S = 60.0  # a new leader is elected within seconds; generous on a loaded machine

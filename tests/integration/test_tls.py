@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from devstack.base import service_root
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from devstack.postgres import PostgresServer
 from dispatcher import errors
 from dispatcher.store.db import Database
@@ -41,7 +41,7 @@ def tls_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PostgresS
     certs = tmp_path_factory.mktemp("certs")
     self_signed(certs)
     root = service_root("postgres-tls")
-    server = PostgresServer(root, free_port())
+    server = PostgresServer(root, reserve_port())
     server.start()
     try:
         for name in ("server.crt", "server.key"):

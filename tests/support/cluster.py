@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from devstack.ports import free_port
+from devstack.ports import reserve_port
 from tests.support.process import DispatcherProcess
 
 SESSION_S = 3.0  # ZooKeeper session timeout for test clusters: failover within seconds
@@ -25,7 +25,7 @@ class Cluster:
 
     def start(self, name: str) -> DispatcherProcess:
         node = self.nodes.get(name) or DispatcherProcess(
-            self._log_dir, port=free_port(), env=self._env, name=name
+            self._log_dir, port=reserve_port(), env=self._env, name=name
         )
         self.nodes[name] = node
         node.start(ready_timeout=60)
@@ -67,7 +67,7 @@ class Cluster:
             if self.converged(members):
                 return
             time.sleep(0.2)
-        logs = "\n".join(f"--- {n.name}\n{n.logs(30)}" for n in self.nodes.values())
+        logs = "\n".join(f"--- {n.name}\n{n.logs()}" for n in self.nodes.values())
         raise TimeoutError(f"cluster did not converge: {self.owners()}\n{logs}")
 
     def stop(self) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from devstack.base import LOG_TAIL_LINES
+
 ROOT = Path(__file__).parents[2]
 
 # Short leases and few shards: a claim cut off by a crash fires again within seconds.
@@ -93,7 +95,7 @@ class DispatcherProcess:
     def is_running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    def logs(self, tail: int = 80) -> str:
+    def logs(self, tail: int = LOG_TAIL_LINES) -> str:
         if not self._log_path.exists():
             return ""
         return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-tail:])
@@ -128,11 +130,11 @@ def served(
     api_key: str | None = None,
 ) -> Iterator[DispatcherProcess]:
     """A started dispatcher on a free port for a fixture to yield from; stopped afterwards."""
-    from devstack.ports import free_port
+    from devstack.ports import reserve_port
 
     process = DispatcherProcess(
         log_dir,
-        port=free_port(),
+        port=reserve_port(),
         env={
             "DISPATCHER_DATABASE_URL": database_url,
             "DISPATCHER_AMQP_URL": amqp_url,
@@ -142,5 +144,5 @@ def served(
     )
     process.start()
     yield process
-    print(process.logs(200))  # shown when the test fails
+    print(process.logs())  # shown when the test fails
     process.stop()

@@ -41,7 +41,7 @@ def ensemble_cluster(
         yield group
     finally:
         for node in group.nodes.values():  # shown when the test fails
-            print(f"--- {node.name}\n{node.logs(40)}")
+            print(f"--- {node.name}\n{node.logs()}")
         print(ensemble.logs())
         group.stop()
 
