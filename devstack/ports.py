@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Final
 
 FIRST_PORT: Final = 16000
 BAND_SIZE: Final = 1000
@@ -59,11 +59,12 @@ def is_bound(port: int) -> bool:
 
 
 class _Band:
-    """One band this process holds: its lock file stays open (and locked) while it lives."""
+    """One band this process holds: its lock file stays open (and locked) while it lives, as a
+    bare descriptor (a file object would be reported unclosed at exit)."""
 
-    def __init__(self, index: int, lock: TextIO) -> None:
+    def __init__(self, index: int, lock_fd: int) -> None:
         self.index = index
-        self.lock = lock
+        self.lock_fd = lock_fd
         self.next = FIRST_PORT + index * BAND_SIZE
         self.end = self.next + BAND_SIZE
 
@@ -109,13 +110,13 @@ class _Allocator:
         for index in range(BAND_COUNT):
             if index in held or FIRST_PORT + (index + 1) * BAND_SIZE > limit:
                 continue
-            lock = (LOCKS / f"band-{index}.lock").open("a")
+            fd = os.open(LOCKS / f"band-{index}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                lock.close()
+                os.close(fd)
                 continue
-            return _Band(index, lock)
+            return _Band(index, fd)
         raise PortsExhausted(
             f"no free band of {BAND_SIZE} ports from {FIRST_PORT} below the ephemeral range "
             f"(from {limit}); held by this process: {sorted(held)}"

@@ -4,8 +4,6 @@ the publish path in /metrics and /readyz."""
 
 from __future__ import annotations
 
-import asyncio
-
 from consumers_sdk import reporter
 from tests.support.dispatched import dispatch_round
 from tests.support.nodes import client, running_node
@@ -47,7 +45,9 @@ async def test_metrics_cover_jobs_per_routing_key_scheduler_outcomes_and_api_lat
         await eventually(lambda: node.events.recorded == 2, 10)
         await events.close(5)
         await eventually(lambda: sample("dispatcher_scheduled_jobs") == 0, 5)
-        await asyncio.sleep(0.3)  # one more stats round: the final state is counted
+        # A stats round after the events were recorded has counted the final state (a fixed
+        # wait for one round lost that race on a loaded machine).
+        await eventually(lambda: sample("dispatcher_jobs", {"state": "succeeded"}) == 1, 10)
         text = (await http.get("/metrics")).text
         stats = (await http.get("/v1/stats")).json()
         console = await http.get("/console", follow_redirects=True)

@@ -10,6 +10,8 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from devstack.ports import reserve_port
+
 # Every name but the machine's own resolves to nothing: a page that needs a CDN fails to load it.
 OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1, EXCLUDE localhost"
 
@@ -22,7 +24,9 @@ def chromium(*arguments: str, size: tuple[int, int] = (1400, 1200)) -> webdriver
     for argument in arguments:
         options.add_argument(argument)
     options.add_argument(f"--window-size={size[0]},{size[1]}")
-    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    # Selenium would pick chromedriver's port by binding 0 and letting go: a race (ports.py).
+    service = Service("/usr/bin/chromedriver", port=reserve_port())
+    return webdriver.Chrome(service=service, options=options)
 
 
 def settled(check: Callable[[], object], timeout_s: float = 5) -> bool:
