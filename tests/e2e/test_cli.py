@@ -21,7 +21,7 @@ from dispatcher.cli import main as dispatcher_main
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess, served
 from tests.support.queues import depth_reaches
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, until
 
 pytestmark = pytest.mark.e2e
 ADMIN = "admin-token-0123456789abcdef"
@@ -71,9 +71,12 @@ async def test_jobs_cluster_and_stats_commands_with_an_api_key(
     assert cancelled.stderr == ""  # no progress bar off a terminal
     status = (await cli(env, "cluster", "status")).stdout
     assert "node  leader  256     0-255" in status
-    await asyncio.sleep(0.5)  # a stats round
-    stats = json.loads((await cli(env, "stats", "--json")).stdout)
-    assert (stats["by_state"]["cancelled"], stats["by_state"]["scheduled"]) == (2, 1)
+
+    async def counted() -> bool:  # by a stats round after the cancel (every 0.2 s)
+        stats = json.loads((await cli(env, "stats", "--json")).stdout)
+        return (stats["by_state"].get("cancelled"), stats["by_state"].get("scheduled")) == (2, 1)
+
+    await until(counted, 15)
     assert "orders.expire" in (await cli(env, "stats")).stdout
     refused = await cli({"DISPATCHER_URL": dispatcher.url, "DISPATCHER_API_KEY": ""}, "stats")
     assert refused.returncode == 1
