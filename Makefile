@@ -57,13 +57,17 @@ test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests 
 	@# Every pass runs even after one failed, so that a red run shows all it found.
 	@failed=; \
 	echo "--- the whole suite but the serial tests, on RabbitMQ 3.x"; \
-	$(BIN)/pytest -q $(TEST_WORKERS) -m "not serial" --durations=25 || failed="$$failed parallel"; \
+	$(BIN)/pytest -q $(TEST_WORKERS) -m "not serial" --durations=25 \
+		--junit-xml=$(JUNIT)/parallel.xml || failed="$$failed parallel"; \
 	echo "--- the tests a loaded machine would skew, alone"; \
-	$(BIN)/pytest -q -m serial || failed="$$failed serial"; \
+	$(BIN)/pytest -q -m serial --junit-xml=$(JUNIT)/serial.xml || failed="$$failed serial"; \
 	echo "--- the broker-facing tests again, on RabbitMQ 4.x"; \
 	DISPATCHER_TEST_RABBITMQ=4 $(BIN)/pytest -q $(TEST_WORKERS) -p no:cacheprovider \
-		$(RABBITMQ4_TESTS) || failed="$$failed rabbitmq4"; \
+		--junit-xml=$(JUNIT)/rabbitmq4.xml $(RABBITMQ4_TESTS) || failed="$$failed rabbitmq4"; \
 	if [ -n "$$failed" ]; then echo "--- failed:$$failed"; exit 1; fi
+
+# Each pass's JUnit report (every test's outcome and time) for a run to be read afterwards.
+JUNIT := test-artifacts/junit
 
 # The suite mostly waits on services and processes: three workers (pytest-xdist, each with its
 # own PostgreSQL and RabbitMQ, a file's tests on one worker) finish it in about half the time

@@ -64,14 +64,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     mark = reaper.current()
     if mark is None:
         return outcome
-    start = time.monotonic()
-    end = start + EXIT_GRACE_S
-    first = reaper.carriers(mark)
+    end = time.monotonic() + EXIT_GRACE_S
     while reaper.carriers(mark) and time.monotonic() < end:
         time.sleep(0.1)
-    if (waited := time.monotonic() - start) > 0.15 and (log := os.environ.get("REAP_WAITS")):
-        with open(log, "a") as out:
-            out.write(f"{item.nodeid} {waited:.2f} {sorted(set(first.values()))}\n")
     if left := reaper.reap(mark):
         listed = ", ".join(f"{pid} ({name})" for pid, name in sorted(left.items()))
         raise AssertionError(f"the test left processes running (now killed): {listed}")
