@@ -3,6 +3,7 @@ port, and no kernel-chosen port can be one of them."""
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -11,7 +12,8 @@ import socket
 import subprocess
 import sys
 
-from devstack import ports, rabbitmq
+from devstack import cluster_ha, ports, rabbitmq, stack
+from devstack.__main__ import CLUSTER_HTTP_PORTS
 from tests.support.process import ROOT
 
 # Waits for a line on stdin, then takes 300 ports and its rabbitmqctl range, and prints them.
@@ -112,3 +114,17 @@ def test_a_band_is_free_again_once_its_holder_is_killed() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no BlockingIOError: it is free
     finally:
         lock.close()
+
+
+def test_every_port_the_project_binds_by_default_is_outside_the_bands_or_never_handed_out() -> None:
+    defaults = dataclasses.asdict(stack.Ports())
+    named = [
+        *defaults.values(),
+        *(int(port) for port in cluster_ha.ENSEMBLE_PORTS.split(",")),
+        *(int(port) for port in cluster_ha.RABBITMQ_PORTS.split(",")),
+        *(int(port) for port in cluster_ha.POSTGRES_PORTS.split(",")),
+        *(int(port) for port in CLUSTER_HTTP_PORTS.split(",")),
+        8080,  # make run
+    ]
+    bands = range(ports.FIRST_PORT, ports.FIRST_PORT + ports.BAND_COUNT * ports.BAND_SIZE)
+    assert [port for port in named if port in bands and port not in ports.FIXED] == []
