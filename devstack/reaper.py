@@ -45,7 +45,7 @@ def marked(mark: str | None, env: Mapping[str, str] | None = None) -> dict[str, 
     """ENV (this process's environment by default) carrying MARK instead of its own. A server
     controller keeps the mark it was made under, so that a session's server restarted during
     one test still belongs to the session."""
-    base = {name: value for name, value in (os.environ if env is None else env).items()}
+    base = dict(os.environ if env is None else env)
     if mark is None:
         base.pop(MARK, None)
     else:
