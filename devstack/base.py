@@ -36,6 +36,15 @@ def wait_until(check: Callable[[], bool], deadline_s: float) -> bool:
     return False
 
 
+def alive(pid: int) -> bool:
+    """Running (a zombie is not: its parent may simply not have reaped it yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 def kill_group(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGKILL) -> None:
     """Signal a process started with start_new_session=True and everything it started."""
     if process is None or process.poll() is not None:

@@ -150,9 +150,7 @@ def down(root: Path) -> None:
     for member in topology.ensemble(root).members:
         stack.terminate(member.root / "zookeeper.pid", member.client_port)
     for broker in reversed(topology.brokers(root).nodes):
-        if stack.port_open(broker.amqp_port):
-            broker.ctl("stop", check=False)
-        stack.terminate(broker.root / "rabbitmq.pid", broker.amqp_port)
+        stack.stop_rabbitmq(broker, broker.amqp_port)
     topology.databases(root).stop()
     shutil.rmtree(postgres_base(root), ignore_errors=True)
     shutil.rmtree(root / HA, ignore_errors=True)

@@ -14,11 +14,13 @@ import os
 import signal
 import socket
 import subprocess
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from devstack import packages
+from devstack.base import alive
 from devstack.ports import wait_port_free
 from devstack.postgres import QUEUE_SETTINGS, PostgresServer
 from devstack.rabbitmq import RabbitServer
@@ -129,11 +131,68 @@ def describe(urls: Urls) -> str:
 
 
 def terminate(pid_file: Path, port: int) -> None:
-    """SIGTERM the process PID_FILE names if PORT still answers; wait until PORT is free."""
-    if port_open(port) and pid_file.exists():
-        with contextlib.suppress(ProcessLookupError, ValueError):
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    """SIGTERM the process PID_FILE names if PORT still answers; wait until it has exited.
+
+    A server closes its listener early in its shutdown and exits seconds later (a RabbitMQ node
+    stops its queues after its AMQP port): a free port is not a stopped server. A server whose
+    port is closed is not running, and its pid file may name a pid reused since: left alone."""
+    if not port_open(port):
+        return
+    pid = recorded_pid(pid_file)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    stopped(pid, port)
+
+
+def stopped(pid: int | None, port: int) -> None:
     wait_port_free(port, deadline_s=60)
+    if pid is not None:
+        wait_exited(pid, deadline_s=60)
+
+
+def recorded_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def wait_exited(pid: int, *, deadline_s: float) -> None:
+    """Wait for PID to exit; SIGKILL it when it outlives DEADLINE_S."""
+    deadline = time.monotonic() + deadline_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + deadline_s
+        time.sleep(0.1)
+
+
+def stop_rabbitmq(server: RabbitServer, port: int) -> None:
+    """``rabbitmqctl stop PIDFILE`` returns once the Erlang VM has exited, not when its AMQP
+    listener closes; a node rabbitmqctl cannot reach by name (one an older .run/ started) gets
+    SIGTERM. A node counts as running while its pid file names a live Erlang VM, port or not: a
+    cluster's last node, paused as a minority once the others stopped, has closed its listeners."""
+    pid_file = server.root / "rabbitmq.pid"
+    pid = recorded_pid(pid_file)
+    if pid is not None and not runs(pid, "beam"):
+        pid = None
+    if pid is None and not port_open(port):
+        return
+    server.ctl("stop", str(pid_file), check=False)
+    if pid is not None and alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    stopped(pid, port)
+
+
+def runs(pid: int, program: str) -> bool:
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return program in Path(argv0.decode(errors="replace")).name and alive(pid)
 
 
 def down(root: Path) -> None:
@@ -142,14 +201,9 @@ def down(root: Path) -> None:
     postgres, rabbit, _ = servers(root, ports)
     if postgres.is_running():
         postgres.stop()
-    if port_open(ports.amqp):
-        rabbit.ctl("stop", check=False)
-        wait_port_free(ports.amqp, deadline_s=60)
-        # Still up: a node rabbitmqctl cannot reach by this name (one an older .run/ started).
-        terminate(root / "rabbitmq" / "rabbitmq.pid", ports.amqp)
-        wait_port_free(ports.management, deadline_s=60)
-    if port_open(ports.zookeeper):
-        terminate(root / "zookeeper" / "zookeeper.pid", ports.zookeeper)
+    stop_rabbitmq(rabbit, ports.amqp)
+    wait_port_free(ports.management, deadline_s=60)
+    terminate(root / "zookeeper" / "zookeeper.pid", ports.zookeeper)
     print("services stopped")
 
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.support.process import DispatcherProcess, spawn
-from tests.support.queues import wait_for_queue
+from tests.support.queues import wait_for_consumer
 from tests.support.waiting import eventually, job_when
 
 pytestmark = pytest.mark.e2e
@@ -46,7 +46,7 @@ async def test_the_readme_example_consumer_handles_the_job_its_curl_schedules(
         ["-m", "consumers_sdk", f"{module}:consumer"], {"PYTHONPATH": str(tmp_path)}, log
     )
     try:
-        await wait_for_queue(amqp_url, "billing.orders.expire")
+        await wait_for_consumer(amqp_url, "billing.orders.expire")
         body["delay_ms"] = 0  # the README's job is due in 30 s; the rest is as written
         async with httpx.AsyncClient(base_url=dispatcher.url, timeout=30) as http:
             created = await http.post("/v1/jobs", json=body)

@@ -17,7 +17,7 @@ from consumers_sdk import Consumer, Job
 from devstack.rabbitmq import RabbitServer
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess, spawn
-from tests.support.queues import wait_for_queue
+from tests.support.queues import wait_for_consumer
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq_version]
@@ -32,7 +32,7 @@ async def test_the_example_producer_and_consumer_work_against_a_dispatcher(
         ["-m", "consumers_sdk", "examples.consumer:consumer"], {"AMQP_URL": amqp_url}, log
     )
     try:
-        await wait_for_queue(amqp_url, "billing.orders.expire")
+        await wait_for_consumer(amqp_url, "billing.orders.expire")
         producer = await asyncio.to_thread(
             subprocess.run,
             [sys.executable, "-m", "examples.producer", "4"],

@@ -9,18 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from devstack.base import wait_until
+from devstack.base import alive, wait_until
 from tests.support import stranded_worker
 from tests.support.process import ROOT
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for its parent to reap it."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_a_killed_worker_leaves_none_of_its_processes_running(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from consumers_sdk.enqueue import enqueue
 from tests.support.consumers import running
 from tests.support.jobs_out import job, publish
 from tests.support.process import DispatcherProcess
-from tests.support.queues import wait_for_queue
+from tests.support.queues import wait_for_consumer
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e
@@ -146,7 +146,7 @@ async def test_without_opentelemetry_a_traced_job_is_handled_as_before(amqp_url:
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        await wait_for_queue(amqp_url, "untraced.orders.untraced")
+        await wait_for_consumer(amqp_url, "untraced.orders.untraced")
         traced = dataclasses.replace(
             job("orders.untraced", 1),
             headers={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"},

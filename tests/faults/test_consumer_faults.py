@@ -16,7 +16,7 @@ from devstack.rabbitmq import RabbitServer
 from tests.support.collector import classify
 from tests.support.consumers import fail_once_and_reject, running
 from tests.support.process import DispatcherProcess, spawn
-from tests.support.queues import depth_reaches, drain_dead, wait_for_queue
+from tests.support.queues import depth_reaches, drain_dead, wait_for_consumer
 from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
@@ -64,7 +64,7 @@ async def test_a_consumer_killed_mid_handling_has_its_unacked_jobs_redelivered(
     env = {"AMQP_URL": amqp_url, "RESULTS_FILE": str(results), "PREFETCH": str(PREFETCH)}
     args = ["-m", "consumers_sdk", "tests.support.recording_consumer:consumer"]
     first = spawn(args, env, tmp_path / "first.log")
-    await wait_for_queue(amqp_url, "crashy.crash.work")
+    await wait_for_consumer(amqp_url, "crashy.crash.work")
     accepted = await schedule_spread(dispatcher.url, 1000, over_s=4, routing_key="crash.work")
     # Kill once 150 are done and some handler is mid-way: between two rounds of deliveries
     # every started job may be done for the few milliseconds the acks take.

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.support.jobs_out import job, publish
-from tests.support.queues import consumers_reach, wait_for_queue
+from tests.support.queues import wait_for_consumer
 from tests.support.waiting import eventually
 
 
@@ -36,8 +36,7 @@ async def sigterm_while_handling(
             *command, cwd=cwd, env=dict(env), stdout=output, stderr=output
         )
     try:
-        await wait_for_queue(amqp_url, queue)
-        await consumers_reach(amqp_url, queue, 1, 60)
+        await wait_for_consumer(amqp_url, queue)
         [job_id] = await publish(amqp_url, [job(routing_key, {"sleep_s": 2})])
         await eventually(lambda: f"start {job_id}" in read(notes), 30)
         process.send_signal(signal.SIGTERM)

@@ -29,6 +29,14 @@ async def wait_for_queue(amqp_url: str, name: str) -> None:
             await asyncio.sleep(0.2)
 
 
+async def wait_for_consumer(amqp_url: str, name: str, deadline_s: float = 60) -> None:
+    """Until a consumer takes from queue NAME: the SDK binds a queue after declaring it and
+    consumes once bound, so a job published when the queue merely exists may route nowhere."""
+    async with asyncio.timeout(deadline_s):
+        while not await queue_exists(amqp_url, name) or not await consumer_count(amqp_url, name):  # noqa: ASYNC110 - another process consumes
+            await asyncio.sleep(0.2)
+
+
 async def _declared(amqp_url: str, name: str) -> tuple[int, int]:
     """(messages, consumers) of a queue, as a passive declaration reports them (the management
     API's counts need its metrics, which RabbitMQ 4 can turn off)."""
