@@ -11,7 +11,12 @@ from tests.support.cluster import SESSION_S, SHARDS, Cluster
 from tests.support.collector import Collector
 from tests.support.process import FAST_LEASE, DispatcherProcess, served
 
-pytest_plugins = ["tests.support.reaping", "tests.fixtures", "tests.support.rabbit_cluster"]
+pytest_plugins = [
+    "tests.support.reaping",
+    "tests.support.scheduling",
+    "tests.fixtures",
+    "tests.support.rabbit_cluster",
+]
 
 # Tests read what their child processes print (a consumer's handler, a runner) from log files:
 # unbuffered, or a line stays in the child's buffer until it exits. Set here, not left to the

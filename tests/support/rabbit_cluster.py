@@ -1,5 +1,5 @@
-"""A three-node RabbitMQ cluster for the tests that kill its nodes: one per test module (starting
-one takes about half a minute), healed after each test, its vhosts one per test.
+"""A three-node RabbitMQ cluster for the tests that kill its nodes: one for each run of consecutive
+tests that use it (starting one takes half a minute), healed after each test, a vhost per test.
 
 ``DISPATCHER_TEST_RABBITMQ=4`` builds it from RabbitMQ 4.x nodes (``devstack.rabbitmq4``)."""
 
@@ -35,22 +35,38 @@ def node_factory() -> NodeFactory:
     return make
 
 
-@pytest.fixture(scope="module")
-def rabbit_cluster() -> Iterator[RabbitCluster]:
-    root = service_root("rabbitmq-cluster")
-    cluster = RabbitCluster.local(root, make=node_factory())
-    # A failing test prints the nodes' log tails (tests/fixtures.py).
-    fixtures._running.extend(cluster.nodes)
-    try:
+# The cluster the current run of tests uses: started by the first test that asks for it, stopped
+# after the last test of a run of consecutive tests that use it (``SHARED`` in
+# tests/support/scheduling.py sends the files that kill its nodes to one worker, in a row).
+_started: list[tuple[RabbitCluster, Path]] = []
+
+
+@pytest.fixture(scope="module")  # a wider scope than the test's: its processes outlive the test
+def rabbit_cluster() -> RabbitCluster:
+    if not _started:
+        root = service_root("rabbitmq-cluster")
+        cluster = RabbitCluster.local(root, make=node_factory())
+        _started.append((cluster, root))
+        # A failing test prints the nodes' log tails (tests/fixtures.py).
+        fixtures._running.extend(cluster.nodes)
         cluster.start()
-        yield cluster
-    finally:
-        for node in cluster.nodes:
-            fixtures._running.remove(node)
-        cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
-        for node in cluster.nodes:  # a 4.x node's folder is in the kept chroot: drop its data
-            shutil.rmtree(node.root / "mnesia", ignore_errors=True)
+    return _started[0][0]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    if _started and "rabbit_cluster" not in getattr(nextitem, "fixturenames", ()):
+        stop_cluster()
+
+
+def stop_cluster() -> None:
+    cluster, root = _started.pop()
+    for node in cluster.nodes:
+        fixtures._running.remove(node)
+    cluster.stop()
+    shutil.rmtree(root, ignore_errors=True)
+    for node in cluster.nodes:  # a 4.x node's folder is in the kept chroot: drop its data
+        shutil.rmtree(node.root / "mnesia", ignore_errors=True)
 
 
 @pytest.fixture
