@@ -158,6 +158,16 @@ class RabbitServer:
             )
         return result.stdout
 
+    def running_nodes(self) -> set[str]:
+        """The nodes of its cluster this node sees running, from its management API (a
+        ``rabbitmqctl cluster_status`` would boot an Erlang VM each time: half a CPU-second)."""
+        try:
+            response = httpx.get(f"{self.mgmt_url}/api/nodes", auth=("guest", "guest"), timeout=10)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ServiceError("rabbitmq", f"no answer to /api/nodes: {exc}", "") from exc
+        return {str(node["name"]) for node in response.json() if node.get("running")}
+
     def stop(self) -> None:
         if self.is_running():
             self.ctl("stop", check=False)

@@ -95,9 +95,7 @@ class RabbitCluster:
 
     def running_nodes(self, via: RabbitServer | None = None) -> set[str]:
         """The node names VIA (default: the first running node) sees running in the cluster."""
-        asked = via or self.any_running()
-        status = json.loads(asked.ctl("cluster_status", "--formatter", "json") or "{}")
-        return {str(name) for name in status.get("running_nodes", [])}
+        return (via or self.any_running()).running_nodes()
 
     def wait_clustered(self, deadline_s: float = CLUSTERED_S) -> None:
         """Until every node runs and sees every node running."""
@@ -106,9 +104,9 @@ class RabbitCluster:
         def clustered() -> bool:
             if not all(node.is_running() for node in self.nodes):
                 return False
-            try:  # all() stops at the first node that disagrees: each ask boots a CLI VM
+            try:
                 return all(self.running_nodes(node) == names for node in self.nodes)
-            except ServiceError:  # a node still booting does not answer rabbitmqctl yet
+            except ServiceError:  # a node still booting does not answer yet
                 return False
 
         end = time.monotonic() + deadline_s

@@ -24,10 +24,6 @@ from tests.support.collector import Collector
 from tests.support.jobs_out import job
 from tests.support.waiting import eventually
 
-# The outcome depends on the broker's version: run again on RabbitMQ 4.x (make test).
-pytestmark = pytest.mark.rabbitmq_version
-
-
 NAME = "test-publisher"
 BATCH = 20
 
@@ -73,6 +69,7 @@ async def test_the_publisher_connects_to_the_first_broker_url_that_answers(
     assert missing == set()
 
 
+@pytest.mark.rabbitmq_version  # how a broker refuses publishes differs between releases
 async def test_a_nack_gets_the_publisher_a_new_channel(
     amqp_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -135,6 +132,8 @@ class Firing:
         self._stop.set()
 
 
+# On RabbitMQ 4.x the same kills happen in tests/faults/test_rabbitmq_cluster.py, through a
+# dispatcher: this runs once, on 3.x.
 @pytest.mark.faults
 @pytest.mark.parametrize("victim", ["its node", "the queue's leader"])
 async def test_the_publisher_keeps_publishing_when_a_node_is_killed_and_loses_nothing(
