@@ -45,6 +45,13 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def recorded_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def kill_group(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGKILL) -> None:
     """Signal a process started with start_new_session=True and everything it started."""
     if process is None or process.poll() is not None:

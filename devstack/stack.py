@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from devstack import packages
-from devstack.base import alive
+from devstack.base import alive, recorded_pid
 from devstack.ports import wait_port_free
 from devstack.postgres import QUEUE_SETTINGS, PostgresServer
 from devstack.rabbitmq import RabbitServer
@@ -149,13 +149,6 @@ def stopped(pid: int | None, port: int) -> None:
     wait_port_free(port, deadline_s=60)
     if pid is not None:
         wait_exited(pid, deadline_s=60)
-
-
-def recorded_pid(pid_file: Path) -> int | None:
-    try:
-        return int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def wait_exited(pid: int, *, deadline_s: float) -> None:
