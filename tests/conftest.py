@@ -13,6 +13,7 @@ from tests.support.process import FAST_LEASE, DispatcherProcess, served
 
 pytest_plugins = [
     "tests.support.reaping",
+    "tests.support.zygote",
     "tests.support.scheduling",
     "tests.fixtures",
     "tests.support.rabbit_cluster",

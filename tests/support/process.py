@@ -9,10 +9,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
 from devstack.base import LOG_TAIL_LINES
+
+if TYPE_CHECKING:
+    from tests.support.zygote import Forked
 
 ROOT = Path(__file__).parents[2]
 
@@ -41,18 +45,23 @@ class DispatcherProcess:
         }
         self._log_path = log_dir / f"dispatcher-{name}.log"
         self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: subprocess.Popen[bytes] | Forked | None = None
 
     def start(self, *, ready_timeout: float = 30.0) -> None:
-        log = self._log_path.open("ab")
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "dispatcher", "serve"],
-            env=self._env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
+        # Imported here: conftest imports this module before pytest registers the zygote plugin.
+        from tests.support import zygote
+
+        if zygote.available() and zygote.forkable(self._env):
+            self._process = zygote.zygote().fork("dispatcher", ["serve"], self._env, self._log_path)
+        else:
+            with self._log_path.open("ab") as log:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-m", "dispatcher", "serve"],
+                    env=self._env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
         self.wait_ready(ready_timeout)
 
     def wait_ready(self, timeout: float) -> None:
