@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from devstack import base, rabbitmq4
@@ -45,15 +46,52 @@ def pg_template(pg_server: PostgresServer) -> str:
     return TEMPLATE
 
 
+class Databases:
+    """CREATE and DROP DATABASE over one kept connection: through ``psql``, each cost a process
+    and a backend of its own (two a test, a thousand a run)."""
+
+    def __init__(self, server: PostgresServer) -> None:
+        self._server = server
+        self._connection: psycopg.Connection[tuple[object, ...]] | None = None
+
+    def execute(self, statement: str) -> None:
+        try:
+            self._connected().execute(statement.encode())
+        except psycopg.OperationalError:
+            # The server was restarted since (a test stops or crashes it on purpose): once more
+            # on a new connection. CREATE and DROP are each their own transaction.
+            self.close()
+            self._connected().execute(statement.encode())
+
+    def _connected(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._connection is None or self._connection.closed:
+            self._connection = psycopg.connect(self._server.dsn("postgres"), autocommit=True)
+        return self._connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+@pytest.fixture(scope="session")
+def databases(pg_server: PostgresServer) -> Iterator[Databases]:
+    kept = Databases(pg_server)
+    yield kept
+    kept.close()
+
+
 @pytest.fixture
-def database_url(pg_server: PostgresServer, pg_template: str) -> Iterator[str]:
+def database_url(
+    pg_server: PostgresServer, pg_template: str, databases: Databases
+) -> Iterator[str]:
     name = f"test_{uuid.uuid4().hex}"
     if not pg_server.is_running():  # a previous test crashed it on purpose
         pg_server.start()
-    pg_server.create_database(name, template=pg_template)
+    databases.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
     yield pg_server.dsn(name)
     if pg_server.is_running():
-        pg_server.drop_database(name)
+        databases.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
