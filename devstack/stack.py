@@ -140,8 +140,7 @@ def terminate(pid_file: Path, port: int) -> None:
         return
     pid = recorded_pid(pid_file)
     if pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        send(pid, signal.SIGTERM)
     stopped(pid, port)
 
 
@@ -156,8 +155,7 @@ def wait_exited(pid: int, *, deadline_s: float) -> None:
     deadline = time.monotonic() + deadline_s
     while alive(pid):
         if time.monotonic() > deadline:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            send(pid, signal.SIGKILL)
             deadline = time.monotonic() + deadline_s
         time.sleep(0.1)
 
@@ -175,9 +173,13 @@ def stop_rabbitmq(server: RabbitServer, port: int) -> None:
         return
     server.ctl("stop", str(pid_file), check=False)
     if pid is not None and alive(pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+        send(pid, signal.SIGTERM)
     stopped(pid, port)
+
+
+def send(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it has exited meanwhile
+        os.kill(pid, signum)
 
 
 def runs(pid: int, program: str) -> bool:

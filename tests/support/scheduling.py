@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import sys
 import xml.etree.ElementTree as ET
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import pytest
@@ -51,9 +51,7 @@ def unit_of(nodeid: str) -> str:
 
 
 def estimate(nodeids: list[str], measured: dict[str, float]) -> float:
-    files: dict[str, int] = {}
-    for nodeid in nodeids:
-        files[file_of(nodeid)] = files.get(file_of(nodeid), 0) + 1
+    files = Counter(file_of(nodeid) for nodeid in nodeids)
     total = 0.0
     for path, tests in files.items():
         folder = path.split("/")[1] if path.count("/") >= 2 else ""
@@ -114,15 +112,11 @@ def file_named(classname: str) -> str:
 def measured_in(reports: list[Path]) -> dict[str, float]:
     """Seconds per test file (setup, call and teardown of its tests), from JUnit reports; a file
     in several reports keeps its longest."""
-    per_report: list[dict[str, float]] = []
-    for report in reports:
-        seconds: dict[str, float] = {}
-        for case in ET.parse(report).iter("testcase"):
-            path = file_named(case.get("classname") or "")
-            seconds[path] = seconds.get(path, 0.0) + float(case.get("time") or 0)
-        per_report.append(seconds)
     merged: dict[str, float] = {}
-    for seconds in per_report:
+    for report in reports:
+        seconds: Counter[str] = Counter()
+        for case in ET.parse(report).iter("testcase"):
+            seconds[file_named(case.get("classname") or "")] += float(case.get("time") or 0)
         for path, spent in seconds.items():
             merged[path] = max(merged.get(path, 0.0), spent)
     return {path: round(spent, 1) for path, spent in sorted(merged.items())}

@@ -72,9 +72,6 @@ class Forked:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signum)
 
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
 
 class Zygote:
     def __init__(self, mark: str | None) -> None:
