@@ -79,6 +79,11 @@ class RabbitServer:
         }
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Write the node's config and start its process; ``wait_ready`` waits for it."""
         self.starts += 1
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "rabbitmq.conf").write_text(
@@ -99,6 +104,8 @@ class RabbitServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def wait_ready(self) -> None:
         if not wait_until(self._ready, READY_S):
             self.kill()
             raise ServiceError("rabbitmq", f"not ready after {READY_S}s", self.logs())

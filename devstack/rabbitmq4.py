@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +30,7 @@ SUITE, MIRROR = "trixie", "http://deb.debian.org/debian"
 MARKER = ".dispatcher-rabbitmq4-built"
 # Without this the Erlang distribution port listens on every interface.
 ERL_ARGS = "-kernel inet_dist_use_interface {127,0,0,1}"
+ENTER_S = 5.0  # `chroot` enters the tree and execs the start script in milliseconds
 
 
 def mounts_under(path: Path) -> list[Path]:
@@ -44,6 +47,16 @@ def unmount(chroot: Path) -> None:
     """Lazily unmount everything below CHROOT: a process still inside cannot keep /dev there."""
     for point in mounts_under(chroot):
         subprocess.run(["umount", "-l", str(point)], check=True)
+
+
+@contextlib.contextmanager
+def mounts_held(chroot: Path) -> Iterator[None]:
+    """The chroot's mounts to this caller alone (every thread and process of this machine):
+    nodes start and stop side by side, in several test workers; one node's stop must not
+    unmount /proc between another's mount and its process entering the chroot."""
+    with (chroot.parent / "mounts.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def in_use(chroot: Path) -> bool:
@@ -163,15 +176,29 @@ class Rabbit4Server(RabbitServer):
         # What later 4.x releases default to: the management API gives no message counts.
         return "deprecated_features.permit.management_metrics_collection = false\n"
 
-    def start(self) -> None:
+    def launch(self) -> None:
         # debootstrap made the few device nodes the node uses; binding the host's /dev for the
         # whole run would only let a stray `rm -rf .run` reach it.
-        mount(self.chroot, dev=False)
-        super().start()
+        with mounts_held(self.chroot):
+            mount(self.chroot, dev=False)
+            super().launch()
+            self._wait_inside()
+
+    def _wait_inside(self) -> None:
+        """Until the node's process has entered the chroot (``in_use`` sees it from then on)."""
+        assert self._process is not None
+        root = Path(f"/proc/{self._process.pid}/root")
+        deadline = time.monotonic() + ENTER_S
+        while time.monotonic() < deadline and self._process.poll() is None:
+            with contextlib.suppress(OSError):
+                if Path(os.readlink(root)) == self.chroot:
+                    return
+            time.sleep(0.01)
 
     def _release(self) -> None:
-        if not in_use(self.chroot):
-            unmount(self.chroot)
+        with mounts_held(self.chroot):
+            if not in_use(self.chroot):
+                unmount(self.chroot)
 
     def stop(self) -> None:
         super().stop()

@@ -81,17 +81,29 @@ def databases(pg_server: PostgresServer) -> Iterator[Databases]:
     kept.close()
 
 
+def fresh_database(server: PostgresServer, template: str, databases: Databases) -> Iterator[str]:
+    name = f"test_{uuid.uuid4().hex}"
+    if not server.is_running():  # a previous test crashed it on purpose
+        server.start()
+    databases.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    yield server.dsn(name)
+    if server.is_running():
+        databases.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def database_url(
     pg_server: PostgresServer, pg_template: str, databases: Databases
 ) -> Iterator[str]:
-    name = f"test_{uuid.uuid4().hex}"
-    if not pg_server.is_running():  # a previous test crashed it on purpose
-        pg_server.start()
-    databases.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
-    yield pg_server.dsn(name)
-    if pg_server.is_running():
-        databases.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    yield from fresh_database(pg_server, pg_template, databases)
+
+
+@pytest.fixture(scope="module")
+def module_database_url(
+    pg_server: PostgresServer, pg_template: str, databases: Databases
+) -> Iterator[str]:
+    """One database for a module's tests that change nothing (tests/support/nodes.py)."""
+    yield from fresh_database(pg_server, pg_template, databases)
 
 
 @pytest.fixture
@@ -147,19 +159,29 @@ def rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitSe
         shutil.rmtree(server.root / "mnesia", ignore_errors=True)
 
 
-@pytest.fixture
-def amqp_url(rabbit_server: RabbitServer) -> Iterator[str]:
-    if not rabbit_server.is_running():
-        rabbit_server.start()
+def fresh_vhost(server: RabbitServer) -> Iterator[str]:
+    if not server.is_running():
+        server.start()
     vhost = f"test-{uuid.uuid4().hex[:12]}"
-    rabbit_server.create_vhost(vhost)
-    starts = rabbit_server.starts
-    yield rabbit_server.url(vhost)
+    server.create_vhost(vhost)
+    starts = server.starts
+    yield server.url(vhost)
     # A vhost whose quorum queues may still be electing their leaders after a restart is left
     # alone: deleting it then can crash RabbitMQ's quorum queue supervisor for good, and with it
     # every later test on this broker (seen on 3.x under load).
-    if rabbit_server.is_running() and rabbit_server.starts == starts:
-        rabbit_server.delete_vhost(vhost)
+    if server.is_running() and server.starts == starts:
+        server.delete_vhost(vhost)
+
+
+@pytest.fixture
+def amqp_url(rabbit_server: RabbitServer) -> Iterator[str]:
+    yield from fresh_vhost(rabbit_server)
+
+
+@pytest.fixture(scope="module")
+def module_amqp_url(rabbit_server: RabbitServer) -> Iterator[str]:
+    """One vhost for a module's tests that change nothing (tests/support/nodes.py)."""
+    yield from fresh_vhost(rabbit_server)
 
 
 @pytest.fixture(scope="session")

@@ -10,17 +10,26 @@ from datetime import UTC, datetime, timedelta
 import aio_pika
 import orjson
 import pytest
+import pytest_asyncio
 
 from consumers_sdk import contract
 from dispatcher.node import Node
 from tests.support.collector import ON_TIME_S, Collector
-from tests.support.nodes import client, jobs_stored, running_node
+from tests.support.nodes import ON_THE_MODULES_NODE, client, jobs_stored, running_node
+
+NODE = {"node_id": "api-test", "shard_count": 16}
 
 
 @pytest.fixture
 async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
+    async with running_node(database_url=database_url, amqp_url=amqp_url, **NODE) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def refusing_node(module_database_url: str, module_amqp_url: str) -> AsyncIterator[Node]:
     async with running_node(
-        database_url=database_url, amqp_url=amqp_url, node_id="api-test", shard_count=16
+        database_url=module_database_url, amqp_url=module_amqp_url, **NODE
     ) as running:
         yield running
 
@@ -414,17 +423,18 @@ BAD_REQUESTS: list[tuple[str, str, bytes, int, str]] = [
     [case[1:] for case in BAD_REQUESTS],
     ids=[case[0] for case in BAD_REQUESTS],
 )
+@ON_THE_MODULES_NODE
 async def test_bad_input_is_refused_by_name_and_stores_nothing(
-    node: Node, database_url: str, path: str, body: bytes, status: int, field: str
+    refusing_node: Node, module_database_url: str, path: str, body: bytes, status: int, field: str
 ) -> None:
-    before = await jobs_stored(database_url)
-    async with client(node) as http:
+    before = await jobs_stored(module_database_url)
+    async with client(refusing_node) as http:
         response = await http.post(path, content=body, headers={"content-type": "application/json"})
     assert response.status_code == status, response.text
     problem = response.json()
     assert field in [item["field"] for item in problem["fields"]], problem
     assert problem["message"]
-    assert await jobs_stored(database_url) == before
+    assert await jobs_stored(module_database_url) == before
 
 
 def in_a_batch(body: bytes, status: int, field: str) -> tuple[bytes, int, str]:
@@ -440,13 +450,14 @@ def in_a_batch(body: bytes, status: int, field: str) -> tuple[bytes, int, str]:
     [in_a_batch(*case[2:]) for case in BAD_REQUESTS if case[1] == "/v1/jobs"],
     ids=[case[0] for case in BAD_REQUESTS if case[1] == "/v1/jobs"],
 )
+@ON_THE_MODULES_NODE
 async def test_a_bad_job_in_a_batch_is_refused_by_name_and_stores_nothing(
-    node: Node, database_url: str, body: bytes, status: int, field: str
+    refusing_node: Node, module_database_url: str, body: bytes, status: int, field: str
 ) -> None:
     """The batch route validates its JSON text itself (``schemas.batch_from_json``): it must
     refuse exactly as FastAPI's validation of the single route does."""
-    before = await jobs_stored(database_url)
-    async with client(node) as http:
+    before = await jobs_stored(module_database_url)
+    async with client(refusing_node) as http:
         response = await http.post(
             "/v1/jobs/batch", content=body, headers={"content-type": "application/json"}
         )
@@ -454,14 +465,15 @@ async def test_a_bad_job_in_a_batch_is_refused_by_name_and_stores_nothing(
     problem = response.json()
     assert field in [item["field"] for item in problem["fields"]], problem
     assert problem["message"]
-    assert await jobs_stored(database_url) == before
+    assert await jobs_stored(module_database_url) == before
 
 
 @pytest.mark.parametrize("routing_key", ["a\x00", "\ud800", "orders.*"])
+@ON_THE_MODULES_NODE
 async def test_a_list_filter_that_is_no_routing_key_is_refused_by_name(
-    node: Node, routing_key: str
+    refusing_node: Node, routing_key: str
 ) -> None:
-    async with client(node) as http:
+    async with client(refusing_node) as http:
         response = await http.get(
             "/v1/jobs", params={"routing_key": routing_key.encode("utf-8", "surrogatepass")}
         )

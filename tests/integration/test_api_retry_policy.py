@@ -9,17 +9,26 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from consumers_sdk import DispatcherClient, contract
 from dispatcher.node import Node
 from tests.support.collector import Collector
-from tests.support.nodes import client, running_node
+from tests.support.nodes import ON_THE_MODULES_NODE, client, running_node
+
+NODE = {"node_id": "policy-test", "shard_count": 8}
 
 
 @pytest.fixture
 async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
+    async with running_node(database_url=database_url, amqp_url=amqp_url, **NODE) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def refusing_node(module_database_url: str, module_amqp_url: str) -> AsyncIterator[Node]:
     async with running_node(
-        database_url=database_url, amqp_url=amqp_url, node_id="policy-test", shard_count=8
+        database_url=module_database_url, amqp_url=module_amqp_url, **NODE
     ) as running:
         yield running
 
@@ -76,10 +85,11 @@ async def test_the_client_sends_the_policy(node: Node) -> None:
         ({"headers": {"x-retry-max-attempts": 2}}, "headers.x-retry-max-attempts"),
     ],
 )
+@ON_THE_MODULES_NODE
 async def test_a_bad_policy_is_refused_naming_the_field_and_stores_nothing(
-    node: Node, fields: dict[str, Any], field: str
+    refusing_node: Node, fields: dict[str, Any], field: str
 ) -> None:
-    async with client(node) as http:
+    async with client(refusing_node) as http:
         response = await http.post(
             "/v1/jobs", json={"routing_key": "orders.expire", "payload": {}, **fields}
         )

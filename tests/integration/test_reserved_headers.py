@@ -12,13 +12,14 @@ import asyncpg
 import httpx
 import orjson
 import pytest
+import pytest_asyncio
 
 from consumers_sdk import contract
 from consumers_sdk.enqueue import enqueue
 from dispatcher.node import Node
 from dispatcher.store import queries
 from tests.support.collector import Collector
-from tests.support.nodes import client, running_node
+from tests.support.nodes import ON_THE_MODULES_NODE, client, running_node
 
 ADMIN = "admin-token-0123456789"
 BILLING = "producer-billing-token-0123"  # may only use routing keys starting with "billing."
@@ -46,14 +47,19 @@ def bearer(token: str) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"}
 
 
+NODE = {"node_id": "reserved", "shard_count": 4, "api_keys": API_KEYS}
+
+
 @pytest.fixture
 async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
+    async with running_node(database_url=database_url, amqp_url=amqp_url, **NODE) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def refusing_node(module_database_url: str, module_amqp_url: str) -> AsyncIterator[Node]:
     async with running_node(
-        database_url=database_url,
-        amqp_url=amqp_url,
-        node_id="reserved",
-        shard_count=4,
-        api_keys=API_KEYS,
+        database_url=module_database_url, amqp_url=module_amqp_url, **NODE
     ) as running:
         yield running
 
@@ -72,11 +78,12 @@ def refused_fields(answer: httpx.Response) -> list[str]:
 
 
 @pytest.mark.parametrize(("name", "value"), REFUSED, ids=[name[:20] for name, _ in REFUSED])
+@ON_THE_MODULES_NODE
 async def test_the_api_refuses_a_reserved_or_overlong_header_by_name_and_stores_nothing(
-    node: Node, database_url: str, name: str, value: object
+    refusing_node: Node, module_database_url: str, name: str, value: object
 ) -> None:
     job = {"routing_key": "billing.charge", "payload": 1, "headers": {"tenant": "a", name: value}}
-    async with client(node) as http:
+    async with client(refusing_node) as http:
         single = await http.post("/v1/jobs", json=job, headers=bearer(BILLING))
         batch = await http.post(
             "/v1/jobs/batch",
@@ -85,7 +92,7 @@ async def test_the_api_refuses_a_reserved_or_overlong_header_by_name_and_stores_
         )
     assert refused_fields(single) == [f"headers.{name}"]
     assert refused_fields(batch) == [f"jobs[1].headers.{name}"]
-    assert await count(database_url, "jobs") == 0
+    assert await count(module_database_url, "jobs") == 0
 
 
 async def test_a_key_limited_to_billing_cannot_send_its_job_to_payments_through_the_dlq(
@@ -139,9 +146,9 @@ async def test_schedules_refuse_a_reserved_header_on_create_and_on_change(
 
 @pytest.mark.parametrize(("name", "value"), REFUSED, ids=[name[:20] for name, _ in REFUSED])
 async def test_enqueue_refuses_a_reserved_or_overlong_header_by_name_and_stores_nothing(
-    database_url: str, name: str, value: str | int
+    module_database_url: str, name: str, value: str | int
 ) -> None:
-    connection = await asyncpg.connect(database_url)
+    connection = await asyncpg.connect(module_database_url)
     try:
         await connection.execute(queries.ENSURE_SHARDS, 4)
         with pytest.raises(ValueError, match=f"^{re.escape(f'headers.{name}: ')}") as refused:

@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
+import pytest_asyncio
 
 from dispatcher.node import Node
-from tests.support.nodes import client, running_node
+from tests.support.nodes import ON_THE_MODULES_NODE, client, running_node
 from tests.support.waiting import until
 
 ADMIN = "admin-token-0123456789"
@@ -47,19 +48,28 @@ def schedule(name: str = "nightly", **fields: object) -> dict[str, object]:
     return body
 
 
+NODE = {
+    "node_id": "schedules",
+    "shard_count": 8,
+    "api_keys": API_KEYS,
+    "api_key_cache_s": 0.2,
+    "schedule_poll_s": 0.2,
+    "schedule_ahead_s": 5,
+    "schedule_catchup_window_s": 30,
+    "max_schedules_per_namespace": 3,
+}
+
+
 @pytest.fixture
 async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
+    async with running_node(database_url=database_url, amqp_url=amqp_url, **NODE) as running:
+        yield running
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def refusing_node(module_database_url: str, module_amqp_url: str) -> AsyncIterator[Node]:
     async with running_node(
-        database_url=database_url,
-        amqp_url=amqp_url,
-        node_id="schedules",
-        shard_count=8,
-        api_keys=API_KEYS,
-        api_key_cache_s=0.2,
-        schedule_poll_s=0.2,
-        schedule_ahead_s=5,
-        schedule_catchup_window_s=30,
-        max_schedules_per_namespace=3,
+        database_url=module_database_url, amqp_url=module_amqp_url, **NODE
     ) as running:
         yield running
 
@@ -130,14 +140,15 @@ async def test_create_and_get_shows_the_next_occurrences_in_the_zone(node: Node)
         ({"job": {"routing_key": "billing.x"}}, "job.payload"),
     ],
 )
+@ON_THE_MODULES_NODE
 async def test_invalid_schedule_answers_422_naming_the_field_and_stores_nothing(
-    node: Node, database_url: str, fields: dict[str, object], field: str
+    refusing_node: Node, module_database_url: str, fields: dict[str, object], field: str
 ) -> None:
-    async with client(node) as http:
+    async with client(refusing_node) as http:
         response = await http.post("/v1/schedules", json=schedule(**fields), headers=bearer(TEAM_A))
     assert response.status_code == 422, response.text
     assert field in [item["field"] for item in response.json()["fields"]], response.text
-    assert await count_rows(database_url, "schedules") == 0
+    assert await count_rows(module_database_url, "schedules") == 0
 
 
 async def test_a_taken_name_answers_409_within_a_namespace_only(node: Node) -> None:

@@ -9,9 +9,16 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 import httpx
+import pytest
 
 from dispatcher.node import Node
 from dispatcher.settings import Settings
+
+# Tests of refused input change nothing, and check so: a module's share one node (its fixture
+# ``refusing_node``, on ``module_database_url`` and ``module_amqp_url``), started once rather than
+# once a test (a database, a vhost and a node cost about a second a test on a loaded machine, and
+# there are a hundred-odd such tests). They run in the module's event loop, the node's.
+ON_THE_MODULES_NODE = pytest.mark.asyncio(loop_scope="module")
 
 
 @asynccontextmanager
