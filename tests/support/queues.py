@@ -56,9 +56,19 @@ async def queue_depth(amqp_url: str, name: str) -> int:
 async def _reaches(
     read: Callable[[], Awaitable[int]], expected: int, deadline_s: float, poll_s: float
 ) -> None:
-    async with asyncio.timeout(deadline_s):
-        while await read() != expected:  # noqa: ASYNC110 - broker state
-            await asyncio.sleep(poll_s)
+    """Until READ gives EXPECTED; past DEADLINE_S, an assertion that shows what it read instead
+    (each value and when it was first read), so a failure says how far the broker got."""
+    seen: list[tuple[float, int]] = []
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(deadline_s):
+            while (got := await read()) != expected:
+                if not seen or seen[-1][1] != got:
+                    seen.append((time.monotonic() - started, got))
+                await asyncio.sleep(poll_s)
+    except TimeoutError:
+        trace = ", ".join(f"{value} at {at:.1f}s" for at, value in seen[-20:])
+        raise AssertionError(f"never read {expected} in {deadline_s:.0f}s; read {trace}") from None
 
 
 async def depth_reaches(amqp_url: str, name: str, depth: int, deadline_s: float) -> None:
