@@ -16,11 +16,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from devstack.base import ServiceError
+from devstack.base import ServiceError, wait_until
 from devstack.rabbitmq import BIN, RabbitServer
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository: devstack/ sits at its top
@@ -185,15 +184,17 @@ class Rabbit4Server(RabbitServer):
             self._wait_inside()
 
     def _wait_inside(self) -> None:
-        """Until the node's process has entered the chroot (``in_use`` sees it from then on)."""
-        assert self._process is not None
-        root = Path(f"/proc/{self._process.pid}/root")
-        deadline = time.monotonic() + ENTER_S
-        while time.monotonic() < deadline and self._process.poll() is None:
+        """Until the node's process has entered the chroot (``in_use`` sees it from then on), or
+        has exited (``wait_ready`` reports that)."""
+        process = self._process
+        assert process is not None
+
+        def inside_or_gone() -> bool:
             with contextlib.suppress(OSError):
-                if Path(os.readlink(root)) == self.chroot:
-                    return
-            time.sleep(0.01)
+                return Path(os.readlink(f"/proc/{process.pid}/root")) == self.chroot
+            return process.poll() is not None
+
+        wait_until(inside_or_gone, ENTER_S)
 
     def _release(self) -> None:
         with mounts_held(self.chroot):
