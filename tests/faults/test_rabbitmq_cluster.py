@@ -177,7 +177,12 @@ async def test_killing_the_node_leading_the_consumers_queue_loses_nothing(
     assert new_leader is not leader
 
 
-RETRY_TIER_S = 10.0  # long enough that the retries still wait when the node dies
+# The wait queue holds every retry only between the last first-attempt failure and the first
+# return, one tier after the first failure. The retries fall due together (RETRIES_OVER_S), so the
+# window is the tier less the time to fire and fail 500 jobs: 0.9 s alone, 3.4 s in the fault loop,
+# and once over 8 s there (when a 10 s tier with the retries spread over 2 s closed the window).
+RETRY_TIER_S = 20.0
+RETRIES_OVER_S = 0.2
 
 
 async def test_the_sdk_consumer_keeps_consuming_and_retrying_through_the_loss_of_its_node(
@@ -196,12 +201,14 @@ async def test_the_sdk_consumer_keeps_consuming_and_retrying_through_the_loss_of
     seed, survivor = rabbit_cluster.seed.url(vhost), rabbit_cluster.nodes[1].url(vhost)
     async with running(consumer):  # on node 1, which leads its queues on 3.x
         retries = await schedule_spread(
-            on_node_1.url, 500, over_s=2, routing_key="ha.retry", batch=500
+            on_node_1.url, 500, over_s=RETRIES_OVER_S, routing_key="ha.retry", batch=500
         )
         poisoned = await schedule_spread(
             on_node_1.url, 200, over_s=2, routing_key="ha.poison", batch=200
         )
+        first_due = min(retries.values())
         await depth_reaches(seed, waiting, len(retries), 60)
+        all_waiting_s = time.time() - first_due
         await depth_reaches(seed, dead, len(poisoned), 60)
 
         await asyncio.to_thread(rabbit_cluster.kill, rabbit_cluster.seed)
@@ -213,7 +220,8 @@ async def test_the_sdk_consumer_keeps_consuming_and_retrying_through_the_loss_of
     parked = classify(poisoned, await drain_dead(survivor, dead))
     print(
         f"\nkilled {rabbit_cluster.seed.nodename} (the consumer's) with {len(retries)} jobs in "
-        f"{waiting} and {len(poisoned)} in {dead}, {len(later)} more due after: "
+        f"{waiting} (all there {all_waiting_s:.1f} s after the first was due) and "
+        f"{len(poisoned)} in {dead}, {len(later)} more due after: "
         f"retried {retried}; dead-lettered {parked}"
     )
     for ledger in (retried, parked):
