@@ -52,7 +52,7 @@ down: ## stop the nodes and services 'make run', 'make cluster' or 'make cluster
 	$(BIN)/python -m devstack down
 
 test: $(STAMP) ## the whole suite on RabbitMQ 3.x, then the broker-facing tests on RabbitMQ 4.x
-	$(BIN)/python -m devstack ensure --browser --chroot
+	$(BIN)/python -m devstack ensure --browser --chroot --faults
 	$(MAKE) --no-print-directory rabbitmq4-chroot
 	@# Every pass runs even after one failed, so that a red run shows all it found.
 	@failed=; \

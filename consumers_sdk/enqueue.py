@@ -35,13 +35,17 @@ if TYPE_CHECKING:
 # the dispatcher's batches and this): a shard chosen by the id's hash among the shards the
 # dispatcher created, and a due notice once the transaction commits. An idempotency key seen
 # before in the namespace inserts (and notifies) nothing.
+# A delay counts from PostgreSQL's clock, the one the dispatcher fires on, not this host's.
 # $1 id, $2 id hash, $3 routing key, $4 payload, $5 headers (JSON text), $6 priority, $7 ttl_ms,
-# $8 idempotency key, $9 run_at, $10 namespace (NULL: the default one).
+# $8 idempotency key, $9 run_at (NULL: $11 seconds from now), $10 namespace (NULL: the default
+# one), $11 the delay in seconds.
 INSERT_JOB: Final = """
 SELECT id, run_at
 FROM dispatcher_enqueue_v1(ARRAY[$1::uuid], NULL, ARRAY[$2::bigint], ARRAY[$3::text],
                            ARRAY[$4::bytea], ARRAY[$5::jsonb], ARRAY[$6::smallint],
-                           ARRAY[$7::bigint], ARRAY[$8::text], ARRAY[$9::timestamptz],
+                           ARRAY[$7::bigint], ARRAY[$8::text],
+                           ARRAY[coalesce($9::timestamptz,
+                                          clock_timestamp() + make_interval(secs => $11::float8))],
                            ARRAY[$10::text], true)
 """
 
@@ -135,6 +139,7 @@ def _arguments(routing_key: str, payload: Any, options: EnqueueOptions) -> tuple
     if unknown:  # a misspelt option would otherwise be dropped without a word
         raise TypeError(f"{unknown[0]} is not an argument of enqueue")
     limits = options.get("limits", validation.DEFAULT_LIMITS)
+    run_at, delay_s = _due(options.get("delay"), options.get("run_at"), limits)
     job_id = _IDS.next()
     return (
         job_id,
@@ -150,8 +155,9 @@ def _arguments(routing_key: str, payload: Any, options: EnqueueOptions) -> tuple
         _priority(options.get("priority")),
         _ttl_ms(options.get("ttl")),
         _idempotency_key(options.get("idempotency_key"), limits),
-        _run_at(options.get("delay"), options.get("run_at"), limits),
+        run_at,
         _namespace(options.get("namespace")),
+        delay_s,
     )
 
 
@@ -235,9 +241,11 @@ def _check_text(argument: str, value: object) -> None:
 _seconds = calls.seconds  # one rule for durations, the client's
 
 
-def _run_at(
+def _due(
     delay: timedelta | float | None, run_at: datetime | None, limits: validation.Limits
-) -> datetime:
+) -> tuple[datetime | None, float]:
+    """INSERT_JOB's run_at and delay: a run_at as given (in UTC), or none and the delay, which
+    PostgreSQL adds to its own clock. Checked against this host's clock (the limit is days)."""
     if delay is not None and run_at is not None:
         raise ValueError("delay and run_at: give one, not both")
     argument, delay_s = "delay", 0.0
@@ -255,7 +263,7 @@ def _run_at(
     except OverflowError:
         raise ValueError(f"{argument} is out of range") from None
     _refuse(argument, validation.due_problem(due, now, limits))
-    return due
+    return (due if run_at is not None else None), delay_s
 
 
 def _payload(payload: Any, limits: validation.Limits) -> bytes:

@@ -27,6 +27,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--root", type=Path, default=Path(".run"), help="data, logs and pids")
     parser.add_argument("--browser", action="store_true", help="ensure: chromium too (tests)")
+    parser.add_argument("--faults", action="store_true", help="ensure: libfaketime too (tests)")
     parser.add_argument(
         "--chroot", action="store_true", help="ensure: debootstrap too (the RabbitMQ 4.x tests)"
     )
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "ensure":
         groups = {packages.Group.SERVICES}
         groups |= {packages.Group.BROWSER} if args.browser else set()
+        groups |= {packages.Group.FAULTS} if args.faults else set()
         packages.ensure(groups | ({packages.Group.CHROOT} if args.chroot else set()))
     elif args.command == "up":
         up(root, ports, zookeeper=False)

@@ -27,6 +27,7 @@ class Group(Enum):
     BROWSER = "browser"  # the console's and the management UI's browser tests
     CHROOT = "chroot"  # the Debian trixie chroot the RabbitMQ 4.x tests run in
     BENCH = "bench"  # bench/: a native HTTP load generator
+    FAULTS = "faults"  # the fault tests' tools: libfaketime, a node's wrong wall clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,7 @@ PACKAGES = (
     Package("chromium", Group.BROWSER, Path("/usr/bin/chromium")),
     Package("chromium-driver", Group.BROWSER, Path("/usr/bin/chromedriver")),
     Package("debootstrap", Group.CHROOT, Path("/usr/sbin/debootstrap")),
+    Package("faketime", Group.FAULTS, Path("/usr/bin/faketime")),
     Package("wrk", Group.BENCH, Path("/usr/bin/wrk")),
 )
 

@@ -80,6 +80,28 @@ class Metrics:
             "Fenced claim statements firing ran (jobs dispatched per claim: what one serves)",
             registry=r,
         )
+        self.claims_fenced = Counter(
+            "dispatcher_claims_fenced_early",
+            "Jobs a claim refused because PostgreSQL's clock had not reached their run_at (this "
+            "node's idea of the time was ahead): put back, never published",
+            registry=r,
+        )
+        self.clock_offset = Gauge(
+            "dispatcher_clock_offset_seconds",
+            "This host's wall clock minus PostgreSQL's, as last measured (nothing fires on it)",
+            registry=r,
+        )
+        self.clock_error = Gauge(
+            "dispatcher_clock_error_seconds",
+            "How far the node's time (PostgreSQL's clock, measured) may be off: half a round "
+            "trip plus drift since",
+            registry=r,
+        )
+        self.clock_steps = Counter(
+            "dispatcher_clock_steps",
+            "Times a clock was seen to step (this host's monotonic one, or PostgreSQL's)",
+            registry=r,
+        )
         self.window_horizon = Gauge(
             "dispatcher_window_horizon_seconds",
             "How far ahead of now the jobs held in memory reach (the loader's horizon)",

@@ -136,6 +136,16 @@ class Claimed:
             return None
 
 
+class Claim(NamedTuple):
+    """What one claim statement took, and PostgreSQL's clock (POSIX seconds) when it fenced the
+    jobs and when it answered: a job is published no earlier than that last reading says it is
+    due."""
+
+    jobs: list[Claimed]
+    fenced_at_s: float
+    answered_at_s: float
+
+
 class Parked(NamedTuple):
     """A job taken out of firing as dead (``last_error`` says why)."""
 

@@ -34,12 +34,14 @@ from dispatcher.materialiser import Materialiser
 from dispatcher.settings import Settings
 from dispatcher.store import due_notices, migrate
 from dispatcher.store.api_keys import KeyStore
+from dispatcher.store.clock import ClockStore
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.listen import ChannelListener
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
+from dispatcher.timekeeper import Timekeeper
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,8 @@ class _HttpServer(uvicorn.Server):
 
 
 class Node:
-    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, settings: Settings, *, mono: Callable[[], float] = time.monotonic) -> None:
+        """MONO: the clock the node's time is measured from (a test steps it under the node)."""
         self.settings = settings
         self.metrics = metrics.Metrics(routing_key_labels=settings.metrics_routing_keys)
         self.supervisor = supervision.Supervisor(self.metrics)
@@ -63,6 +66,15 @@ class Node:
             max_size=settings.db_pool_max,
             timeout_s=settings.db_timeout_s,
         )
+        # The node's time is PostgreSQL's clock, measured: never this host's wall clock.
+        self.timekeeper = Timekeeper(
+            ClockStore(self.db),
+            self.metrics,
+            max_offset_s=settings.clock_max_offset_s,
+            interval_s=settings.clock_sample_s,
+            mono=mono,
+        )
+        clock = self.timekeeper.now
         self.store = JobStore(self.db, node_id=settings.node_id, lease_s=settings.lease_s)
         self.shard_store = ShardStore(self.db)
         self.history = HistoryStore(self.db)
@@ -128,7 +140,7 @@ class Node:
             workers=settings.fire_workers,
             catchup_share=settings.catchup_share,
             catchup_max_rate=settings.catchup_max_rate,
-            clock=clock,
+            clock=self.timekeeper,
         )
         self.intake = Intake(
             store=self.store,
@@ -149,6 +161,7 @@ class Node:
             per_schedule=settings.schedule_catchup_batch,
             catchup_s=settings.schedule_catchup_window_s,
             metrics=self.metrics,
+            clock=self.timekeeper.now_dt,
         )
         self.dependents = DependentsFollower(
             self.db,
@@ -173,8 +186,10 @@ class Node:
             schedules=self.schedules,
             keyring=self.keyring,
             metrics=self.metrics,
+            now=self.timekeeper.now_dt,
             readiness=self.readiness,
             degraded=self.supervisor.degraded,
+            clock=self.timekeeper.describe,
             publish_path=lambda: {
                 "path": self.publisher.path,
                 "fallback_reason": self.publisher.fallback_reason,
@@ -194,6 +209,7 @@ class Node:
             metrics=self.metrics,
             path=self.settings.publish_path,
             unroutable_queue_type=self.settings.unroutable_queue_type,
+            clock=self.timekeeper.now,
         )
 
     def _build_ownership(self) -> ownership_mod.Ownership:
@@ -212,7 +228,7 @@ class Node:
 
     def _horizon_s(self) -> float:
         horizon = self.loader.horizon
-        return 0.0 if horizon is None else max(0.0, horizon.timestamp() - time.time())
+        return 0.0 if horizon is None else max(0.0, horizon.timestamp() - self.timekeeper.now())
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -226,6 +242,7 @@ class Node:
         # A server that stops on its own ends the node: it is not restarted.
         http = Task("http", self._serve_http, Phase.SERVE, self._stop_http, supervised=False)
         return [
+            Task("clock", self.timekeeper.run),
             Task("amqp-connect", self.publisher.run),
             Task("amqp-connect-live", self.live_publisher.run),
             Task("ownership", self.ownership.run, Phase.LEAVE, self.ownership.stop),
@@ -275,6 +292,7 @@ class Node:
                     await migrate.apply_migrations(self.settings.database_url)
                 else:
                     await migrate.check(self.settings.database_url)
+                await self.timekeeper.start()
                 await self._log_auth_mode()
                 await self.ownership.start()
                 return True
@@ -324,7 +342,7 @@ class Node:
         while True:
             change = await self.ownership.next_change()
             self.loader.lose(change.lost)
-            self.loader.gain(change.gained.keys())
+            self.loader.gain(change.gained)
             self.metrics.shards_owned.set(len(self.ownership.epochs()))
             logger.info(
                 "ownership: +%d -%d shards, %d owned",
@@ -359,6 +377,7 @@ class Node:
             "postgres": await self.db.ping(),
             "rabbitmq": self.publisher.is_ready() and self.live_publisher.is_ready(),
             "shards": bool(self.ownership.epochs()),
+            "clock": self.timekeeper.trusted(),
             "loops": not self.supervisor.degraded(),
         }
 

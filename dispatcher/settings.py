@@ -106,6 +106,18 @@ class Settings(BaseSettings):
     fire_batch: int = Field(500, ge=1, description="jobs claimed and published per round trip")
     fire_workers: int = Field(4, ge=1, description="batches in flight at once")
     lease_s: float = Field(30.0, gt=0, description="a claimed, unconfirmed job is re-fired after")
+    clock_max_offset_s: float = Field(
+        1.0,
+        gt=0,
+        description="this host's clock may be this far from PostgreSQL's; past it the node "
+        "fires nothing and says so in /readyz (it fires on PostgreSQL's clock either way)",
+    )
+    clock_sample_s: float = Field(
+        1.0,
+        gt=0,
+        le=600,
+        description="how often the node measures PostgreSQL's clock, the one it fires on",
+    )
     publish_timeout_s: float = Field(
         10.0, gt=0, description="a publish not confirmed by then counts as failed"
     )

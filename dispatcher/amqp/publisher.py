@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal, cast
@@ -74,8 +75,10 @@ class Publisher:
         metrics: metrics.Metrics,
         path: PublishPath = "auto",
         unroutable_queue_type: topology.QueueType = "quorum",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._urls = amqp_urls
+        self._clock = clock  # the node's time: what a message's remaining time to live counts from
         self._parked = topology.parked_queues(unroutable_exchange, unroutable_queue_type)
         self._exchange_name = exchange
         self._unroutable_name = unroutable_exchange
@@ -224,7 +227,7 @@ class Publisher:
             amqp = cast(aiormq.Channel, underlay)
             if amqp is not self._chosen_for:
                 self._choose_path(amqp)
-            now = datetime.now(UTC)
+            now = datetime.fromtimestamp(self._clock(), UTC)
             if self._frames is None:
                 sent, confirmations, unpublishable = self._publish_each(amqp, jobs, now)
             else:

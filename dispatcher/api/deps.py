@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -29,9 +30,14 @@ class ApiDeps:
     schedules: ScheduleStore
     keyring: Keyring
     metrics: Metrics
-    # /readyz: each check by name, then the failing background loops with their last error.
+    # The node's time (PostgreSQL's clock, measured: timekeeper.py) for delay_ms, expiry and
+    # schedules; never the host's wall clock.
+    now: Callable[[], datetime]
+    # /readyz: each check by name, then the failing background loops with their last error, and
+    # the clock: this host's measured offset from PostgreSQL's, and whether the node fires on it.
     readiness: Callable[[], Awaitable[dict[str, bool]]]
     degraded: Callable[[], dict[str, str]]
+    clock: Callable[[], dict[str, object]]
     publish_path: Callable[[], dict[str, str | None]]  # the firing publisher's path and why
     # /v1/stats: the last job counts and how many jobs this node holds in memory.
     counts: Callable[[], Snapshot]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -57,7 +56,7 @@ async def submit_one(
     """``POST /v1/jobs`` once the request is validated: the route's body, and the lean path's
     (``api.lean``), which serves valid requests without FastAPI's routing."""
     auth.check_routing_key(caller, body.routing_key, "routing_key")
-    spec = schemas.to_spec(body, deps.settings, now=datetime.now(UTC))
+    spec = schemas.to_spec(body, deps.settings, now=deps.now())
     with prerequisites_named(""):
         [result] = await deps.intake.submit([spec], namespace=caller.namespace)
     return schemas.json_response(
@@ -97,7 +96,7 @@ async def create_jobs(request: Request, deps: Deps, caller: auth.Producer) -> Re
                 f"repeats the key of jobs[{keys[job.idempotency_key]}]",
             )
         keys[job.idempotency_key] = index
-    now = datetime.now(UTC)
+    now = deps.now()
     specs: list[models.JobSpec] = []
     for index, job in enumerate(body.jobs):
         await intake.take_turn(index)
@@ -132,7 +131,7 @@ async def reschedule_job(
     """Move a job that has not fired yet to a new time (and/or change its payload or priority).
     It fires at the new time only, on whichever node owns it. 409 once it is being dispatched
     (state ``dispatching``: it will be delivered) or done."""
-    change = schemas.to_change(body, deps.settings, now=datetime.now(UTC))
+    change = schemas.to_change(body, deps.settings, now=deps.now())
     job = await deps.jobs.reschedule(job_id, change, namespace=caller.namespace_filter)
     return schemas.json_response(schemas.job_document(job))
 

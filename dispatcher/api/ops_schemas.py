@@ -12,17 +12,35 @@ class Health(BaseModel):
     status: Literal["ok"]
 
 
+class ClockState(BaseModel):
+    """This node's clock against PostgreSQL's, the one it fires on."""
+
+    trusted: bool = Field(description="whether the node fires: false stops it (see `reason`)")
+    offset_s: float | None = Field(
+        description="this host's wall clock minus PostgreSQL's, last measured (null: not yet)"
+    )
+    error_s: float | None = Field(
+        description="how far the node's time (PostgreSQL's, measured) may be off, in seconds"
+    )
+    max_offset_s: float = Field(description="the offset past which the node stops firing")
+    steps: int = Field(description="times a clock was seen to step since the node started")
+    reason: str | None = Field(default=None, description="why the clock is not trusted")
+
+
 class Readiness(BaseModel):
     """The answer of /readyz, 200 (ready) or 503 (not)."""
 
     status: Literal["ready", "not ready"]
     checks: dict[str, bool] = Field(description="each check by name: true when it passed")
     auth: Literal["on", "off"] = Field(description="whether API keys are required")
+    clock: ClockState
     publish_path: dict[str, str | None] = Field(
         description="firing's publish path (`path`) and why it fell back (`fallback_reason`)"
     )
     degraded: dict[str, str] | None = Field(
-        default=None, description="the failing background loops with their last error, if any"
+        default=None,
+        description="the failing background loops with their last error, and `clock` with its "
+        "reason while the clock is not trusted",
     )
 
 

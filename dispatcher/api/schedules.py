@@ -4,7 +4,7 @@ the materialiser (``materialiser``) makes the jobs. No SQL, no AMQP here."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
@@ -26,7 +26,7 @@ NameParam = Annotated[str, io.Name]
 async def create_schedule(body: io.ScheduleCreate, deps: Deps, caller: auth.Producer) -> Response:
     """Create a schedule in the caller's namespace; 409 when the name is taken there."""
     auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")
-    now = datetime.now(UTC)
+    now = deps.now()
     start_at = io.in_utc(body.start_at, "start_at") or now
     end_at = io.in_utc(body.end_at, "end_at")
     io.check_timing(body.cron, body.interval_s, start_at, end_at)
@@ -78,7 +78,7 @@ async def get_schedule(name: NameParam, deps: Deps, caller: auth.Producer) -> Re
     upcoming: list[datetime] = []
     if not schedule.spec.paused and schedule.next_at is not None:
         try:
-            upcoming = schedule.spec.timing.upcoming(datetime.now(UTC), io.UPCOMING)
+            upcoming = schedule.spec.timing.upcoming(deps.now(), io.UPCOMING)
         except Exception:  # unplannable (its zone left the tz database): the materialiser parks it
             logger.exception("schedule %s: no upcoming occurrences", name)
     return schemas.json_response(io.schedule_document(schedule, upcoming=upcoming))
@@ -90,7 +90,7 @@ async def update_schedule(
 ) -> Response:
     """Pause, resume, or change the timing, the job, the end or the missed policy."""
     given = body.model_fields_set
-    now = datetime.now(UTC)
+    now = deps.now()
     template = None
     if body.job is not None:
         auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")

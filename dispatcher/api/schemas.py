@@ -72,7 +72,11 @@ class JobCreate(BaseModel):
 
     routing_key: RoutingKey
     payload: Payload
-    delay_ms: Annotated[StrictInt, Field(ge=0)] | None = None
+    delay_ms: Annotated[StrictInt, Field(ge=0)] | None = Field(
+        None,
+        description="due this long after the request, by PostgreSQL's clock (the one jobs fire "
+        "on; never the node's host clock)",
+    )
     run_at: AwareDatetime | None = Field(
         None, description="RFC 3339 with offset; in the past means as soon as possible"
     )

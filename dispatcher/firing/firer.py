@@ -10,6 +10,19 @@ A claim is made ahead: once the earliest job is ``CLAIM_LEAD_S`` from due, the j
 next ``CLAIM_AHEAD_S`` are claimed in the same statement and each is published when it is due,
 never before. The claim's round trip is then off the path from due to published, and at a steady
 rate one statement serves tens of jobs instead of two or three.
+
+Never early, whatever this node's clock. A claimed job is published once the node's time
+(PostgreSQL's clock, measured: ``timekeeper``) has reached its ``run_at``. That time may be off
+by its error, half the shortest round trip of the last samples: under a millisecond on one
+network, and a sample's delay in this process only ever puts it behind (late, never early), so
+adding the error to every job would only make all of them later. The claim itself reads
+PostgreSQL's clock: it takes only jobs due within ``CLAIM_FENCE_S`` of that reading, and when the
+node's time, as the claim was sent, was ahead of that reading by more than ``CLOCK_CHECK_S``
+beyond its error, the reading decides instead: a job waits until the monotonic clock, counted
+from when the answer was read, says the reading has reached its ``run_at``. (That wait runs late
+by the round trip and any event-loop delay, so it is the fallback, not the rule.) A job the fence
+refused is put back, counted and logged; after either, the node measures PostgreSQL's clock
+again.
 """
 
 from __future__ import annotations
@@ -18,10 +31,12 @@ import asyncio
 import bisect
 import contextlib
 import logging
+import time
 import uuid
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
+from typing import Protocol
 
 from dispatcher import errors, metrics, models
 from dispatcher.amqp.publisher import Publisher
@@ -41,6 +56,29 @@ CLAIM_LEAD_S = 0.010
 # With it, claim what falls due this much later. Claims are leased (seconds) and fenced, and
 # each job is published at its due time, so holding them this long changes no guarantee.
 CLAIM_AHEAD_S = 0.050
+# The claim's clock fence: how far before its run_at (by PostgreSQL's clock) a job may be claimed.
+# What this node claims ahead, and 5 ms for its own time being off (its estimate's error is half a
+# round trip, under a millisecond here): a job is still published no earlier than its run_at.
+CLAIM_FENCE_S = CLAIM_LEAD_S + CLAIM_AHEAD_S + 0.005
+# How far the node's time may run ahead of the claim's own reading of PostgreSQL's clock, beyond
+# its error, before that reading decides when the claimed jobs are published.
+CLOCK_CHECK_S = 0.002
+FENCED_PAUSE_S = 0.05
+
+
+class Clock(Protocol):
+    """The node's time (``timekeeper.Timekeeper``): firing waits while it is not trusted."""
+
+    def now(self) -> float: ...
+
+    def error_s(self) -> float:
+        """How far ``now`` may be from PostgreSQL's clock."""
+
+    def trusted(self) -> bool: ...
+
+    async def wait_trusted(self) -> None: ...
+
+    async def resync(self) -> None: ...
 
 
 class Firer:
@@ -59,7 +97,8 @@ class Firer:
         workers: int,
         catchup_share: float,
         catchup_max_rate: float = 0.0,
-        clock: Callable[[], float],
+        clock: Clock,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._publisher = publisher
@@ -73,7 +112,9 @@ class Firer:
         self._workers = workers
         self._catchup_share = catchup_share
         self._catchup_pace = Pace(catchup_max_rate, batch=batch)
-        self._clock = clock
+        self._time = clock
+        self._clock = clock.now
+        self._mono = mono
         self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._marks = DispatchMarks(store.mark_dispatched)
@@ -146,6 +187,10 @@ class Firer:
                 return None
             if not self._ownership.can_fire() and not await self._unless_stopped(
                 self._ownership.wait_can_fire()
+            ):
+                return None
+            if not self._time.trusted() and not await self._unless_stopped(
+                self._time.wait_trusted()
             ):
                 return None
             entries = self._pop(self._clock(), live_only)
@@ -279,23 +324,43 @@ class Firer:
             )
 
     async def _fire_batch(self, entries: list[models.DueEntry], publisher: Publisher) -> None:
-        """Claim the batch in one statement, then publish each claimed job when it is due."""
+        """Claim the batch in one statement, then publish each claimed job once it is due: by the
+        node's time, or, should that have run ahead, by the claim's own reading of the clock."""
         held = self._ownership.epochs()
         mine = [entry for entry in entries if entry.shard in held]
         if not mine:
             return
         epochs = {entry.shard: held[entry.shard] for entry in mine}
-        claimed = await self._store.claim(mine, epochs)
+        sent_s = self._clock()
+        claim = await self._store.claim(mine, epochs, ahead_s=CLAIM_FENCE_S)
+        read_mono = self._mono()  # after the answer came, so after PostgreSQL read its clock
         self._metrics.claims.inc()
-        claimed.sort(key=lambda job: job.run_at)
-        due_s = [job.run_at.timestamp() for job in claimed]
+        fenced = self._fenced(mine, claim)
+        claimed = sorted(claim.jobs, key=lambda job: job.run_at)
+        error_s = self._time.error_s()
+        # By the node's time, unless it ran ahead of the claim's own reading of PostgreSQL's
+        # clock: then by that reading, carried forward by the monotonic clock.
+        ahead_s = sent_s - claim.answered_at_s - error_s
+        checked = ahead_s > CLOCK_CHECK_S
+        now: Callable[[], float] = self._clock
+        due_at = [job.run_at.timestamp() for job in claimed]
+        if checked:
+            logger.warning(
+                "this node's time ran %.3f s ahead of PostgreSQL's clock as the claim read it: "
+                "%d jobs published by that reading",
+                ahead_s,
+                len(claimed),
+                extra={"action": "fence"},
+            )
+            now = self._mono
+            due_at = [read_mono + job.run_at.timestamp() - claim.answered_at_s for job in claimed]
         published = 0  # claimed[:published] are handed to _publish_claimed
         try:
             while published < len(claimed):
-                now_s = self._clock()
-                due = bisect.bisect_right(due_s, now_s, lo=published)
+                now_at = now()
+                due = bisect.bisect_right(due_at, now_at, lo=published)
                 if due == published:
-                    await asyncio.sleep(due_s[published] - now_s)
+                    await asyncio.sleep(due_at[published] - now_at)
                     continue
                 group, published = claimed[published:due], due
                 await self._publish_claimed(group, epochs, publisher)
@@ -304,6 +369,35 @@ class Firer:
                 with contextlib.suppress(*errors.TRANSIENT):
                     await self._give_back(claimed[published:])
             raise
+        if fenced or checked:
+            await self._time.resync()
+            # Should the node's time still be ahead, its next claims would be fenced as fast as
+            # they go round: a pause bounds that (only ever after a clock stepped under the node).
+            await asyncio.sleep(FENCED_PAUSE_S)
+
+    def _fenced(self, entries: list[models.DueEntry], claim: models.Claim) -> bool:
+        """Whether the claim's clock fence refused entries (not due by PostgreSQL's clock): those
+        are put back, counted and logged. Entries refused for another reason (fired, cancelled,
+        moved) are dropped, as before."""
+        # A millisecond short of the fence: a float here and a timestamp there may round apart,
+        # and an entry dropped by mistake would wait for the sweep.
+        limit_s = claim.fenced_at_s + CLAIM_FENCE_S - 0.001
+        taken = {job.id for job in claim.jobs}
+        early = [e for e in entries if e.id not in taken and e.run_at_s > limit_s]
+        if not early:
+            return False
+        self._metrics.claims_fenced.inc(len(early))
+        ahead_s = max(entry.run_at_s for entry in early) - claim.fenced_at_s
+        logger.warning(
+            "the claim's clock fence refused %d jobs not yet due by PostgreSQL's clock (up to "
+            "%.3f s early; this node's time says %.3f s past PostgreSQL's): put back",
+            len(early),
+            ahead_s,
+            self._clock() - claim.answered_at_s,
+            extra={"action": "fence"},
+        )
+        self._loader.put_back(early)
+        return True
 
     async def _publish_claimed(
         self, claimed: list[models.Claimed], epochs: Mapping[int, int], publisher: Publisher
@@ -315,7 +409,7 @@ class Firer:
         if moved:
             await self._store.release((job.id for job in moved), announce=True)
             claimed = [job for job in claimed if held.get(job.shard) == epochs[job.shard]]
-        now = datetime.now(UTC)
+        now = datetime.fromtimestamp(self._clock(), UTC)
         expired: list[models.Claimed] = []
         live: list[models.Claimed] = []
         for job in claimed:

@@ -13,7 +13,10 @@ the range, and the live cursor jumps to the present, so the jobs falling due now
 fired on time while the burst drains beside them (at the catch-up pace, keys taking turns).
 
 Claims whose lease ran out and stragglers no load picked up are found by ``sweep`` on a timer of
-its own and go to a third lane, the recovery lane, which firing serves first and unpaced.
+its own and go to a third lane, the recovery lane, which firing serves first and unpaced. So do
+the claims a previous owner of a shard left (made under an earlier epoch: it died, or lost the
+shard), found by a sweep run as soon as the shard is taken: they fire again at once, not a lease
+later.
 
 Memory is bounded: the heap holds at most ``heap_cap`` entries (plus the submissions pushed
 between two loads, trimmed back to the cap), the backlog at most ``backlog_cap``, the recovery
@@ -23,10 +26,11 @@ lane what one sweep finds (``load_batch``) that is not fired yet.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -101,16 +105,22 @@ class Loader:
         self._clock = clock
         self._on_due = on_due
         self._recovered: deque[DueEntry] = deque()  # expired leases and stragglers (``sweep``)
+        self._epochs: dict[int, int] = {}  # shard -> the epoch held: older claims are orphans
+        self._sweep_now = asyncio.Event()
         self._live: list[Cursor] = []
         self._backlogs: list[Cursor] = []
         self._wake = asyncio.Event()
 
     # --- ownership ------------------------------------------------------------------------------
 
-    def gain(self, shards: Collection[int]) -> None:
-        """Start loading newly owned shards: overdue jobs to the backlog, the window to the heap."""
-        if not shards:
+    def gain(self, epochs: Mapping[int, int]) -> None:
+        """Start loading newly owned shards (with the epochs they were taken under): overdue jobs
+        to the backlog, the window to the heap, a previous owner's claims to the recovery lane."""
+        if not epochs:
             return
+        shards = set(epochs)
+        self._epochs.update(epochs)
+        self._sweep_now.set()
         now = _at(self._clock())
         self._backlogs.append(Cursor(set(shards), (BEGINNING, MIN_ID), now, end=now))
         self._live.append(Cursor(set(shards), (now, MAX_ID), now))
@@ -121,6 +131,8 @@ class Loader:
         lost = set(shards)
         if not lost:
             return
+        for shard in lost:
+            self._epochs.pop(shard, None)
         for cursor in (*self._live, *self._backlogs):
             cursor.shards -= lost
         self._live = [cursor for cursor in self._live if cursor.shards]
@@ -294,10 +306,11 @@ class Loader:
         self._wake.set()
 
     async def run_sweeps(self) -> None:
-        """``sweep`` every ``lease_sweep_s``, on a timer of its own: however long a load or a
-        catch-up takes, recovery is never behind it."""
+        """``sweep`` every ``lease_sweep_s``, on a timer of its own (however long a load or a
+        catch-up takes, recovery is never behind it), and at once when shards are taken."""
         failures = 0
         while True:
+            self._sweep_now.clear()
             try:
                 await self.sweep()
                 failures = 0
@@ -306,7 +319,9 @@ class Loader:
                 failures += 1
                 delay = min(0.25 * 2**failures, 5.0)
                 logger.warning("sweep: %s; retrying in %.1fs", exc, delay)
-            await asyncio.sleep(delay)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._sweep_now.wait()
 
     def take_recovered(self, limit: int) -> list[DueEntry]:
         """Up to ``limit`` entries of the recovery lane, oldest finds first."""
@@ -326,6 +341,15 @@ class Loader:
         entries = await self._store.expired_leases(shards, self._load_batch)
         if entries:
             logger.info("re-firing %d jobs whose lease expired", len(entries))
+        orphans = await self._store.orphaned_claims(self._epochs, self._load_batch)
+        if orphans:
+            logger.info(
+                "re-firing %d jobs claimed by a previous owner of their shard (it died or lost "
+                "the shard: its epoch is past)",
+                len(orphans),
+                extra={"action": "recover"},
+            )
+        entries += orphans
         # Only when nothing in memory is that late itself: otherwise firing is merely behind.
         earliest = self._heap.next_due_s()
         lagging = earliest is not None and earliest < self._clock() - self._sweep_grace_s
@@ -337,7 +361,8 @@ class Loader:
                 logger.warning("firing %d overdue jobs no load had picked up", len(stragglers))
             entries += stragglers
         known = {entry.id for entry in self._recovered}
-        fresh = [entry for entry in entries if entry.id not in known]
+        # A claim may be both orphaned and past its lease: taken once.
+        fresh = list({e.id: e for e in entries if e.id not in known}.values())
         if fresh:
             self._recovered.extend(fresh)
             self._on_due()

@@ -48,9 +48,10 @@ def _headers(text: str) -> Mapping[str, models.HeaderValue]:
 
 
 def claimed_from_row(row: asyncpg.Record) -> models.Claimed:
-    """A row of ``CLAIM_JOBS``, whose columns are ``Claimed``'s fields in order: unpacked by
-    position (the hot path: no lookups by name); only the headers need decoding."""
-    job_id, shard, routing_key, payload, run_at, idempotency_key, headers, *rest = row
+    """A row of ``CLAIM_JOBS`` after its two clocks, whose columns are ``Claimed``'s fields in
+    order: unpacked by position (the hot path: no lookups by name); only the headers need
+    decoding."""
+    _, _, job_id, shard, routing_key, payload, run_at, idempotency_key, headers, *rest = row
     priority, ttl_ms, dispatch_round = rest
     return models.Claimed(
         job_id,
@@ -242,6 +243,15 @@ class JobStore:
             rows = await connection.fetch(queries.EXPIRED_LEASES, list(shards), limit)
         return [entry_from_row(row) for row in rows]
 
+    async def orphaned_claims(self, epochs: Mapping[int, int], limit: int) -> list[models.DueEntry]:
+        """Claims of these shards made under an earlier epoch than the one given (held here)."""
+        shards = list(epochs)
+        async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
+            rows = await connection.fetch(
+                queries.ORPHANED_CLAIMS, shards, [epochs[shard] for shard in shards], limit
+            )
+        return [entry_from_row(row) for row in rows]
+
     async def overdue_stragglers(
         self, shards: Sequence[int], grace_s: float, limit: int
     ) -> list[models.DueEntry]:
@@ -250,10 +260,16 @@ class JobStore:
         return [entry_from_row(row) for row in rows]
 
     async def claim(
-        self, entries: Iterable[models.DueEntry], epochs: Mapping[int, int]
-    ) -> list[models.Claimed]:
-        """Claim the jobs of these entries under the given shard epochs; rows no longer claimable
-        (fired, cancelled, rescheduled past the entry's time, shard moved) are skipped."""
+        self,
+        entries: Iterable[models.DueEntry],
+        epochs: Mapping[int, int],
+        *,
+        ahead_s: float = 0.0,
+    ) -> models.Claim:
+        """Claim the jobs of these entries under the given shard epochs, those PostgreSQL's clock
+        says are due within ``ahead_s``; rows no longer claimable (fired, cancelled, rescheduled
+        past the entry's time, shard moved) or not yet due are skipped. With the clock the claim
+        read, which says when each may be published."""
         due: dict[uuid.UUID, float] = {}
         for entry in entries:  # a job in two entries is due at the later one (a reschedule)
             due[entry.id] = max(entry.run_at_s, due.get(entry.id, entry.run_at_s))
@@ -267,8 +283,10 @@ class JobStore:
                 self._node_id,
                 self._lease_s,
                 list(due.values()),
+                ahead_s,
             )
-        return [claimed_from_row(row) for row in rows]
+        jobs = [claimed_from_row(row) for row in rows if row[2] is not None]
+        return models.Claim(jobs, fenced_at_s=rows[0][0], answered_at_s=rows[0][1])
 
     async def park(self, jobs: Sequence[tuple[uuid.UUID, str]]) -> list[models.Parked]:
         """Dead with these reasons (jobs no longer scheduled or claimed are left alone)."""

@@ -145,6 +145,20 @@ ORDER BY lease_until
 LIMIT $2
 """
 
+# Claims made under an older epoch of a shard this node now holds: their owner died (a restarted
+# node takes its shards under new epochs too) or lost the shard, and taking it bumped the epoch,
+# so no confirm of theirs will ever be marked by the one who made them. Re-fired at once rather
+# than when their lease runs out (the lease is for a live owner that stopped confirming).
+# $1 shards held, $2 their epochs (same order), $3 limit.
+ORPHANED_CLAIMS: Final = """
+SELECT j.id, j.shard, j.run_at, j.routing_key
+FROM jobs j
+JOIN unnest($1::int[], $2::bigint[]) AS held(shard, epoch) ON j.shard = held.shard
+WHERE j.state = 'dispatching' AND j.claim_epoch < held.epoch
+ORDER BY j.run_at, j.id
+LIMIT $3
+"""
+
 # Safety net: scheduled jobs of the owned shards overdue by more than a grace period, which no
 # load put in memory (a job committed on a shard while it moved to another node, say).
 # $1 shards, $2 grace seconds, $3 limit.
@@ -169,10 +183,18 @@ LIMIT $3
 # is a CASE, not an OR of states, which would match a partial index instead.
 # A job stored before migration 0011 gets its dispatch round here (a re-claim keeps the round:
 # the same dispatch, published again).
+# The clock fence: a job is claimed only once PostgreSQL's own clock, read once at the start (the
+# first column), is within $7 seconds of its run_at: a node whose idea of the time is ahead cannot
+# talk it round. The second column reads the clock again as the answer is made: a claimed job is
+# published no earlier than its run_at by that reading. One row at least, the clocks alone, when
+# nothing was claimed.
 # $1 ids, $2 shards held, $3 their epochs (same order), $4 node id, $5 lease seconds,
-# $6 the entries' run_at (POSIX seconds, same order as $1).
+# $6 the entries' run_at (POSIX seconds, same order as $1), $7 the fence's tolerance (seconds).
 CLAIM_JOBS: Final = """
-WITH locked AS (
+WITH read_at AS (
+    SELECT clock_timestamp() AS db_now
+),
+locked AS (
     SELECT se.shard
     FROM shard_epochs se
     JOIN unnest($2::int[], $3::bigint[]) AS held(shard, epoch)
@@ -181,23 +203,31 @@ WITH locked AS (
 ),
 fence AS (
     SELECT coalesce(array_agg(shard), '{}') AS shards FROM locked
+),
+claimed AS (
+    UPDATE jobs j
+    SET state = 'dispatching', lease_until = now() + make_interval(secs => $5),
+        claim_epoch = ($3::bigint[])[array_position($2::int[], j.shard)], claimed_by = $4,
+        publish_attempts = j.publish_attempts + 1, updated_at = now(),
+        dispatch_round = coalesce(j.dispatch_round, gen_random_uuid())
+    FROM unnest($1::uuid[], $6::float8[]) AS wanted(id, run_at_s)
+    WHERE j.id = wanted.id
+      AND j.run_at <= to_timestamp(wanted.run_at_s) + interval '1 millisecond'
+      AND j.run_at <= (SELECT db_now FROM read_at) + make_interval(secs => $7)
+      AND j.shard = ANY((SELECT shards FROM fence)::int[])
+      AND CASE j.state
+            WHEN 'scheduled' THEN true
+            -- a lease run out, or a claim of an earlier epoch (ORPHANED_CLAIMS)
+            WHEN 'dispatching' THEN j.lease_until < now()
+                OR j.claim_epoch < ($3::bigint[])[array_position($2::int[], j.shard)]
+            ELSE false
+          END
+    RETURNING j.id, j.shard, j.routing_key, j.payload, j.run_at, j.idempotency_key, j.headers,
+              j.priority, j.ttl_ms, j.dispatch_round
 )
-UPDATE jobs j
-SET state = 'dispatching', lease_until = now() + make_interval(secs => $5),
-    claim_epoch = ($3::bigint[])[array_position($2::int[], j.shard)], claimed_by = $4,
-    publish_attempts = j.publish_attempts + 1, updated_at = now(),
-    dispatch_round = coalesce(j.dispatch_round, gen_random_uuid())
-FROM unnest($1::uuid[], $6::float8[]) AS wanted(id, run_at_s)
-WHERE j.id = wanted.id
-  AND j.run_at <= to_timestamp(wanted.run_at_s) + interval '1 millisecond'
-  AND j.shard = ANY((SELECT shards FROM fence)::int[])
-  AND CASE j.state
-        WHEN 'scheduled' THEN true
-        WHEN 'dispatching' THEN j.lease_until < now()
-        ELSE false
-      END
-RETURNING j.id, j.shard, j.routing_key, j.payload, j.run_at, j.idempotency_key, j.headers,
-          j.priority, j.ttl_ms, j.dispatch_round
+SELECT extract(epoch FROM read_at.db_now)::float8, extract(epoch FROM clock_timestamp())::float8,
+       claimed.*
+FROM read_at LEFT JOIN claimed ON true
 """
 
 # RabbitMQ confirmed these. $1 ids. SETTLE_REPORTED follows in the same transaction.
@@ -530,6 +560,9 @@ WHERE m.version = shipped.version AND m.checksum IS NULL
 """
 
 PING: Final = "SELECT 1"
+# PostgreSQL's clock as it is read (not the transaction's start, which now() gives), in POSIX
+# seconds: the node's time source (timekeeper.py).
+READ_CLOCK: Final = "SELECT extract(epoch FROM clock_timestamp())::float8"
 
 # --- job dependencies (sql/0006, 0010: the trigger that releases or cancels dependents) ---------
 

@@ -490,8 +490,13 @@ async def test_operations_endpoints(node: Node) -> None:
             "postgres": True,
             "rabbitmq": True,
             "shards": True,
+            "clock": True,
             "loops": True,
         }
+        clock = ready.json()["clock"]
+        assert clock["trusted"] is True
+        assert abs(clock["offset_s"]) < 0.05  # this host's clock is PostgreSQL's
+        assert 0 <= clock["error_s"] < 0.05
         assert ready.json()["publish_path"] == {"path": "framed", "fallback_reason": None}
         metrics = (await http.get("/metrics")).text
         assert "dispatcher_jobs_submitted_total" in metrics

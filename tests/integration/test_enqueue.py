@@ -4,12 +4,14 @@ commits, and so does its wake-up notification."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -22,6 +24,7 @@ from consumers_sdk.enqueue import NoShards, enqueue
 from dispatcher.store import queries
 from dispatcher.store.jobs import job_from_row
 from tests.support.due_listener import Listener, listening
+from tests.support.faketime import FakeClock
 
 SHARDS = 16
 
@@ -218,6 +221,45 @@ async def test_a_refused_job_raises_naming_the_argument_and_leaves_the_transacti
     assert await jobs(conn) == []
     assert await conn.fetchval("SELECT state FROM orders WHERE id = 9") == "kept"
     assert await listener.drained(0.2) == []
+
+
+# Run under libfaketime: the caller's clock 20 s ahead, as a host whose NTP failed.
+ENQUEUE_WITH_A_DELAY = """
+import asyncio, sys
+import asyncpg
+from consumers_sdk.enqueue import enqueue
+
+async def main() -> None:
+    connection = await asyncpg.connect(sys.argv[1])
+    try:
+        job = await enqueue(connection, "clock.delay", {}, delay=30)
+        print(job.run_at.timestamp())
+    finally:
+        await connection.close()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_delay_counts_from_postgresqls_clock_not_the_callers(
+    conn: asyncpg.Connection, database_url: str, tmp_path: Path
+) -> None:
+    clock = FakeClock(tmp_path, "+20s")
+    before = await conn.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
+    enqueued = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", ENQUEUE_WITH_A_DELAY, database_url],
+        env={**os.environ, **clock.env},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    after = await conn.fetchval("SELECT extract(epoch FROM clock_timestamp())::float8")
+    run_at = float(enqueued.stdout.strip())
+    (stored,) = await conn.fetchrow("SELECT extract(epoch FROM run_at)::float8 FROM jobs")
+    assert stored == pytest.approx(run_at, abs=1e-6)
+    assert before + 30 <= run_at <= after + 30  # not 20 s later, as the caller's clock says
 
 
 async def test_a_database_no_dispatcher_ever_started_on_is_refused_clearly(

@@ -181,7 +181,7 @@ async def test_a_succeeded_recorded_while_dispatching_becomes_the_state_at_the_c
     ]
     await jobs.insert(stored)
     entries = [models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in stored]
-    claimed = await jobs.claim(entries, await shards.bump([0], "n1"))
+    claimed = (await jobs.claim(entries, await shards.bump([0], "n1"))).jobs
     by_id = {job.id: job for job in claimed}
     fast, forged, quiet = (by_id[job.id] for job in stored)
 
@@ -211,10 +211,12 @@ async def test_a_claim_gives_a_round_to_a_job_stored_before_rounds_and_a_requeue
         database_url, state="scheduled", with_round=False
     )
     assert none is None
-    [claimed] = await jobs.claim(
-        [models.DueEntry(datetime.now(UTC).timestamp() + 1, job_id, 0)],
-        await shards.bump([0], "n1"),
-    )
+    [claimed] = (
+        await jobs.claim(
+            [models.DueEntry(datetime.now(UTC).timestamp() + 1, job_id, 0)],
+            await shards.bump([0], "n1"),
+        )
+    ).jobs
     assert claimed.dispatch_round is not None
     assert await dispatched.dispatch_round(database_url, job_id) == claimed.dispatch_round
     await jobs.mark_dispatched([job_id])

@@ -70,6 +70,10 @@ async def test_metrics_cover_jobs_per_routing_key_scheduler_outcomes_and_api_lat
     ):
         assert line in text, line
     assert "dispatcher_window_horizon_seconds " in text
+    assert "dispatcher_claims_fenced_early_total 0.0" in text  # this node's time is PostgreSQL's
+    assert "dispatcher_clock_steps_total 0.0" in text
+    [offset] = [line for line in text.splitlines() if line.startswith("dispatcher_clock_offset")]
+    assert abs(float(offset.split()[-1])) < 0.05  # this host's clock is PostgreSQL's host's
     assert "dispatcher_fire_lateness_seconds_count 4.0" in text
     assert (
         'dispatcher_api_request_seconds_count{method="DELETE",route="/v1/jobs/{job_id}",'

@@ -130,7 +130,7 @@ async def test_cancel_only_scheduled_jobs(db: Database, shards: ShardStore) -> N
     await store.insert([a, b])
     assert (await store.cancel(a.id)).state is models.JobState.CANCELLED
     epochs = await shards.bump([0], "n1")
-    assert [j.id for j in await store.claim(due(a, b), epochs)] == [b.id]
+    assert [j.id for j in (await store.claim(due(a, b), epochs)).jobs] == [b.id]
     with pytest.raises(errors.JobStateConflict) as caught:
         await store.cancel(b.id)
     assert caught.value.state == "dispatching"
@@ -145,13 +145,35 @@ async def test_claim_is_fenced_by_the_shard_epoch(db: Database, shards: ShardSto
     await old_owner.insert([job])
     stale = await shards.bump([3], "old")
     await shards.bump([3], "new")  # takeover
-    assert await old_owner.claim(due(job), stale) == []
+    assert (await old_owner.claim(due(job), stale)).jobs == []
     current = {3: (await shards.bump([3], "new"))[3]}
-    [claimed] = await new_owner.claim(due(job), current)
+    [claimed] = (await new_owner.claim(due(job), current)).jobs
     assert claimed.id == job.id
     stored = await new_owner.get(job.id)
     assert stored.state is models.JobState.DISPATCHING
     assert stored.publish_attempts == 1
+
+
+async def test_a_claim_takes_no_job_postgresqls_clock_has_not_reached_within_the_fence(
+    db: Database, shards: ShardStore
+) -> None:
+    """Whatever the entries say (a node whose clock runs ahead hands in jobs not yet due), the
+    claim reads PostgreSQL's clock and takes only jobs due within ``ahead_s`` of it."""
+    store = JobStore(db, node_id="n1", lease_s=30)
+    soon = new_job(shard=2, run_at=datetime.now(UTC) + timedelta(seconds=5))
+    later = new_job(shard=2, run_at=datetime.now(UTC) + timedelta(seconds=20))
+    await store.insert([soon, later])
+    epochs = await shards.bump([2], "n1")
+
+    claim = await store.claim(due(soon, later), epochs, ahead_s=10)
+    assert [job.id for job in claim.jobs] == [soon.id]
+    assert claim.fenced_at_s == pytest.approx(datetime.now(UTC).timestamp(), abs=1.0)
+    assert claim.fenced_at_s <= claim.answered_at_s < soon.run_at.timestamp()  # claimed ahead
+    assert (await store.get(later.id)).state is models.JobState.SCHEDULED
+
+    nothing = await store.claim(due(later), epochs)  # no fence tolerance: nothing ahead at all
+    assert nothing.jobs == []
+    assert nothing.fenced_at_s >= claim.answered_at_s  # the clocks, even with no row claimed
 
 
 async def test_a_claim_returns_each_column_as_its_field(db: Database, shards: ShardStore) -> None:
@@ -159,7 +181,7 @@ async def test_a_claim_returns_each_column_as_its_field(db: Database, shards: Sh
     store = JobStore(db, node_id="n1", lease_s=30)
     job = dataclasses.replace(new_job(shard=5, key="claim-fields"), priority=7, ttl_ms=86_400_000)
     await store.insert([job])
-    [claimed] = await store.claim(due(job), await shards.bump([5], "n1"))
+    [claimed] = (await store.claim(due(job), await shards.bump([5], "n1"))).jobs
     assert claimed == models.Claimed(
         id=job.id,
         shard=5,
@@ -183,13 +205,13 @@ async def test_a_claim_is_not_taken_twice_until_its_lease_expires(
     job = new_job(shard=1)
     await store.insert([job])
     epochs = await shards.bump([1], "n1")
-    assert len(await store.claim(due(job), epochs)) == 1
-    assert await store.claim(due(job), epochs) == []
+    assert len((await store.claim(due(job), epochs)).jobs) == 1
+    assert (await store.claim(due(job), epochs)).jobs == []
     assert await store.expired_leases([1], 10) == []
     await asyncio.sleep(0.5)
     [expired] = await store.expired_leases([1], 10)
     assert expired.id == job.id
-    [again] = await store.claim(due(job), epochs)
+    [again] = (await store.claim(due(job), epochs)).jobs
     assert again.id == job.id
     assert (await store.get(job.id)).publish_attempts == 2
 

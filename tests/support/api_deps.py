@@ -4,6 +4,7 @@ RabbitMQ, no ZooKeeper; readiness, counts and the cluster view are plain callabl
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
 from dispatcher import housekeeping
 from dispatcher.api.deps import ApiDeps
@@ -33,6 +34,16 @@ class Checks:
     def __init__(self) -> None:
         self.checks = {"postgres": True, "rabbitmq": True}
         self.failing: dict[str, str] = {}
+        self.clock: dict[str, object] = {
+            "trusted": True,
+            "offset_s": 0.0,
+            "error_s": 0.0005,
+            "max_offset_s": 1.0,
+            "steps": 0,
+        }
+
+    def clock_state(self) -> dict[str, object]:
+        return dict(self.clock)
 
     async def readiness(self) -> dict[str, bool]:
         return dict(self.checks)
@@ -86,8 +97,10 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiDeps:
         schedules=ScheduleStore(db),
         keyring=keyring,
         metrics=metrics,
+        now=lambda: datetime.now(UTC),
         readiness=checks.readiness,
         degraded=checks.degraded,
+        clock=checks.clock_state,
         publish_path=lambda: {"path": "per_message", "fallback_reason": "forced"},
         counts=housekeeping.Snapshot,
         heap_size=lambda: HEAP_SIZE,

@@ -23,9 +23,10 @@ class Cluster:
         self.shard_count = shard_count
         self.nodes: dict[str, DispatcherProcess] = {}
 
-    def start(self, name: str) -> DispatcherProcess:
+    def start(self, name: str, env: dict[str, str] | None = None) -> DispatcherProcess:
+        """Start node NAME (again, if it ran before), a new one with ENV over the cluster's."""
         node = self.nodes.get(name) or DispatcherProcess(
-            self._log_dir, port=reserve_port(), env=self._env, name=name
+            self._log_dir, port=reserve_port(), env={**self._env, **(env or {})}, name=name
         )
         self.nodes[name] = node
         node.start(ready_timeout=60)

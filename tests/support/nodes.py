@@ -4,7 +4,8 @@ count of jobs it stored."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import asyncpg
@@ -22,8 +23,11 @@ ON_THE_MODULES_NODE = pytest.mark.asyncio(loop_scope="module")
 
 
 @asynccontextmanager
-async def running_node(**settings: object) -> AsyncIterator[Node]:
-    node = Node(Settings(**settings))  # type: ignore[arg-type]
+async def running_node(
+    *, mono: Callable[[], float] = time.monotonic, **settings: object
+) -> AsyncIterator[Node]:
+    """A node on SETTINGS, its time measured from MONO (a test may step it under the node)."""
+    node = Node(Settings(**settings), mono=mono)  # type: ignore[arg-type]
     task = asyncio.create_task(node.run(serve_http=False), name="test-node")
     started = asyncio.create_task(node.started.wait())
     await asyncio.wait({task, started}, return_when=asyncio.FIRST_COMPLETED)

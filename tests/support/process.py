@@ -47,7 +47,9 @@ class DispatcherProcess:
         self.auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._process: subprocess.Popen[bytes] | Forked | None = None
 
-    def start(self, *, ready_timeout: float = 30.0) -> None:
+    def start(self, *, ready_timeout: float = 30.0, ready: bool = True) -> None:
+        """Start, and wait until ``/readyz`` says ready (or, READY false, until it answers at
+        all: a node a test expects not to be ready)."""
         # Imported here: conftest imports this module before pytest registers the zygote plugin.
         from tests.support import zygote
 
@@ -62,15 +64,16 @@ class DispatcherProcess:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )
-        self.wait_ready(ready_timeout)
+        self.wait_ready(ready_timeout, answering_is_enough=not ready)
 
-    def wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float, *, answering_is_enough: bool = False) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process is not None and self._process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited early:\n{self.logs()}")
             try:
-                if httpx.get(f"{self.url}/readyz", headers=self.auth, timeout=1).status_code == 200:
+                status = httpx.get(f"{self.url}/readyz", headers=self.auth, timeout=1).status_code
+                if status == 200 or (answering_is_enough and status == 503):
                     return
             except httpx.HTTPError:
                 pass

@@ -20,7 +20,12 @@ INSTALLS_ELSEWHERE = {ROOT / "devstack" / "rabbitmq4.py"}
 
 
 def test_every_package_is_known_by_a_file_it_installs_itself() -> None:
-    ensured_by_make_test = {packages.Group.SERVICES, packages.Group.BROWSER, packages.Group.CHROOT}
+    ensured_by_make_test = {
+        packages.Group.SERVICES,
+        packages.Group.BROWSER,
+        packages.Group.CHROOT,
+        packages.Group.FAULTS,
+    }
     if absent := packages.missing(ensured_by_make_test):
         pytest.skip(f"not installed here: {absent} (python -m devstack ensure --browser --chroot)")
     for package in [p for p in packages.PACKAGES if p.installed()]:
@@ -33,7 +38,7 @@ def test_every_package_is_known_by_a_file_it_installs_itself() -> None:
 def test_make_test_ensures_every_group_and_make_run_the_services() -> None:
     makefile = (ROOT / "Makefile").read_text()
     test_recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    assert "devstack ensure --browser --chroot" in test_recipe
+    assert "devstack ensure --browser --chroot --faults" in test_recipe
     assert packages.missing(set()) == []  # no group asked: nothing listed as wanted
     assert {p.group for p in packages.PACKAGES} == set(packages.Group)
 
