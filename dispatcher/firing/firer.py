@@ -11,18 +11,15 @@ next ``CLAIM_AHEAD_S`` are claimed in the same statement and each is published w
 never before. The claim's round trip is then off the path from due to published, and at a steady
 rate one statement serves tens of jobs instead of two or three.
 
-Never early, whatever this node's clock. A claimed job is published once the node's time
-(PostgreSQL's clock, measured: ``timekeeper``) has reached its ``run_at``. That time may be off
-by its error, half the shortest round trip of the last samples: under a millisecond on one
-network, and a sample's delay in this process only ever puts it behind (late, never early), so
-adding the error to every job would only make all of them later. The claim itself reads
-PostgreSQL's clock: it takes only jobs due within ``CLAIM_FENCE_S`` of that reading, and when the
-node's time, as the claim was sent, was ahead of that reading by more than ``CLOCK_CHECK_S``
-beyond its error, the reading decides instead: a job waits until the monotonic clock, counted
-from when the answer was read, says the reading has reached its ``run_at``. (That wait runs late
-by the round trip and any event-loop delay, so it is the fallback, not the rule.) A job the fence
-refused is put back, counted and logged; after either, the node measures PostgreSQL's clock
-again.
+Never early, whatever this node's clock. A claimed job is published once either of two clocks
+says it is due, each carried on the monotonic clock: the node's time (PostgreSQL's clock,
+measured: ``timekeeper``) as the claim was sent, less that measurement's error; or the claim's own
+reading of PostgreSQL's clock, from when its answer was read (late by the round trip and any
+event-loop delay, so the fallback). The claim takes only jobs due within ``CLAIM_FENCE_S`` of
+that reading, and the node's time is not believed when, as the claim was sent, it was ahead of
+the reading by more than ``CLOCK_CHECK_S`` beyond its error, or it moved otherwise than the
+monotonic clock while the claim ran. A job the fence refused is put back, counted and logged;
+after either, the node measures PostgreSQL's clock again.
 """
 
 from __future__ import annotations
@@ -331,36 +328,46 @@ class Firer:
         if not mine:
             return
         epochs = {entry.shard: held[entry.shard] for entry in mine}
-        sent_s = self._clock()
+        sent_s, sent_mono = self._clock(), self._mono()
         claim = await self._store.claim(mine, epochs, ahead_s=CLAIM_FENCE_S)
-        read_mono = self._mono()  # after the answer came, so after PostgreSQL read its clock
+        read_s, read_mono = self._clock(), self._mono()  # after PostgreSQL read its clock
         self._metrics.claims.inc()
         fenced = self._fenced(mine, claim)
         claimed = sorted(claim.jobs, key=lambda job: job.run_at)
+        # Each of two clocks may say a job is due, on the monotonic clock: the claim's own
+        # reading of PostgreSQL's, carried from when its answer was read (late by the round trip
+        # and any event-loop delay, never early); and the node's time as the claim was sent, less
+        # its error (sooner, as a rule). The node's time is not believed when it was ahead of the
+        # claim's reading beyond its error, or moved otherwise than the monotonic clock while the
+        # claim ran (a step): then the reading alone decides.
         error_s = self._time.error_s()
-        # By the node's time, unless it ran ahead of the claim's own reading of PostgreSQL's
-        # clock: then by that reading, carried forward by the monotonic clock.
         ahead_s = sent_s - claim.answered_at_s - error_s
-        checked = ahead_s > CLOCK_CHECK_S
-        now: Callable[[], float] = self._clock
-        due_at = [job.run_at.timestamp() for job in claimed]
-        if checked:
+        moved_s = (read_s - sent_s) - (read_mono - sent_mono)
+        believed = ahead_s <= CLOCK_CHECK_S and abs(moved_s) <= CLOCK_CHECK_S
+        due_mono = [read_mono + job.run_at.timestamp() - claim.answered_at_s for job in claimed]
+        if believed:
+            by_node = sent_mono + error_s - sent_s
+            due_mono = [
+                min(at, by_node + job.run_at.timestamp())
+                for at, job in zip(due_mono, claimed, strict=True)
+            ]
+        else:
             logger.warning(
-                "this node's time ran %.3f s ahead of PostgreSQL's clock as the claim read it: "
+                "this node's time was %.3f s ahead of PostgreSQL's clock as the claim read it "
+                "(beyond its error), and moved %.3f s against the monotonic clock meanwhile: "
                 "%d jobs published by that reading",
                 ahead_s,
+                moved_s,
                 len(claimed),
                 extra={"action": "fence"},
             )
-            now = self._mono
-            due_at = [read_mono + job.run_at.timestamp() - claim.answered_at_s for job in claimed]
         published = 0  # claimed[:published] are handed to _publish_claimed
         try:
             while published < len(claimed):
-                now_at = now()
-                due = bisect.bisect_right(due_at, now_at, lo=published)
+                now_mono = self._mono()
+                due = bisect.bisect_right(due_mono, now_mono, lo=published)
                 if due == published:
-                    await asyncio.sleep(due_at[published] - now_at)
+                    await asyncio.sleep(due_mono[published] - now_mono)
                     continue
                 group, published = claimed[published:due], due
                 await self._publish_claimed(group, epochs, publisher)
@@ -369,7 +376,7 @@ class Firer:
                 with contextlib.suppress(*errors.TRANSIENT):
                     await self._give_back(claimed[published:])
             raise
-        if fenced or checked:
+        if fenced or not believed:
             await self._time.resync()
             # Should the node's time still be ahead, its next claims would be fenced as fast as
             # they go round: a pause bounds that (only ever after a clock stepped under the node).
