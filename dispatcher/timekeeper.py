@@ -119,7 +119,7 @@ class Timekeeper:
         answer: dict[str, object] = {
             "trusted": reason is None,
             "offset_s": None if estimate is None else round(estimate.wall_offset, 6),
-            "error_s": None if estimate is None else round(estimate.error_at(self._mono()), 6),
+            "error_s": None if estimate is None else round(self.error_s(), 6),
             "max_offset_s": self._max_offset_s,
             "steps": self._filter.steps,
         }

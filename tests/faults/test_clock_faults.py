@@ -97,7 +97,9 @@ async def test_nodes_20_s_ahead_and_behind_fire_on_postgresqls_clock(
     # A node with a true clock joins while the jobs fall due: ZooKeeper moves shards to it.
     await start_nodes(cluster, "true")
     ledger = await collector.reckon(accepted, deadline_s=60)
-    clocks = {node.name: readyz(node)[1]["clock"] for node in cluster.live()}
+    clocks = {  # off the event loop: the collector reads on it
+        node.name: (await asyncio.to_thread(readyz, node))[1]["clock"] for node in cluster.live()
+    }
     late = [
         deliveries[0].received_at - accepted[job_id]
         for job_id, deliveries in collector.deliveries.items()
