@@ -14,7 +14,7 @@ failover. Errors name the item by position, never by value (URLs carry passwords
 from __future__ import annotations
 
 from collections.abc import Sequence
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 SCHEMES = ("amqp", "amqps")
 
@@ -47,6 +47,20 @@ def parse(value: str | Sequence[str]) -> tuple[str, ...]:
     if len(vhosts) > 1:
         raise BrokerUrlError("the broker URLs name different virtual hosts; a cluster serves one")
     return urls
+
+
+def with_default(value: str | Sequence[str], name: str, default: str) -> tuple[str, ...]:
+    """The URLs of VALUE (``parse``), each with the query parameter NAME set to DEFAULT where
+    it does not set NAME itself (a URL's own setting wins)."""
+    urls = []
+    for url in parse(value):
+        parts = urlsplit(url)
+        if name in parse_qs(parts.query):
+            urls.append(url)
+            continue
+        query = f"{parts.query}&" if parts.query else ""
+        urls.append(urlunsplit(parts._replace(query=f"{query}{name}={default}")))
+    return tuple(urls)
 
 
 def vhost(value: str | Sequence[str]) -> str:

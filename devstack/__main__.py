@@ -27,7 +27,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--root", type=Path, default=Path(".run"), help="data, logs and pids")
     parser.add_argument("--browser", action="store_true", help="ensure: chromium too (tests)")
-    parser.add_argument("--faults", action="store_true", help="ensure: libfaketime too (tests)")
+    parser.add_argument(
+        "--faults", action="store_true", help="ensure: libfaketime and iptables too (tests)"
+    )
     parser.add_argument(
         "--chroot", action="store_true", help="ensure: debootstrap too (the RabbitMQ 4.x tests)"
     )

@@ -27,7 +27,9 @@ class Group(Enum):
     BROWSER = "browser"  # the console's and the management UI's browser tests
     CHROOT = "chroot"  # the Debian trixie chroot the RabbitMQ 4.x tests run in
     BENCH = "bench"  # bench/: a native HTTP load generator
-    FAULTS = "faults"  # the fault tests' tools: libfaketime, a node's wrong wall clock
+    # The fault tests' tools: libfaketime, a node's wrong wall clock; iptables, a node cut from
+    # one service by a rule on its own packets.
+    FAULTS = "faults"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,7 @@ PACKAGES = (
     Package("chromium-driver", Group.BROWSER, Path("/usr/bin/chromedriver")),
     Package("debootstrap", Group.CHROOT, Path("/usr/sbin/debootstrap")),
     Package("faketime", Group.FAULTS, Path("/usr/bin/faketime")),
+    Package("iptables", Group.FAULTS, Path("/usr/sbin/xtables-nft-multi")),  # iptables
     Package("wrk", Group.BENCH, Path("/usr/bin/wrk")),
 )
 

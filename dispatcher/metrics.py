@@ -102,6 +102,18 @@ class Metrics:
             "Times a clock was seen to step (this host's monotonic one, or PostgreSQL's)",
             registry=r,
         )
+        self.standing = Gauge(
+            "dispatcher_standing",
+            "What this node can do: 0 ok, 1 a service failing (under the step-out bound), 2 "
+            "stepped out (its shards go to the others), 3 well again, waiting to rejoin",
+            registry=r,
+        )
+        self.step_outs = Counter(
+            "dispatcher_step_outs",
+            "Times this node stepped out: PostgreSQL or RabbitMQ out of its reach, or its clock "
+            "untrusted, for longer than the step-out bound",
+            registry=r,
+        )
         self.window_horizon = Gauge(
             "dispatcher_window_horizon_seconds",
             "How far ahead of now the jobs held in memory reach (the loader's horizon)",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import uvicorn
 
+from consumers_sdk import broker_urls
 from dispatcher import api, errors, lifecycle, metrics, supervision
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
@@ -26,12 +27,14 @@ from dispatcher.dependents import DependentsFollower
 from dispatcher.firing.firer import Firer
 from dispatcher.firing.heap import Backlog, DueHeap
 from dispatcher.firing.loader import Loader
+from dispatcher.health import Health, Service, Standing
 from dispatcher.housekeeping import Housekeeper
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.lifecycle import Phase, Task
 from dispatcher.materialiser import Materialiser
 from dispatcher.settings import Settings
+from dispatcher.stewardship import Steward
 from dispatcher.store import due_notices, migrate
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.clock import ClockStore
@@ -65,6 +68,7 @@ class Node:
             min_size=settings.db_pool_min,
             max_size=settings.db_pool_max,
             timeout_s=settings.db_timeout_s,
+            dead_connection_s=settings.dead_connection_s,
         )
         # The node's time is PostgreSQL's clock, measured: never this host's wall clock.
         self.timekeeper = Timekeeper(
@@ -79,7 +83,7 @@ class Node:
         self.shard_store = ShardStore(self.db)
         self.history = HistoryStore(self.db)
         self.events = EventsConsumer(
-            settings.amqp_url,
+            self._amqp_urls(),
             store=self.history,
             metrics=self.metrics,
             connection_name=f"dispatcher-{settings.node_id}-events",
@@ -169,6 +173,14 @@ class Node:
             batch=settings.dependents_batch,
             poll_s=settings.dependents_poll_s,
         )
+        # What the node can do now; in a cluster, a node that cannot gives its shards away.
+        self.steward = Steward(
+            Health(step_out_s=settings.step_out_s, rejoin_s=settings.rejoin_s),
+            self.ownership,
+            self.metrics,
+            probes={Service.POSTGRES: self.db.probe, Service.RABBITMQ: self.publisher.probe},
+            distrust_clock=self.timekeeper.distrust,
+        )
         self.metrics.heap_size.set_function(lambda: len(self.heap))
         self.metrics.window_horizon.set_function(self._horizon_s)
         self.app = api.create_api(self._api_deps())
@@ -190,6 +202,7 @@ class Node:
             readiness=self.readiness,
             degraded=self.supervisor.degraded,
             clock=self.timekeeper.describe,
+            standing=self._standing,
             publish_path=lambda: {
                 "path": self.publisher.path,
                 "fallback_reason": self.publisher.fallback_reason,
@@ -199,9 +212,16 @@ class Node:
             cluster=self.ownership.describe,
         )
 
+    def _amqp_urls(self) -> tuple[str, ...]:
+        """The broker URLs with a heartbeat of half ``dead_connection_s`` where a URL sets none:
+        the broker drops a connection it has not heard from in two of them (a node whose packets
+        stopped arriving), rather than after RabbitMQ's default of a minute."""
+        heartbeat = max(1, round(self.settings.dead_connection_s / 2))
+        return broker_urls.with_default(self.settings.amqp_url, "heartbeat", str(heartbeat))
+
     def _build_publisher(self, role: str) -> Publisher:
         return Publisher(
-            self.settings.amqp_url,
+            self._amqp_urls(),
             exchange=self.settings.exchange,
             unroutable_exchange=self.settings.unroutable_exchange,
             connection_name=f"dispatcher-{self.settings.node_id}-{role}",
@@ -243,6 +263,7 @@ class Node:
         http = Task("http", self._serve_http, Phase.SERVE, self._stop_http, supervised=False)
         return [
             Task("clock", self.timekeeper.run),
+            Task("standing", self.steward.run),
             Task("amqp-connect", self.publisher.run),
             Task("amqp-connect-live", self.live_publisher.run),
             Task("ownership", self.ownership.run, Phase.LEAVE, self.ownership.stop),
@@ -374,12 +395,29 @@ class Node:
 
     async def readiness(self) -> dict[str, bool]:
         return {
-            "postgres": await self.db.ping(),
-            "rabbitmq": self.publisher.is_ready() and self.live_publisher.is_ready(),
+            "postgres": self.steward.answering(Service.POSTGRES),
+            "rabbitmq": self.publisher.is_ready()
+            and self.live_publisher.is_ready()
+            and self.steward.answering(Service.RABBITMQ),
+            "zookeeper": self.ownership.coordinated(),
             "shards": bool(self.ownership.epochs()),
             "clock": self.timekeeper.trusted(),
+            # Stepped out (or waiting to rejoin); a service failing shows in its own check.
+            "standing": self.steward.standing() in (Standing.OK, Standing.FAILING),
             "loops": not self.supervisor.degraded(),
         }
+
+    def _standing(self) -> dict[str, object]:
+        """For ``/readyz``: the node's standing, and when firing last claimed and had a publish
+        confirmed."""
+        now = time.monotonic()
+        answer = self.steward.describe()
+        for name, at in (("claim", self.firer.claimed_at), ("confirm", self.firer.confirmed_at)):
+            answer[f"last_{name}_s_ago"] = None if at is None else round(now - at, 3)
+        reason = self.steward.reason()
+        if reason is not None:
+            answer["reason"] = reason
+        return answer
 
 
 def _is_loopback(host: str) -> bool:

@@ -121,6 +121,24 @@ class Settings(BaseSettings):
     publish_timeout_s: float = Field(
         10.0, gt=0, description="a publish not confirmed by then counts as failed"
     )
+    step_out_s: float = Field(
+        10.0,
+        gt=0,
+        description="a node that cannot reach PostgreSQL or RabbitMQ, or trust its clock, this "
+        "long gives its shards to the other nodes (in a cluster; alone it says so in /readyz)",
+    )
+    rejoin_s: float = Field(
+        10.0,
+        gt=0,
+        description="a node well again waits this long before it takes shards back (twice as "
+        "long after each further step-out within ten minutes, up to 8 times)",
+    )
+    dead_connection_s: float = Field(
+        10.0,
+        ge=1,
+        description="a PostgreSQL or RabbitMQ connection whose data goes unacknowledged this long "
+        "is dropped (TCP_USER_TIMEOUT and keepalives; the AMQP heartbeat is a third of it)",
+    )
     publish_path: Literal["auto", "framed", "per_message"] = Field(
         "auto",
         description="framed: batches as one write (tested aiormq only); per_message: public API; "

@@ -87,6 +87,7 @@ class Publisher:
         self._metrics = metrics
         self._connection: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
+        self._probe_channel: AbstractChannel | None = None  # ``probe``'s own
         self._opened = asyncio.Event()
         self._renewing = asyncio.Lock()
         self._standing: dict[str, topology.Arguments] = {}  # the queue arguments declared
@@ -194,7 +195,7 @@ class Publisher:
 
     async def close(self) -> None:
         connection, self._connection = self._connection, None
-        self._channel = None
+        self._channel = self._probe_channel = None
         self._chosen_for = self._frames = None  # the path stays shown until the next connect
         self._opened.clear()
         if connection is not None:
@@ -203,6 +204,31 @@ class Publisher:
     def is_ready(self) -> bool:
         connection = self._connection
         return connection is not None and connection.connected.is_set()
+
+    async def probe(self, timeout_s: float) -> str | None:
+        """One round trip to the broker on this connection: None when it answered within
+        TIMEOUT_S, else why not. A connection whose packets no longer arrive looks open until
+        the heartbeat gives up; this notices within TIMEOUT_S. On a channel of its own (a
+        ``basic.qos``, which nothing reads): whatever a round trip cut short by the timeout does
+        to it, publishing is not touched; a channel that closed is opened again."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.wait_ready()  # (re)connecting: a connection made meanwhile will do
+                connection = self._connection
+                assert connection is not None
+                channel = self._probe_channel
+                if channel is None or channel.is_closed:
+                    channel = self._probe_channel = await connection.channel(
+                        publisher_confirms=False
+                    )
+                await channel.set_qos(prefetch_count=0)
+        except TimeoutError:
+            if not self.is_ready():
+                return "not connected to RabbitMQ"
+            return f"RabbitMQ did not answer a round trip within {timeout_s:g} s"
+        except (aiormq.exceptions.AMQPError, aiormq.exceptions.ChannelInvalidStateError) as exc:
+            return f"a round trip to RabbitMQ failed: {exc!r}"
+        return None
 
     async def wait_ready(self) -> None:
         await self._opened.wait()

@@ -38,6 +38,9 @@ class ApiDeps:
     readiness: Callable[[], Awaitable[dict[str, bool]]]
     degraded: Callable[[], dict[str, str]]
     clock: Callable[[], dict[str, object]]
+    # What the node can do now (``health``): its standing, the failing services, the last claim
+    # and confirm.
+    standing: Callable[[], dict[str, object]]
     publish_path: Callable[[], dict[str, str | None]]  # the firing publisher's path and why
     # /v1/stats: the last job counts and how many jobs this node holds in memory.
     counts: Callable[[], Snapshot]

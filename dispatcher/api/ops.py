@@ -57,25 +57,33 @@ async def healthz() -> dict[str, str]:
     },
 )
 async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
-    """200 when PostgreSQL and RabbitMQ answer, this node owns shards, its clock is trusted and
-    no background loop is failing; 503 otherwise, with ``degraded`` naming the failing loops and
-    their last error, and the clock's reason when it is not trusted. ``clock`` shows this host's
-    measured offset from PostgreSQL's clock (the one the node fires on) either way."""
+    """200 when PostgreSQL and RabbitMQ answer (and the node's probes of them pass), its
+    ZooKeeper session is up (in a cluster), it owns shards, its clock is trusted, its standing is
+    ok and no background loop is failing; 503 otherwise, with ``degraded`` naming the failing
+    loops and their last error, the clock's reason when it is not trusted, and the standing's.
+    ``clock`` shows this host's measured offset from PostgreSQL's clock (the one the node fires
+    on) either way; ``standing`` what the node can do (``ok``, ``failing``, ``out``: its shards
+    go to the others, ``recovering``), the failing services, and how long ago each answered a
+    probe and firing last claimed and had a publish confirmed."""
     checks = await deps.readiness()
     ready = all(checks.values())
     auth_mode = "off" if caller is api_keys.OPEN_ACCESS else "on"
     clock = deps.clock()
+    standing = deps.standing()
     answer: dict[str, object] = {
         "status": "ready" if ready else "not ready",
         "checks": checks,
         "auth": auth_mode,
         "clock": clock,
+        "standing": standing,
     }
     # Either path is ready; per_message is only slower (the reason says why it was chosen).
     answer["publish_path"] = deps.publish_path()
     degraded = deps.degraded()  # loop -> its last error, while it restarts
     if not clock.get("trusted", True):
         degraded = {**degraded, "clock": str(clock.get("reason"))}
+    if "reason" in standing:
+        degraded = {**degraded, "standing": str(standing["reason"])}
     if degraded:
         answer["degraded"] = degraded
     return JSONResponse(answer, status_code=200 if ready else 503)

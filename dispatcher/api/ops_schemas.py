@@ -27,6 +27,35 @@ class ClockState(BaseModel):
     reason: str | None = Field(default=None, description="why the clock is not trusted")
 
 
+class FailingService(BaseModel):
+    for_s: float = Field(description="for how long its probes or firing have failed")
+    reason: str = Field(description="the last failure")
+
+
+class StandingState(BaseModel):
+    """What this node can do now: in a cluster, a node that cannot do its work for longer than
+    the step-out bound gives its shards to the others."""
+
+    standing: Literal["ok", "failing", "out", "recovering"] = Field(
+        description="ok; failing: a service failing, for less than `step_out_s`; out: failing "
+        "longer, its shards go to the other nodes; recovering: well again, waiting to rejoin"
+    )
+    for_s: float = Field(description="how long the node has had this standing")
+    step_out_s: float = Field(description="the step-out bound (DISPATCHER_STEP_OUT_S)")
+    failing: dict[str, FailingService] = Field(
+        description="the failing services (postgres, rabbitmq, clock)"
+    )
+    last_ok_s_ago: dict[str, float | None] = Field(
+        description="how long ago each service last answered a probe (null: never)"
+    )
+    last_claim_s_ago: float | None = Field(description="since firing last claimed jobs")
+    last_confirm_s_ago: float | None = Field(description="since RabbitMQ last confirmed one")
+    rejoin_in_s: float | None = Field(
+        default=None, description="recovering: when the node takes shards again"
+    )
+    reason: str | None = Field(default=None, description="why the standing is not ok")
+
+
 class Readiness(BaseModel):
     """The answer of /readyz, 200 (ready) or 503 (not)."""
 
@@ -34,13 +63,14 @@ class Readiness(BaseModel):
     checks: dict[str, bool] = Field(description="each check by name: true when it passed")
     auth: Literal["on", "off"] = Field(description="whether API keys are required")
     clock: ClockState
+    standing: StandingState
     publish_path: dict[str, str | None] = Field(
         description="firing's publish path (`path`) and why it fell back (`fallback_reason`)"
     )
     degraded: dict[str, str] | None = Field(
         default=None,
-        description="the failing background loops with their last error, and `clock` with its "
-        "reason while the clock is not trusted",
+        description="the failing background loops with their last error, `clock` with its "
+        "reason while the clock is not trusted, and `standing` with its reason while it is not ok",
     )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from dispatcher.health import Standing
+
 
 def assign(
     members: Sequence[str], shard_count: int, previous: Mapping[str, Sequence[int]]
@@ -45,3 +47,33 @@ def moved(before: Mapping[str, Sequence[int]], after: Mapping[str, Sequence[int]
     owner_before = {shard: member for member, shards in before.items() for shard in shards}
     owner_after = {shard: member for member, shards in after.items() for shard in shards}
     return sum(1 for shard, member in owner_after.items() if owner_before.get(shard) != member)
+
+
+# The standings of a member that asked for its shards to go to the others.
+AWAY = frozenset({Standing.OUT, Standing.RECOVERING})
+
+
+def eligible(
+    members: Sequence[str],
+    standings: Mapping[str, str],
+    well_for_s: Mapping[str, float],
+    settle_s: float,
+) -> list[str]:
+    """The members the assignment deals shards to.
+
+    STANDINGS: each member's reported standing (a member not in it is well); WELL_FOR_S: how long
+    each has been seen well. A member that stepped out (or waits to rejoin) gets no shard, but
+    only while another member has been well for SETTLE_S: when a service is down for every node,
+    all of them step out and the shards stay where they are, rather than go round the nodes as
+    each notices a moment apart."""
+    away = {member for member in members if standings.get(member) in AWAY}
+    if not away:
+        return list(members)
+    steady = [
+        member
+        for member in members
+        if member not in standings and well_for_s.get(member, 0.0) >= settle_s
+    ]
+    if not steady:
+        return list(members)
+    return [member for member in members if member not in away]

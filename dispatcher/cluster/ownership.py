@@ -48,6 +48,13 @@ class Ownership(Protocol):
     async def describe(self) -> dict[str, object]:
         """Cluster view for ``GET /v1/cluster``."""
 
+    async def report(self, standing: str | None) -> None:
+        """This node's standing (``dispatcher.health``; None: well): in a cluster, a node that
+        stepped out gets no shards while others are well."""
+
+    def coordinated(self) -> bool:
+        """Whether the node is in touch with its coordinator (ZooKeeper's session), if any."""
+
 
 class SingleNode:
     """This node owns every shard. Taking them bumps every epoch, fencing any earlier process."""
@@ -85,6 +92,12 @@ class SingleNode:
 
     async def next_change(self) -> OwnershipChange:
         return await self._changes.get()
+
+    async def report(self, standing: str | None) -> None:
+        """Nobody to hand the shards to: the node keeps them (``/readyz`` says why)."""
+
+    def coordinated(self) -> bool:
+        return True
 
     async def describe(self) -> dict[str, object]:
         return {

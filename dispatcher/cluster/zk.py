@@ -6,6 +6,8 @@ Layout under the cluster path (``DISPATCHER_ZK_PATH``):
     members/<id>  ephemeral                   one per live node
     election/n_   ephemeral sequential        lowest is the leader; others watch their predecessor
     assignment    {"generation": g, "shards": {node: [shard, ...]}}   written by the leader only
+    status/<standing>.<id>  ephemeral         a node that is not well says how (``health``);
+                                              one child watch shows the leader every change
 
 Blocking kazoo calls run in a worker thread (``asyncio.to_thread``); kazoo's watches and
 connection listener run on kazoo's threads and only post events through the bridge.
@@ -76,7 +78,12 @@ class PredecessorGone:
     pass
 
 
-ZkEvent = SessionChanged | MembersChanged | AssignmentChanged | PredecessorGone
+@dataclass(frozen=True, slots=True)
+class StatusChanged:
+    standings: dict[str, str]  # node -> its standing, for the nodes that are not well
+
+
+ZkEvent = SessionChanged | MembersChanged | AssignmentChanged | PredecessorGone | StatusChanged
 
 
 def split_hosts(hosts: str, path: str) -> tuple[str, str]:
@@ -87,6 +94,16 @@ def split_hosts(hosts: str, path: str) -> tuple[str, str]:
     servers, slash, chroot = hosts.partition("/")
     base = f"/{chroot.strip('/')}" if slash and chroot.strip("/") else ""
     return servers, f"{base}/{path.strip('/')}"
+
+
+def _status_node(name: str) -> str:
+    return name.partition(".")[2]
+
+
+def standings(names: list[str]) -> dict[str, str]:
+    """Status znode names (``<standing>.<node>``) -> node: standing. Should a node have two
+    (between a renewed session and its next report), the one sorted last counts."""
+    return {_status_node(name): name.partition(".")[0] for name in sorted(names) if "." in name}
 
 
 class ZkSession:
@@ -122,7 +139,7 @@ class ZkSession:
             await asyncio.to_thread(self._client.start, connect_timeout_s)
             if self._acl is not None:
                 await asyncio.to_thread(self._secure_open_tree)
-            for folder in ("members", "election"):
+            for folder in ("members", "election", "status"):
                 await asyncio.to_thread(self._client.ensure_path, f"{self.base}/{folder}")
         except ZkError as exc:
             await asyncio.to_thread(self._client.stop)
@@ -268,6 +285,43 @@ class ZkSession:
             self._events.post(MembersChanged(tuple(sorted(children))))
 
         self._client.ChildrenWatch(f"{self.base}/members", changed)
+
+    # --- standings -----------------------------------------------------------------------------
+
+    async def report(self, node_id: str, standing: str | None) -> None:
+        """This node's standing: a status znode while it is not well (STANDING None: well, no
+        znode). The old one goes and the new one comes in one transaction; should that fail (the
+        session was renewed, the old znode is gone), each of this node's is deleted, then the
+        new one made."""
+        folder = f"{self.base}/status"
+        mine = [name for name in await self._status_names() if _status_node(name) == node_id]
+        transaction = self._client.transaction()
+        for name in mine:
+            transaction.delete(f"{folder}/{name}")
+        if standing is not None:
+            transaction.create(f"{folder}/{standing}.{node_id}", ephemeral=True)
+        if not mine and standing is None:
+            return
+        results = await self._call(transaction.commit)
+        if not any(isinstance(result, Exception) for result in results):
+            return
+        for name in mine:
+            with contextlib.suppress(NoNodeError):
+                await self._call(self._client.delete, f"{folder}/{name}")
+        if standing is not None:
+            with contextlib.suppress(NodeExistsError):
+                await self._call(
+                    self._client.create, f"{folder}/{standing}.{node_id}", ephemeral=True
+                )
+
+    async def _status_names(self) -> list[str]:
+        return list(await self._call(self._client.get_children, f"{self.base}/status"))
+
+    def watch_status(self) -> None:
+        def changed(children: list[str]) -> None:
+            self._events.post(StatusChanged(standings(children)))
+
+        self._client.ChildrenWatch(f"{self.base}/status", changed)
 
     # --- assignment ----------------------------------------------------------------------------
 

@@ -14,6 +14,11 @@ previous owner (paused, partitioned, slow to notice) cannot claim its jobs any m
 that a node fences itself by time: it fires only while its last successful round trip to
 ZooKeeper is more recent than the session timeout minus a margin (a paused process may not
 notice its session expired). SUSPENDED stops firing at once; LOST drops every shard and rejoins.
+
+A node that cannot do its work while it is still in ZooKeeper (cut from PostgreSQL or RabbitMQ,
+its clock untrusted: ``dispatcher.health``) reports its standing in a status znode; the leader
+deals no shard to a node that stepped out, as long as another node has been well for the
+step-out bound (``assignment.eligible``), so the others fire its jobs.
 """
 
 from __future__ import annotations
@@ -28,13 +33,17 @@ from enum import StrEnum
 
 from dispatcher import errors, metrics
 from dispatcher.cluster import zk
-from dispatcher.cluster.assignment import assign
+from dispatcher.cluster.assignment import assign, eligible
 from dispatcher.cluster.bridge import ThreadToLoop
 from dispatcher.cluster.ownership import OwnershipChange
 from dispatcher.settings import Settings
 from dispatcher.store.shards import ShardStore
 
 logger = logging.getLogger(__name__)
+
+_UNKNOWN = object()  # this node's standing as written to ZooKeeper: not known (a new session)
+# How often the leader looks whether a member that stepped out may have its shards dealt out.
+STANDINGS_TICK_S = 0.5
 
 
 class ShardState(StrEnum):
@@ -75,6 +84,16 @@ class ZkOwnership:
         self._members: tuple[str, ...] = ()
         self._assignment = zk.AssignmentChanged(0, {})
         self._changed_at = clock()
+        # Standings: this node's, as it wants it reported (None: well) and as last written; every
+        # node's that is not well; since when the leader has seen each member well; the members
+        # the last assignment was dealt to.
+        self._standing: str | None = None
+        self._reported: object = _UNKNOWN  # str | None once written
+        self._report_wake = asyncio.Event()
+        self._standings: dict[str, str] = {}
+        self._well_since: dict[str, float] = {}
+        self._settle_s = settings.step_out_s
+        self._dealt: list[str] | None = None
         self._events: ThreadToLoop[zk.ZkEvent] | None = None
         self._zk: zk.ZkSession | None = None
         metrics.since_assignment_change.set_function(lambda: self._clock() - self._changed_at)
@@ -108,11 +127,14 @@ class ZkOwnership:
             raise
         session.watch_members()
         session.watch_assignment()
+        session.watch_status()
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._process_events(), name="zk-events")
             group.create_task(self._heartbeat(), name="zk-heartbeat")
+            group.create_task(self._report_standing(), name="zk-standing")
+            group.create_task(self._watch_standings(), name="zk-standings")
 
     async def stop(self) -> None:
         """Leave the cluster at once so others take the shards without waiting for a timeout.
@@ -152,7 +174,12 @@ class ZkOwnership:
         return await self._changes.get()
 
     async def describe(self) -> dict[str, object]:
-        epochs = {shard: epoch for shard, epoch, _ in await self._shard_store.epochs()}
+        try:
+            epochs = {shard: epoch for shard, epoch, _ in await self._shard_store.epochs()}
+        except errors.StoreUnavailable:
+            # The view is wanted most while PostgreSQL is out of reach: the epochs this node
+            # holds, null for the others'.
+            epochs = dict(self._epochs)
         return {
             "mode": "zookeeper",
             "node": self._node_id,
@@ -167,7 +194,17 @@ class ZkOwnership:
             "owned": {str(shard): epoch for shard, epoch in sorted(self._epochs.items())},
             "can_fire": self.can_fire(),
             "session_id": self._zk.session_id if self._zk else None,
+            "standings": dict(sorted(self._standings.items())),
         }
+
+    async def report(self, standing: str | None) -> None:
+        """This node's standing (None: well), written to ZooKeeper by ``_report_standing``."""
+        if standing != self._standing:
+            self._standing = standing
+            self._report_wake.set()
+
+    def coordinated(self) -> bool:
+        return self._connected and self._joined
 
     # --- events from kazoo's threads ------------------------------------------------------------
 
@@ -190,6 +227,7 @@ class ZkOwnership:
                 self._connected = False
                 self._joined = False
                 self._is_leader = False
+                self._reported = _UNKNOWN  # its status znode went with the session
                 self._release(set(self._states))
             case zk.SessionChanged(zk.Session.CONNECTED):
                 self._connected = True
@@ -203,6 +241,8 @@ class ZkOwnership:
                 await self._elect()
             case zk.AssignmentChanged() as assignment:
                 await self._apply(assignment)
+            case zk.StatusChanged(standings):
+                await self._standings_changed(standings)
 
     async def _heartbeat(self) -> None:
         """Prove the session alive; firing is allowed only shortly after a proof."""
@@ -229,6 +269,8 @@ class ZkOwnership:
         }
         await self._zk.join(self._node_id, info, wait_s=2 * self._settings.zk_session_timeout_s + 5)
         self._joined = True
+        self._reported = _UNKNOWN
+        self._report_wake.set()
         logger.info("joined the cluster as %s", self._node_id, extra={"action": "zk_join"})
         await self._elect()
         current, _ = await self._zk.read_assignment()
@@ -260,21 +302,82 @@ class ZkOwnership:
         for _ in range(5):
             current, version = await self._zk.read_assignment()
             members = await self._zk.members()
-            shards = assign(members, self._shard_count, current.shards)
+            dealt = eligible(members, self._standings, self._well_for(members), self._settle_s)
+            self._dealt = dealt
+            shards = assign(dealt, self._shard_count, current.shards)
             if shards == current.shards:
                 return
             proposal = zk.AssignmentChanged(current.generation + 1, shards)
             if await self._zk.write_assignment(proposal, version):
                 self._metrics.rebalances.inc()
+                away = sorted(set(members) - set(dealt))
                 logger.info(
-                    "assignment %d written for %d members",
+                    "assignment %d written for %d members%s",
                     proposal.generation,
                     len(members),
+                    f" (none for {', '.join(away)}: stepped out)" if away else "",
                     extra={"action": "zk_assign"},
                 )
                 return
             if self._zk.election_path is None or not self._is_leader:
                 return
+
+    async def _standings_changed(self, standings: dict[str, str]) -> None:
+        now = self._clock()
+        for member in standings:
+            self._well_since.pop(member, None)
+        for member in self._standings.keys() - standings.keys():
+            self._well_since[member] = now
+        if standings != self._standings:
+            logger.info(
+                "standings of the nodes that are not well: %s",
+                standings or "none",
+                extra={"action": "zk_standings"},
+            )
+        self._standings = standings
+        if self._is_leader:
+            await self._rebalance()
+
+    def _well_for(self, members: list[str]) -> dict[str, float]:
+        """How long the leader has seen each member well (from when it first saw it, if so)."""
+        now = self._clock()
+        return {
+            member: now - self._well_since.setdefault(member, now)
+            for member in members
+            if member not in self._standings
+        }
+
+    async def _report_standing(self) -> None:
+        """Write this node's standing whenever it changes (and again after a new session)."""
+        while True:
+            await self._report_wake.wait()
+            self._report_wake.clear()
+            standing = self._standing
+            if self._zk is None or not self.coordinated() or standing == self._reported:
+                continue
+            try:
+                await self._zk.report(self._node_id, standing)
+            except errors.CoordinationUnavailable as exc:
+                logger.warning("standing not reported yet: %s", exc)
+                await asyncio.sleep(1.0)
+                self._report_wake.set()
+                continue
+            self._reported = standing
+
+    async def _watch_standings(self) -> None:
+        """Leader only: a member that stepped out gets its shards dealt to others once another
+        has been well long enough (``eligible``), which time alone can bring about."""
+        while True:
+            await asyncio.sleep(STANDINGS_TICK_S)
+            if not self._is_leader or self._dealt is None:
+                continue
+            members = list(self._members)
+            dealt = eligible(members, self._standings, self._well_for(members), self._settle_s)
+            if set(dealt) != set(self._dealt):
+                try:
+                    await self._rebalance()
+                except errors.CoordinationUnavailable as exc:
+                    logger.warning("ZooKeeper: %s (rebalancing later)", exc)
 
     async def _apply(self, assignment: zk.AssignmentChanged) -> None:
         if assignment.generation < self._assignment.generation:

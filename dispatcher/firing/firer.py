@@ -117,6 +117,9 @@ class Firer:
         self._marks = DispatchMarks(store.mark_dispatched)
         self._quarantine = Quarantine()
         self._confirmed = 0  # publishes confirmed, ever: evidence that a failure is a job's own
+        # When (monotonic) a claim last came back and a publish was last confirmed: /readyz.
+        self.claimed_at: float | None = None
+        self.confirmed_at: float | None = None
 
     def notify(self) -> None:
         """Something became due earlier than the loop was waiting for."""
@@ -332,6 +335,7 @@ class Firer:
         claim = await self._store.claim(mine, epochs, ahead_s=CLAIM_FENCE_S)
         read_s, read_mono = self._clock(), self._mono()  # after PostgreSQL read its clock
         self._metrics.claims.inc()
+        self.claimed_at = read_mono
         fenced = self._fenced(mine, claim)
         claimed = sorted(claim.jobs, key=lambda job: job.run_at)
         # Each of two clocks may say a job is due, on the monotonic clock: the claim's own
@@ -438,6 +442,7 @@ class Firer:
         outcome = await publisher.publish_many(live)
         if outcome.confirmed:
             self._confirmed += len(outcome.confirmed)
+            self.confirmed_at = self._mono()
             self._marks.add(job.id for job in outcome.confirmed)
             self._observe(outcome.confirmed)
             if len(self._quarantine):

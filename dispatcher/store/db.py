@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
@@ -23,6 +24,9 @@ _UNAVAILABLE = (
     # primary died and no standby is promoted so far).
     asyncpg.InternalClientError,
 )
+
+# How long giving a connection back to the pool may take (see ``Database.connection``).
+RELEASE_S = 1.0
 
 # PostgreSQL's error classes (SQLSTATE's first two characters) that heal by themselves: a retry
 # later can succeed with the same statement. 08 connection exceptions; 40 serialization failures
@@ -65,8 +69,20 @@ async def _keep_session(connection: asyncpg.Connection) -> None:
 class Database:
     """Owns one pool. ``open``/``close`` are safe to call twice."""
 
-    def __init__(self, dsn: str, *, min_size: int, max_size: int, timeout_s: float) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int,
+        max_size: int,
+        timeout_s: float,
+        dead_connection_s: float | None = None,
+    ) -> None:
+        """DEAD_CONNECTION_S: a connection whose data goes unacknowledged this long, or that is
+        silent and unanswering, is dropped by the kernel (``servers.keep_alive``); None: the
+        system's defaults (minutes)."""
         self._dsn = dsn
+        self._dead_connection_s = dead_connection_s
         self._min_size = min_size
         self._max_size = max_size
         self.timeout_s = timeout_s
@@ -81,7 +97,8 @@ class Database:
                 min_size=self._min_size,
                 max_size=self._max_size,
                 timeout=self.timeout_s,  # connect timeout: a dead server answers 503, not a hang
-                connect=servers.connect,  # each host of a multi-host URL within that timeout
+                # Each host of a multi-host URL within that timeout, its socket kept alive.
+                connect=functools.partial(servers.connect, dead_s=self._dead_connection_s),
                 max_inactive_connection_lifetime=60.0,
                 reset=_keep_session,
             )
@@ -98,17 +115,23 @@ class Database:
         """A pooled connection; the whole block is bounded by ``timeout_s`` (default: the pool)."""
         if self._pool is None:
             raise errors.StoreUnavailable("the database pool is not open")
+        pool = self._pool
         with translated():
             async with asyncio.timeout(timeout_s or self.timeout_s):
-                async with self._pool.acquire() as connection:
-                    try:
-                        yield connection
-                    except (asyncpg.ReadOnlySQLTransactionError, asyncpg.InternalClientError):
-                        # A session of a demoted primary (or one opened while the database was
-                        # read-only) stays read-only, and one the driver lost track of stays
-                        # unusable: closed, so the pool opens a fresh one.
-                        connection.terminate()
-                        raise
+                connection = await pool.acquire()
+                try:
+                    yield connection
+                except (asyncpg.ReadOnlySQLTransactionError, asyncpg.InternalClientError):
+                    # A session of a demoted primary (or one opened while the database was
+                    # read-only) stays read-only, and one the driver lost track of stays
+                    # unusable: closed, so the pool opens a fresh one.
+                    connection.terminate()
+                    raise
+                finally:
+                    # A statement cut short by the timeout is cancelled through a connection of
+                    # its own, which the release waits for: on a path that drops packets, for
+                    # ever. Past RELEASE_S the connection is closed instead.
+                    await pool.release(connection, timeout=RELEASE_S)
 
     async def dedicated(self, name: str = "") -> asyncpg.Connection:
         """A connection outside the pool, for session state the pool must not see (LISTEN);
@@ -116,13 +139,20 @@ class Database:
         settings = {"application_name": name} if name else None
         with translated():
             return await servers.connect(
-                self._dsn, timeout=self.timeout_s, server_settings=settings
+                self._dsn,
+                timeout=self.timeout_s,
+                dead_s=self._dead_connection_s,
+                server_settings=settings,
             )
 
-    async def ping(self) -> bool:
+    async def probe(self, timeout_s: float) -> str | None:
+        """One round trip on a pooled connection within TIMEOUT_S: None, or why it failed."""
         try:
-            async with self.connection() as connection:
+            async with self.connection(timeout_s) as connection:
                 await connection.fetchval(queries.PING)
-        except errors.StoreUnavailable:
-            return False
-        return True
+        except errors.StoreUnavailable as exc:
+            return str(exc)
+        return None
+
+    async def ping(self) -> bool:
+        return await self.probe(self.timeout_s) is None

@@ -8,6 +8,7 @@ tried. ``connect`` gives each host a timeout of its own, as libpq's ``connect_ti
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
@@ -37,17 +38,41 @@ async def connect(
     dsn: str | None = None,
     *,
     timeout: float = 60.0,  # noqa: ASYNC109 - the pool's hook: asyncpg passes timeout=
+    dead_s: float | None = None,
     **options: Any,
 ) -> asyncpg.Connection:
     """A connection to the first host of ``dsn`` that answers within ``timeout`` and matches the
     URL's ``target_session_attrs`` (read-write by default: ``writable``); ``options`` go to
     ``asyncpg.connect``. As libpq, any failure moves on to the next host; the last one is raised
-    when none will do. Also the pool's ``connect`` hook."""
+    when none will do. Also the pool's ``connect`` hook. DEAD_S: ``keep_alive``."""
     failure: Exception | None = None
     for url in each_server(writable(dsn or "")):
         try:
-            return await asyncpg.connect(url, timeout=timeout, **options)
+            connection: asyncpg.Connection = await asyncpg.connect(url, timeout=timeout, **options)
         except Exception as exc:
             failure = exc
+            continue
+        if dead_s is not None:
+            keep_alive(connection, dead_s)
+        return connection
     assert failure is not None  # each_server names at least one URL
     raise failure
+
+
+def keep_alive(connection: asyncpg.Connection, dead_s: float) -> None:
+    """A TCP connection that goes dead is dropped within about DEAD_S, as libpq's
+    ``tcp_user_timeout`` and ``keepalives_*`` would: data unacknowledged that long
+    (``TCP_USER_TIMEOUT``), or an idle connection unanswered (keepalive probes from half of it,
+    one a second). Without these the kernel waits many minutes, a query on a connection whose
+    packets are dropped hangs until its timeout, and the pool hands the connection out again.
+    (asyncpg has no option for them: its transport's socket is set. A Unix socket needs none.)"""
+    transport = getattr(connection, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    idle = max(1, int(dead_s / 2))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, max(1, int(dead_s) - idle))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(dead_s * 1000))

@@ -43,6 +43,7 @@ def document() -> dict[str, Any]:
         readiness=unused,
         degraded=unused,
         clock=unused,
+        standing=unused,
         publish_path=unused,
         counts=unused,
         heap_size=unused,

@@ -489,8 +489,10 @@ async def test_operations_endpoints(node: Node) -> None:
         assert ready.json()["checks"] == {
             "postgres": True,
             "rabbitmq": True,
+            "zookeeper": True,
             "shards": True,
             "clock": True,
+            "standing": True,
             "loops": True,
         }
         clock = ready.json()["clock"]

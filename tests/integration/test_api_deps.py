@@ -88,6 +88,28 @@ async def test_readyz_answers_from_the_readiness_it_was_given(
     assert not_ready.json()["degraded"] == {"loader": "RuntimeError: boom"}
 
 
+async def test_readyz_shows_the_standing_and_names_its_reason_while_it_is_not_ok(
+    http: httpx.AsyncClient, checks: Checks
+) -> None:
+    ready = await http.get("/readyz", headers=bearer(ADMIN))
+    checks.checks["standing"] = False
+    reason = (
+        "stepped out: its shards go to any node well enough to fire: postgres failing for 10.2 s"
+    )
+    checks.standing = {
+        **checks.standing,
+        "standing": "out",
+        "failing": {"postgres": {"for_s": 10.2, "reason": "timeout"}},
+        "reason": reason,
+    }
+    out = await http.get("/readyz", headers=bearer(ADMIN))
+    assert ready.json()["standing"]["standing"] == "ok"
+    assert ready.json()["standing"]["last_confirm_s_ago"] == 0.2
+    assert out.status_code == 503, out.text
+    assert out.json()["standing"]["failing"] == {"postgres": {"for_s": 10.2, "reason": "timeout"}}
+    assert out.json()["degraded"] == {"standing": reason}
+
+
 async def test_stats_and_cluster_come_from_the_callables_given(http: httpx.AsyncClient) -> None:
     scheduled = await http.post(
         "/v1/jobs",

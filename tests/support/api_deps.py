@@ -41,9 +41,21 @@ class Checks:
             "max_offset_s": 1.0,
             "steps": 0,
         }
+        self.standing: dict[str, object] = {
+            "standing": "ok",
+            "for_s": 12.5,
+            "step_out_s": 10.0,
+            "failing": {},
+            "last_ok_s_ago": {"postgres": 0.4, "rabbitmq": 0.4, "clock": 0.1},
+            "last_claim_s_ago": 0.2,
+            "last_confirm_s_ago": 0.2,
+        }
 
     def clock_state(self) -> dict[str, object]:
         return dict(self.clock)
+
+    def standing_state(self) -> dict[str, object]:
+        return dict(self.standing)
 
     async def readiness(self) -> dict[str, bool]:
         return dict(self.checks)
@@ -101,6 +113,7 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiDeps:
         readiness=checks.readiness,
         degraded=checks.degraded,
         clock=checks.clock_state,
+        standing=checks.standing_state,
         publish_path=lambda: {"path": "per_message", "fallback_reason": "forced"},
         counts=housekeeping.Snapshot,
         heap_size=lambda: HEAP_SIZE,

@@ -23,10 +23,17 @@ class Cluster:
         self.shard_count = shard_count
         self.nodes: dict[str, DispatcherProcess] = {}
 
-    def start(self, name: str, env: dict[str, str] | None = None) -> DispatcherProcess:
-        """Start node NAME (again, if it ran before), a new one with ENV over the cluster's."""
+    def start(
+        self, name: str, env: dict[str, str] | None = None, *, group: int | None = None
+    ) -> DispatcherProcess:
+        """Start node NAME (again, if it ran before), a new one with ENV over the cluster's
+        (under GROUP, if given: ``DispatcherProcess``)."""
         node = self.nodes.get(name) or DispatcherProcess(
-            self._log_dir, port=reserve_port(), env={**self._env, **(env or {})}, name=name
+            self._log_dir,
+            port=reserve_port(),
+            env={**self._env, **(env or {})},
+            name=name,
+            group=group,
         )
         self.nodes[name] = node
         node.start(ready_timeout=60)
@@ -35,8 +42,8 @@ class Cluster:
     def live(self) -> list[DispatcherProcess]:
         return [node for node in self.nodes.values() if node.is_running()]
 
-    def view(self, name: str) -> dict[str, Any]:
-        response = httpx.get(f"{self.nodes[name].url}/v1/cluster", timeout=5)
+    def view(self, name: str, *, timeout: float = 5) -> dict[str, Any]:
+        response = httpx.get(f"{self.nodes[name].url}/v1/cluster", timeout=timeout)
         response.raise_for_status()
         view: dict[str, Any] = response.json()
         return view

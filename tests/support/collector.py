@@ -105,6 +105,16 @@ class Collector:
         await message.ack()
         self._changed.set()
 
+    def lateness(self, due: dict[str, float], ids: Iterable[str] | None = None) -> list[float]:
+        """How late the first delivery of each job (of IDS, default all in DUE) arrived after
+        its due time, sorted; jobs not delivered are left out (the ledger counts them)."""
+        wanted = due.keys() if ids is None else ids
+        return sorted(
+            self.deliveries[job_id][0].received_at - due[job_id]
+            for job_id in wanted
+            if job_id in self.deliveries
+        )
+
     async def wait_for(self, ids: Iterable[str], deadline_s: float) -> set[str]:
         """Wait until every id arrived or the deadline passed; returns the ids still missing."""
         wanted = set(ids)

@@ -33,8 +33,12 @@ class DispatcherProcess:
         env: dict[str, str],
         name: str = "node",
         api_key: str | None = None,
+        group: int | None = None,
     ) -> None:
+        """GROUP: the group id the process runs under (a firewall rule on its packets can then
+        cut it from one service: ``firewall``)."""
         self.port = port
+        self.group = group
         self.name = name
         self.url = f"http://127.0.0.1:{port}"
         self._env = {
@@ -53,7 +57,7 @@ class DispatcherProcess:
         # Imported here: conftest imports this module before pytest registers the zygote plugin.
         from tests.support import zygote
 
-        if zygote.available() and zygote.forkable(self._env):
+        if self.group is None and zygote.available() and zygote.forkable(self._env):
             self._process = zygote.zygote().fork("dispatcher", ["serve"], self._env, self._log_path)
         else:
             with self._log_path.open("ab") as log:
@@ -63,6 +67,7 @@ class DispatcherProcess:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    group=self.group,
                 )
         self.wait_ready(ready_timeout, answering_is_enough=not ready)
 
@@ -140,6 +145,7 @@ def served(
     *,
     env: dict[str, str] | None = None,
     api_key: str | None = None,
+    group: int | None = None,
 ) -> Iterator[DispatcherProcess]:
     """A started dispatcher on a free port for a fixture to yield from; stopped afterwards."""
     from devstack.ports import reserve_port
@@ -153,6 +159,7 @@ def served(
             **(env or {}),
         },
         api_key=api_key,
+        group=group,
     )
     process.start()
     yield process

@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from dispatcher.cluster.assignment import assign, moved
+from dispatcher.cluster.assignment import assign, eligible, moved
 
 SHARDS = 256
 
@@ -80,3 +80,44 @@ def test_random_join_leave_sequences_stay_balanced_and_move_little(seed: int) ->
         joiners_need = sum(floor for m in members if m not in current)
         assert moved(current, result) <= max(forced, joiners_need) + excess + len(members)
         current = result
+
+
+# --- who gets shards while nodes step out (``eligible``) -----------------------------------------
+
+MEMBERS = ["n0", "n1", "n2"]
+SETTLE = 10.0
+LONG_WELL = {"n0": 60.0, "n1": 60.0, "n2": 60.0}
+
+
+def test_with_every_member_well_every_member_gets_shards() -> None:
+    assert eligible(MEMBERS, {}, LONG_WELL, SETTLE) == MEMBERS
+
+
+def test_a_member_that_stepped_out_gets_none_while_others_are_well() -> None:
+    standings = {"n1": "out"}
+    assert eligible(MEMBERS, standings, LONG_WELL, SETTLE) == ["n0", "n2"]
+    dealt = assign(eligible(MEMBERS, standings, LONG_WELL, SETTLE), 30, assign(MEMBERS, 30, {}))
+    assert set(dealt) == {"n0", "n2"}
+    assert sorted(dealt["n0"] + dealt["n2"]) == list(range(30))
+
+
+def test_a_member_waiting_to_rejoin_gets_none_either() -> None:
+    assert eligible(MEMBERS, {"n2": "recovering"}, LONG_WELL, SETTLE) == ["n0", "n1"]
+
+
+def test_a_failing_member_under_the_bound_keeps_its_shards() -> None:
+    assert eligible(MEMBERS, {"n1": "failing"}, LONG_WELL, SETTLE) == MEMBERS
+
+
+def test_when_nobody_has_been_well_long_enough_the_shards_stay_where_they_are() -> None:
+    # The service is down for everyone: each node steps out a moment after the other.
+    assert eligible(MEMBERS, {"n0": "out", "n1": "failing", "n2": "failing"}, {}, SETTLE) == MEMBERS
+    assert eligible(MEMBERS, {"n0": "out", "n1": "out", "n2": "out"}, {}, SETTLE) == MEMBERS
+    # Back: the first well again is not steady yet when the others come back too.
+    recent = {"n0": 1.0}
+    assert eligible(MEMBERS, {"n1": "out", "n2": "out"}, recent, SETTLE) == MEMBERS
+
+
+def test_a_member_well_for_the_settle_time_takes_the_shards_of_those_out() -> None:
+    well = {"n0": SETTLE}
+    assert eligible(MEMBERS, {"n1": "out", "n2": "out"}, well, SETTLE) == ["n0"]

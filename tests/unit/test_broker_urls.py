@@ -84,3 +84,14 @@ def test_the_unroutable_queue_is_quorum_unless_told(monkeypatch: pytest.MonkeyPa
     assert Settings().unroutable_queue_type == "quorum"
     monkeypatch.setenv("DISPATCHER_UNROUTABLE_QUEUE_TYPE", "classic")
     assert Settings().unroutable_queue_type == "classic"
+
+
+def test_a_default_parameter_is_added_where_a_url_does_not_set_it() -> None:
+    urls = broker_urls.with_default(
+        "amqp://a:5672/v,amqp://b:5672/v?heartbeat=30,amqp://c:5672/v?name=x", "heartbeat", "5"
+    )
+    assert urls == (
+        "amqp://a:5672/v?heartbeat=5",
+        "amqp://b:5672/v?heartbeat=30",
+        "amqp://c:5672/v?name=x&heartbeat=5",
+    )

@@ -1,0 +1,260 @@
+"""Gray failures: one node of three, alive and in ZooKeeper, cut from one service by a firewall
+rule on its own packets (``support.firewall``), every other path intact, while jobs fall due on
+every node. The cut node says so in ``/readyz``, steps out past the bound (PostgreSQL, RabbitMQ)
+or loses its session (ZooKeeper), the others fire its shards' jobs, and it takes shards back
+once healed: nothing lost, nothing early, duplicates counted.
+
+With the service itself down for every node, nobody steps out of anybody's way: the shards stay
+where they are (``assignment.eligible``)."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from tests.support import firewall
+from tests.support.cluster import SESSION_S, Cluster
+from tests.support.collector import Collector
+from tests.support.process import DispatcherProcess, served
+from tests.support.schedule import run_at_s, submit_spread
+from tests.support.waiting import eventually
+
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.skipif(not firewall.available(), reason="needs iptables (make test installs it)"),
+]
+
+STEP_OUT_S = 3.0
+REJOIN_S = 3.0
+STEWARD = {"DISPATCHER_STEP_OUT_S": str(STEP_OUT_S), "DISPATCHER_REJOIN_S": str(REJOIN_S)}
+CUT_S = 7.0  # longer than the bound and the session
+# The cut node's jobs fire within the bound (or the session) plus this: the failover, the new
+# owner's catch-up, a loaded machine.
+FAILOVER_SLACK_S = 4.0
+
+
+@pytest.fixture
+def wall() -> Iterator[firewall.Firewall]:
+    with firewall.firewall() as made:
+        yield made
+
+
+def port_of(url: str) -> int:
+    """The port of a service URL (the first host of a list)."""
+    first = url.split(",")[0]
+    if "://" not in first:
+        first = f"tcp://{first.split('/')[0]}"
+    port = urlsplit(first).port
+    assert port is not None
+    return port
+
+
+def readyz(node_url: str) -> tuple[int, dict[str, Any]]:
+    try:
+        response = httpx.get(f"{node_url}/readyz", timeout=5)
+    except httpx.HTTPError as exc:
+        return 0, {"error": repr(exc)}
+    return response.status_code, response.json()
+
+
+def owned_by(cluster: Cluster, name: str, asked: str) -> list[int]:
+    """The shards the assignment gives NAME, as node ASKED sees it."""
+    return [int(shard) for shard in cluster.view(asked)["assignment"].get(name, {})]
+
+
+def changes(seen: list[tuple[float, int, str | None]]) -> list[tuple[float, int, str | None]]:
+    """The answers that differ from the one before."""
+    kept = [
+        answer
+        for before, answer in zip([None, *seen], seen, strict=False)
+        if before is None or before[1:] != answer[1:]
+    ]
+    return kept
+
+
+SERVICES = ["postgres", "rabbitmq", "zookeeper"]
+
+
+@pytest.mark.parametrize("service", SERVICES)
+async def test_a_node_cut_from_one_service_gives_its_shards_away_and_takes_them_back(
+    cluster: Cluster,
+    collector: Collector,
+    wall: firewall.Firewall,
+    service: str,
+    database_url: str,
+    amqp_url: str,
+    zk_hosts: str,
+) -> None:
+    port = port_of({"postgres": database_url, "rabbitmq": amqp_url, "zookeeper": zk_hosts}[service])
+    await asyncio.to_thread(cluster.start, "cut", STEWARD, group=wall.gid)
+    for name in ("n1", "n2"):
+        await asyncio.to_thread(cluster.start, name, STEWARD)
+    await asyncio.to_thread(cluster.wait_converged, {"cut", "n1", "n2"})
+    before = set(owned_by(cluster, "cut", "n1"))
+    assert before
+
+    # Small batches, round-robin: each node's shards get jobs due all along (a job due soon
+    # lands on a shard of the node it is submitted to).
+    jobs = await submit_spread(
+        [node.url for node in cluster.live()], 1600, over_s=16, start_in_s=2, batch=25
+    )
+    accepted = {job["id"]: run_at_s(job) for job in jobs}
+    await asyncio.sleep(3)
+
+    cut_at = time.time()
+    wall.cut(port)
+    # Its /readyz, polled on a thread of its own (an answer may take seconds) until it is back.
+    seen: list[tuple[float, int, dict[str, Any]]] = []
+    back = asyncio.Event()
+
+    async def watch_readyz() -> None:
+        while not back.is_set():
+            status, answer = await asyncio.to_thread(readyz, cluster.nodes["cut"].url)
+            seen.append((time.time() - cut_at, status, answer))
+            await asyncio.sleep(0.2)
+
+    watcher = asyncio.create_task(watch_readyz())
+    shards_gone_at: float | None = None
+    while time.time() < cut_at + CUT_S:
+        if shards_gone_at is None and not await asyncio.to_thread(owned_by, cluster, "cut", "n1"):
+            shards_gone_at = time.time()
+        await asyncio.sleep(0.1)
+    wall.heal(port)
+    healed_at = time.time()
+
+    await eventually(lambda: bool(owned_by(cluster, "cut", "n1")), 40)
+    back_at = time.time()
+    await eventually(lambda: readyz(cluster.nodes["cut"].url)[0] == 200, 20)
+    back.set()
+    await watcher
+    ledger = await collector.reckon(accepted, deadline_s=90, quiet_s=1.5)
+
+    # The cut node's jobs due while it was cut: how late they came.
+    cut_jobs = [
+        job["id"] for job in jobs if job["shard"] in before and cut_at <= run_at_s(job) <= healed_at
+    ]
+    late = collector.lateness(accepted, cut_jobs)
+    states = changes(
+        [
+            (round(at, 1), status, answer.get("standing", {}).get("standing"))
+            for at, status, answer in seen
+        ]
+    )
+    print(
+        f"\n{service} cut from one node of three for {CUT_S:g} s (step-out bound {STEP_OUT_S:g} "
+        f"s, session {SESSION_S:g} s): its shards went to the others "
+        f"{(shards_gone_at or float('nan')) - cut_at:.2f} s after the cut and came back "
+        f"{back_at - healed_at:.2f} s after it healed; its {len(cut_jobs)} jobs due during the "
+        f"cut: lateness median {statistics.median(late):.2f} s, max {late[-1]:.2f} s; {ledger}; "
+        f"its /readyz (s after the cut, status, standing) as it changed: {states}"
+    )
+    assert ledger.lost == []
+    assert ledger.early == []
+    assert shards_gone_at is not None, "the others took the cut node's shards"
+    assert len(late) == len(cut_jobs)
+    bound = SESSION_S if service == "zookeeper" else STEP_OUT_S
+    assert late[-1] <= bound + FAILOVER_SLACK_S
+    # It said so: not ready, the service named, while it was cut.
+    named = [answer for at, status, answer in seen if status == 503 and at < CUT_S]
+    assert named, f"/readyz said ready all along: {states}"
+    if service == "zookeeper":
+        assert any(not answer["checks"]["zookeeper"] for answer in named)
+    else:
+        assert any(not answer["checks"][service] for answer in named)
+        assert any(answer["standing"]["standing"] == "out" for answer in named)
+        assert any(service in answer["standing"]["failing"] for answer in named)
+
+
+async def test_with_every_node_cut_from_postgresql_no_shard_moves_and_nothing_is_lost(
+    cluster: Cluster, collector: Collector, wall: firewall.Firewall, database_url: str
+) -> None:
+    # All three under the one group: the database is gone for every node, as in an outage.
+    for name in ("n0", "n1", "n2"):
+        await asyncio.to_thread(cluster.start, name, STEWARD, group=wall.gid)
+    await asyncio.to_thread(cluster.wait_converged, {"n0", "n1", "n2"})
+    generation = cluster.view("n0")["generation"]
+    jobs = await submit_spread(
+        [node.url for node in cluster.live()], 900, over_s=12, start_in_s=2, batch=25
+    )
+    accepted = {job["id"]: run_at_s(job) for job in jobs}
+    await asyncio.sleep(2)
+    cut_at = time.time()
+    wall.cut(port_of(database_url))
+    standings: set[str] = set()
+    generations: set[int] = set()
+    while time.time() < cut_at + CUT_S:
+        view = await asyncio.to_thread(cluster.view, "n0", timeout=15)
+        generations.add(view["generation"])
+        standings.update(view["standings"].values())
+        await asyncio.sleep(0.2)
+    wall.heal(port_of(database_url))
+    ledger = await collector.reckon(accepted, deadline_s=90, quiet_s=1.5)
+    late = max(collector.lateness(accepted))
+    print(
+        f"\nPostgreSQL cut from all three nodes for {CUT_S:g} s (step-out bound {STEP_OUT_S:g} "
+        f"s): standings seen {sorted(standings)}, assignment generations {sorted(generations)} "
+        f"(before: {generation}); worst lateness {late:.2f} s; {ledger}"
+    )
+    assert "out" in standings, "the nodes did step out"
+    assert generations == {generation}, "no shard moved while every node was cut"
+    assert cluster.view("n0")["generation"] == generation
+    assert ledger.lost == []
+    assert ledger.early == []
+
+
+async def test_a_node_that_steps_out_again_soon_waits_twice_as_long_to_rejoin(
+    cluster: Cluster, wall: firewall.Firewall, database_url: str
+) -> None:
+    await asyncio.to_thread(cluster.start, "cut", STEWARD, group=wall.gid)
+    await asyncio.to_thread(cluster.start, "n1", STEWARD)
+    await asyncio.to_thread(cluster.wait_converged, {"cut", "n1"})
+    port = port_of(database_url)
+    waits = []
+    for _ in range(2):
+        wall.cut(port)
+        await eventually(lambda: not owned_by(cluster, "cut", "n1"), 30)
+        wall.heal(port)
+        healed_at = time.time()
+        await eventually(lambda: bool(owned_by(cluster, "cut", "n1")), 60)
+        waits.append(time.time() - healed_at)
+    print(f"\ncut twice from PostgreSQL: shards back {waits[0]:.2f} s, then {waits[1]:.2f} s after")
+    assert waits[0] >= REJOIN_S
+    assert waits[1] >= 2 * REJOIN_S
+
+
+@pytest.fixture
+def lone(
+    tmp_path: Path, database_url: str, amqp_url: str, wall: firewall.Firewall
+) -> Iterator[DispatcherProcess]:
+    """A single node (no ZooKeeper) under the firewall's group."""
+    yield from served(tmp_path, database_url, amqp_url, env=STEWARD, group=wall.gid)
+
+
+async def test_a_single_node_cut_from_rabbitmq_says_so_keeps_its_shards_and_recovers(
+    lone: DispatcherProcess, amqp_url: str, collector: Collector, wall: firewall.Firewall
+) -> None:
+    node = lone
+    jobs = await submit_spread(node.url, 400, over_s=8, start_in_s=1, batch=50)
+    accepted = {job["id"]: run_at_s(job) for job in jobs}
+    wall.cut(port_of(amqp_url))
+    await eventually(lambda: readyz(node.url)[1].get("standing", {}).get("standing") == "out", 30)
+    status, answer = readyz(node.url)
+    wall.heal(port_of(amqp_url))
+    ledger = await collector.reckon(accepted, deadline_s=90, quiet_s=1.5)
+    await eventually(lambda: readyz(node.url)[0] == 200, 30)
+    print(f"\na single node cut from RabbitMQ: /readyz {status} {answer['standing']}; {ledger}")
+    assert status == 503
+    assert answer["checks"]["rabbitmq"] is False
+    assert answer["checks"]["shards"] is True  # nobody to hand them to: it keeps them
+    assert "rabbitmq" in answer["standing"]["failing"]
+    assert ledger.lost == []
+    assert ledger.early == []
+    assert readyz(node.url)[1]["standing"]["standing"] == "ok"

@@ -1,0 +1,61 @@
+"""A connection whose packets stop arriving is dropped within ``dead_connection_s``, not the
+system's minutes: PostgreSQL's sockets carry TCP_USER_TIMEOUT and keepalives, and the node's
+AMQP connections a heartbeat of half of it (each on real servers)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import httpx
+
+from devstack.rabbitmq import RabbitServer
+from dispatcher.store.db import Database
+from tests.support.nodes import running_node
+
+
+async def test_every_pooled_postgresql_socket_is_kept_alive_within_the_bound(
+    database_url: str,
+) -> None:
+    database = Database(database_url, min_size=2, max_size=2, timeout_s=5, dead_connection_s=10)
+    await database.open()
+    try:
+        async with database.connection() as first, database.connection() as second:
+            for connection in (first, second):
+                sock = connection._con._transport.get_extra_info("socket")  # type: ignore[attr-defined]
+                option = sock.getsockopt
+                assert option(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 10_000
+                assert option(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert option(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 5
+                assert option(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 1
+                assert option(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 5
+    finally:
+        await database.close()
+
+
+async def heartbeats(server: RabbitServer, vhost: str) -> dict[str, int]:
+    """Each connection of VHOST by name: the heartbeat it negotiated (management API)."""
+    async with httpx.AsyncClient(auth=("guest", "guest")) as http:
+        answer = await http.get(f"{server.mgmt_url}/api/connections")
+    answer.raise_for_status()
+    return {
+        str(c.get("client_properties", {}).get("connection_name")): int(c["timeout"])
+        for c in answer.json()
+        if c.get("vhost") == vhost
+    }
+
+
+async def test_the_nodes_amqp_connections_beat_at_half_the_bound(
+    database_url: str, amqp_url: str, rabbit_server: RabbitServer
+) -> None:
+    vhost = amqp_url.rsplit("/", 1)[1]
+    async with running_node(
+        database_url=database_url, amqp_url=amqp_url, dead_connection_s=8, node_id="beat"
+    ):
+        for _ in range(50):  # the management API's view lags the connections a little
+            seen = await heartbeats(rabbit_server, vhost)
+            if {"dispatcher-beat-publisher", "dispatcher-beat-live-publisher"} <= seen.keys():
+                break
+            await asyncio.sleep(0.2)
+    assert seen["dispatcher-beat-publisher"] == 4
+    assert seen["dispatcher-beat-live-publisher"] == 4
