@@ -23,14 +23,35 @@ import aiormq
 from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 from aio_pika.connection import make_url
 
-from consumers_sdk import broker_urls, connections
+from consumers_sdk import broker_urls, connections, sockets
 
 logger = logging.getLogger(__name__)
 
 Urls = str | Sequence[str]
 Opened = TypeVar("Opened", bound=AbstractConnection)
+# How long an attempt to connect may take, reconnects included (``connect_robust``).
+CONNECT_TIMEOUT_S = 30.0
 # What a node that does not answer raises: the next node is tried.
 UNREACHABLE = (OSError, TimeoutError, aiormq.exceptions.AMQPConnectionError)
+
+
+class KeptAliveTransport(aiormq.connection.TransportFactory):
+    """aiormq's TCP or TLS transport, its socket kept alive (``sockets.keep_alive``)."""
+
+    def __init__(self, dead_s: float) -> None:
+        self._dead_s = dead_s
+
+    async def create(
+        self, url: Any, **kwargs: Any
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        factory: aiormq.connection.TransportFactory = (
+            aiormq.connection.TLSTransportFactory()
+            if url.scheme == "amqps"
+            else aiormq.connection.TCPTransportFactory()
+        )
+        reader, writer = await factory.create(url, **kwargs)
+        sockets.keep_alive(writer.get_extra_info("socket"), self._dead_s)
+        return reader, writer
 
 
 class FailoverConnection(aio_pika.RobustConnection):
@@ -60,20 +81,30 @@ async def connect_robust(
     *,
     connection_name: str,
     reconnect_interval: float = 1.0,
-    connect_timeout_s: float | None = None,
+    connect_timeout_s: float | None = CONNECT_TIMEOUT_S,
+    dead_connection_s: float | None = None,
 ) -> AbstractRobustConnection:
     """A robust connection on the first node that answers; later losses move it round the list.
+
+    CONNECT_TIMEOUT_S bounds every attempt, the reconnects too: one begun while the path to the
+    broker dropped packets would otherwise wait out the kernel's connect retries (about two
+    minutes) after the path is back. DEAD_CONNECTION_S: each connection's socket is dropped once
+    its data goes unacknowledged that long (``sockets.keep_alive``; None: the system's minutes).
 
     Raises what the last node raised when none answers (the caller retries with its backoff)."""
     listed = broker_urls.parse(urls)
 
     def attempt(start: int) -> Callable[[], Awaitable[FailoverConnection]]:
         async def open_one() -> FailoverConnection:
+            options: dict[str, Any] = {}
+            if dead_connection_s is not None:
+                options["transport_factory"] = KeptAliveTransport(dead_connection_s)
             connection = FailoverConnection(
                 listed,
                 start=start,
                 client_properties={"connection_name": connection_name},
                 reconnect_interval=reconnect_interval,
+                **options,
             )
             try:
                 await connection.connect(timeout=connect_timeout_s)

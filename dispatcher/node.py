@@ -89,6 +89,7 @@ class Node:
             connection_name=f"dispatcher-{settings.node_id}-events",
             batch=settings.events_batch,
             stats_interval_s=settings.stats_interval_s,
+            dead_connection_s=settings.dead_connection_s,
         )
         self.housekeeper = Housekeeper(
             self.history,
@@ -230,6 +231,7 @@ class Node:
             path=self.settings.publish_path,
             unroutable_queue_type=self.settings.unroutable_queue_type,
             clock=self.timekeeper.now,
+            dead_connection_s=self.settings.dead_connection_s,
         )
 
     def _build_ownership(self) -> ownership_mod.Ownership:

@@ -41,8 +41,10 @@ class EventsConsumer:
         connection_name: str,
         batch: int = 500,
         stats_interval_s: float = 15.0,
+        dead_connection_s: float | None = None,
     ) -> None:
         self._url = amqp_url
+        self._dead_connection_s = dead_connection_s  # as ``Publisher``'s
         self._stats_interval_s = stats_interval_s
         self._store = store
         self._metrics = metrics
@@ -79,7 +81,12 @@ class EventsConsumer:
         standing = await topology.declare(
             self._url, topology.events_queues, connection_name=f"{self._connection_name}-declare"
         )
-        connection = await failover.connect_robust(self._url, connection_name=self._connection_name)
+        connection = await failover.connect_robust(
+            self._url,
+            connection_name=self._connection_name,
+            connect_timeout_s=self._dead_connection_s or failover.CONNECT_TIMEOUT_S,
+            dead_connection_s=self._dead_connection_s,
+        )
         try:
             channel = await connection.channel()
             await channel.set_qos(prefetch_count=self._batch * 2)

@@ -76,8 +76,14 @@ class Publisher:
         path: PublishPath = "auto",
         unroutable_queue_type: topology.QueueType = "quorum",
         clock: Callable[[], float] = time.time,
+        dead_connection_s: float | None = None,
     ) -> None:
+        """DEAD_CONNECTION_S: a connection whose data goes unacknowledged that long is dropped,
+        and each attempt to connect, reconnects included, takes at most that long (one begun
+        while the broker's path dropped packets would otherwise wait for the kernel's SYN
+        retries, two minutes, well past the path's return)."""
         self._urls = amqp_urls
+        self._dead_connection_s = dead_connection_s
         self._clock = clock  # the node's time: what a message's remaining time to live counts from
         self._parked = topology.parked_queues(unroutable_exchange, unroutable_queue_type)
         self._exchange_name = exchange
@@ -119,7 +125,10 @@ class Publisher:
         # On a cluster a lost node's publishes in flight fail (re-fired later, at least once)
         # and the connection moves to the next node; the robust channel redeclares on it.
         connection = await failover.connect_robust(
-            self._urls, connection_name=self._connection_name
+            self._urls,
+            connection_name=self._connection_name,
+            connect_timeout_s=self._dead_connection_s or failover.CONNECT_TIMEOUT_S,
+            dead_connection_s=self._dead_connection_s,
         )
         try:
             self._channel = await self._open_channel(connection)

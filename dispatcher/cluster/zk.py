@@ -38,10 +38,11 @@ from kazoo.exceptions import (
     NoNodeError,
     ZookeeperError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
+from consumers_sdk import sockets
 from dispatcher import errors
 from dispatcher.cluster.bridge import ThreadToLoop
 
@@ -106,6 +107,20 @@ def standings(names: list[str]) -> dict[str, str]:
     return {_status_node(name): name.partition(".")[0] for name in sorted(names) if "." in name}
 
 
+class _KeptAliveHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    """kazoo's threading handler, its sockets kept alive (``sockets.keep_alive``); kazoo's own
+    pings drop a connection unanswered for two thirds of the session first, as a rule."""
+
+    def __init__(self, dead_s: float) -> None:
+        super().__init__()
+        self._dead_s = dead_s
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        sock = super().create_connection(*args, **kwargs)
+        sockets.keep_alive(sock, self._dead_s)
+        return sock
+
+
 class ZkSession:
     def __init__(
         self,
@@ -115,6 +130,7 @@ class ZkSession:
         timeout_s: float,
         events: ThreadToLoop[ZkEvent],
         auth: str = "",
+        dead_connection_s: float | None = None,
     ):
         servers, self.base = split_hosts(hosts, path)
         self._events = events
@@ -128,6 +144,7 @@ class ZkSession:
             command_retry=KazooRetry(max_tries=3, max_delay=0.5),
             auth_data=[("digest", auth)] if auth else None,  # sent again on every reconnect
             default_acl=self._acl,  # create, ensure_path and transactions use it
+            handler=None if dead_connection_s is None else _KeptAliveHandler(dead_connection_s),
         )
         self._client.add_listener(self._on_state)
         self.election_path: str | None = None

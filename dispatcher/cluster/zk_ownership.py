@@ -110,6 +110,7 @@ class ZkOwnership:
             timeout_s=self._settings.zk_session_timeout_s,
             events=self._events,
             auth=self._settings.zk_auth.get_secret_value(),
+            dead_connection_s=self._settings.dead_connection_s,
         )
         session = self._zk
         try:

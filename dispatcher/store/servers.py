@@ -8,11 +8,12 @@ tried. ``connect`` gives each host a timeout of its own, as libpq's ``connect_ti
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
+
+from consumers_sdk import sockets
 
 
 def writable(dsn: str) -> str:
@@ -60,19 +61,8 @@ async def connect(
 
 
 def keep_alive(connection: asyncpg.Connection, dead_s: float) -> None:
-    """A TCP connection that goes dead is dropped within about DEAD_S, as libpq's
-    ``tcp_user_timeout`` and ``keepalives_*`` would: data unacknowledged that long
-    (``TCP_USER_TIMEOUT``), or an idle connection unanswered (keepalive probes from half of it,
-    one a second). Without these the kernel waits many minutes, a query on a connection whose
-    packets are dropped hangs until its timeout, and the pool hands the connection out again.
-    (asyncpg has no option for them: its transport's socket is set. A Unix socket needs none.)"""
+    """``sockets.keep_alive`` on CONNECTION's socket. Without it a query on a connection whose
+    packets are dropped hangs until its timeout and the pool hands the connection out again.
+    (asyncpg has no option for these: its transport's socket is set.)"""
     transport = getattr(connection, "_transport", None)
-    sock = transport.get_extra_info("socket") if transport is not None else None
-    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return
-    idle = max(1, int(dead_s / 2))
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, max(1, int(dead_s) - idle))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(dead_s * 1000))
+    sockets.keep_alive(transport.get_extra_info("socket") if transport else None, dead_s)

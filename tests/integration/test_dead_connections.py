@@ -1,6 +1,6 @@
 """A connection whose packets stop arriving is dropped within ``dead_connection_s``, not the
-system's minutes: PostgreSQL's sockets carry TCP_USER_TIMEOUT and keepalives, and the node's
-AMQP connections a heartbeat of half of it (each on real servers)."""
+system's minutes: PostgreSQL's, RabbitMQ's and ZooKeeper's sockets carry TCP_USER_TIMEOUT and
+keepalives, and the node's AMQP connections a heartbeat of half of it (each on real servers)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import asyncio
 import socket
 
 import httpx
+from yarl import URL
 
+from consumers_sdk import failover
 from devstack.rabbitmq import RabbitServer
+from devstack.zookeeper import ZooKeeperServer
+from dispatcher.cluster import zk
 from dispatcher.store.db import Database
 from tests.support.nodes import running_node
 
@@ -59,3 +63,29 @@ async def test_the_nodes_amqp_connections_beat_at_half_the_bound(
             await asyncio.sleep(0.2)
     assert seen["dispatcher-beat-publisher"] == 4
     assert seen["dispatcher-beat-live-publisher"] == 4
+
+
+def assert_kept_alive(sock: socket.socket, dead_s: int) -> None:
+    option = sock.getsockopt
+    assert option(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == dead_s * 1000
+    assert option(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    assert option(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == dead_s // 2
+
+
+async def test_rabbitmqs_sockets_are_kept_alive_through_the_transport_factory(
+    amqp_url: str,
+) -> None:
+    _, writer = await failover.KeptAliveTransport(8).create(URL(amqp_url))
+    try:
+        assert_kept_alive(writer.get_extra_info("socket"), 8)
+    finally:
+        writer.close()
+
+
+def test_zookeepers_sockets_are_kept_alive_by_its_handler(zk_server: ZooKeeperServer) -> None:
+    handler = zk._KeptAliveHandler(8)
+    sock = handler.create_connection(("127.0.0.1", zk_server.client_port), timeout=5)
+    try:
+        assert_kept_alive(sock, 8)
+    finally:
+        sock.close()
