@@ -87,9 +87,6 @@ class Health:
         if state.slow_since is None:
             state.slow_since = since
 
-    def last_ok(self, service: Service) -> float | None:
-        return self._services[service].last_ok
-
     def failing(self, now: float) -> dict[Service, tuple[float, str]]:
         """The failing services: for how long, and the last reason."""
         return {

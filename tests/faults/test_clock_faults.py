@@ -85,12 +85,12 @@ async def test_nodes_20_s_ahead_and_behind_fire_on_postgresqls_clock(
 
     # Absolute run_at from a producer whose clock is true, through both skewed nodes ...
     accepted = await schedule_spread(
-        [node.url for node in skewed], 700, over_s=12, start_in_s=2, batch=100
+        [node.url for node in skewed], 700, over_s=9, start_in_s=2, batch=100
     )
     # ... and relative delays, which the skewed nodes turn into a run_at themselves.
     stored_off: list[float] = []  # outside the request's own span: its span bounds the rest
     for node in skewed:
-        for delay_ms in (3_000, 7_000, 11_000):
+        for delay_ms in (2_000, 5_000, 8_000):
             stored, off = await submit_delayed(node, delay_ms, 50)
             accepted.update(stored)
             stored_off.extend(off)
@@ -174,7 +174,7 @@ async def test_a_node_whose_clock_is_past_the_limit_fires_nothing_and_says_why(
 
 
 STEPS = (("+1h", "ahead of"), ("+0s", None), ("-60s", "behind"), ("+0s", None))
-STEP_EVERY_S = 3.0
+STEP_EVERY_S = 2.5
 
 
 async def test_the_hosts_clock_stepped_forwards_and_backwards_under_load_fires_nothing_early(
@@ -182,7 +182,7 @@ async def test_the_hosts_clock_stepped_forwards_and_backwards_under_load_fires_n
 ) -> None:
     node, clock = single
     await asyncio.to_thread(node.start)
-    accepted = await schedule_spread(node.url, 2000, over_s=16, start_in_s=1, batch=500)
+    accepted = await schedule_spread(node.url, 1500, over_s=12, start_in_s=1, batch=500)
     seen: list[str] = []
     for offset, reason in STEPS:
         await asyncio.sleep(STEP_EVERY_S)  # the jobs keep falling due meanwhile

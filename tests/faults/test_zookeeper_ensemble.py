@@ -86,7 +86,7 @@ async def test_losing_one_zookeeper_server_moves_no_shard_and_loses_nothing(
 ) -> None:
     await start_nodes(ha_cluster, *NODES)
     before = await asyncio.to_thread(ownership, ha_cluster)
-    accepted = await schedule_spread([n.url for n in ha_cluster.live()], 2400, over_s=30, batch=250)
+    accepted = await schedule_spread([n.url for n in ha_cluster.live()], 1600, over_s=20, batch=250)
     await eventually(lambda: len(collector.deliveries) >= 300, 60)
     victim = await asyncio.to_thread(pick, ensemble, ha_cluster)
     role = await asyncio.to_thread(victim.mode)
