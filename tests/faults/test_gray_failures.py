@@ -87,8 +87,8 @@ PHASES = [("postgres", "n0"), ("rabbitmq", "n1"), ("zookeeper", "n2"), ("postgre
 
 @dataclass
 class Cut:
-    """One node cut from one service for ``CUT_S``: what it said, when its shards went and came
-    back."""
+    """One node cut from one service for ``CUT_S``: what it said (by when it was asked), when its
+    shards went and came back."""
 
     service: str
     node: str
@@ -119,8 +119,9 @@ async def cut_once(cluster: Cluster, wall: firewall.Firewall, port: int, cut: Cu
 
     async def watch_readyz() -> None:
         while not back.is_set():
+            asked = time.time() - cut.cut_at  # an answer may come seconds after: when asked
             status, answer = await asyncio.to_thread(readyz, node.url)
-            cut.said.append((time.time() - cut.cut_at, status, answer))
+            cut.said.append((asked, status, answer))
             await asyncio.sleep(0.2)
 
     watcher = asyncio.create_task(watch_readyz())

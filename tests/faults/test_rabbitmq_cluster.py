@@ -207,7 +207,9 @@ async def test_the_sdk_consumer_keeps_consuming_and_retrying_through_the_loss_of
             on_node_1.url, 200, over_s=2, routing_key="ha.poison", batch=200
         )
         first_due = min(retries.values())
-        await depth_reaches(seed, waiting, len(retries), 60)
+        # At least: a job delivered twice (at-least-once, seen once on a loaded 4.x cluster: 525)
+        # waits twice; the ledgers below count duplicates and require none lost.
+        await depth_reaches(seed, waiting, len(retries), 60, at_least=True)
         all_waiting_s = time.time() - first_due
         await depth_reaches(seed, dead, len(poisoned), 60)
 

@@ -54,15 +54,21 @@ async def queue_depth(amqp_url: str, name: str) -> int:
 
 
 async def _reaches(
-    read: Callable[[], Awaitable[int]], expected: int, deadline_s: float, poll_s: float
+    read: Callable[[], Awaitable[int]],
+    expected: int,
+    deadline_s: float,
+    poll_s: float,
+    *,
+    at_least: bool = False,
 ) -> None:
-    """Until READ gives EXPECTED; past DEADLINE_S, an assertion that shows what it read instead
-    (each value and when it was first read), so a failure says how far the broker got."""
+    """Until READ gives EXPECTED (AT_LEAST: EXPECTED or more); past DEADLINE_S, an assertion that
+    shows what it read instead (each value and when it was first read), so a failure says how
+    far the broker got."""
     seen: list[tuple[float, int]] = []
     started = time.monotonic()
     try:
         async with asyncio.timeout(deadline_s):
-            while (got := await read()) != expected:
+            while (got := await read()) != expected and not (at_least and got > expected):
                 if not seen or seen[-1][1] != got:
                     seen.append((time.monotonic() - started, got))
                 await asyncio.sleep(poll_s)
@@ -71,8 +77,10 @@ async def _reaches(
         raise AssertionError(f"never read {expected} in {deadline_s:.0f}s; read {trace}") from None
 
 
-async def depth_reaches(amqp_url: str, name: str, depth: int, deadline_s: float) -> None:
-    await _reaches(lambda: queue_depth(amqp_url, name), depth, deadline_s, 0.1)
+async def depth_reaches(
+    amqp_url: str, name: str, depth: int, deadline_s: float, *, at_least: bool = False
+) -> None:
+    await _reaches(lambda: queue_depth(amqp_url, name), depth, deadline_s, 0.1, at_least=at_least)
 
 
 async def consumer_count(amqp_url: str, name: str) -> int:
