@@ -15,7 +15,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -24,13 +23,6 @@ from tests.support import firewall
 from tests.support.cluster import Cluster
 from tests.support.collector import Collector
 from tests.support.schedule import run_at_s, submit_spread
-
-
-def port_of(url: str) -> int:
-    first = url.split(",")[0]
-    port = urlsplit(first if "://" in first else f"tcp://{first.split('/')[0]}").port
-    assert port is not None
-    return port
 
 
 def readyz(url: str) -> tuple[int, str]:
@@ -72,7 +64,7 @@ async def one_cut(
             )
             await asyncio.sleep(10)
             cut_at = time.time()
-            wall.cut(port_of(url))
+            wall.cut(firewall.port_of(url))
             said: list[tuple[float, int, str]] = []
             stop_watching = asyncio.Event()
 
@@ -89,7 +81,7 @@ async def one_cut(
                 if gone_at is None and not await asyncio.to_thread(assigned, cluster, "cut", "n1"):
                     gone_at = round(time.time() - cut_at, 2)
                 await asyncio.sleep(0.1)
-            wall.heal(port_of(url))
+            wall.heal(firewall.port_of(url))
             healed_at = time.time()
             back_s = None
             while time.time() < healed_at + 120:

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -46,16 +45,6 @@ FAILOVER_SLACK_S = 4.0
 def wall() -> Iterator[firewall.Firewall]:
     with firewall.firewall() as made:
         yield made
-
-
-def port_of(url: str) -> int:
-    """The port of a service URL (the first host of a list)."""
-    first = url.split(",")[0]
-    if "://" not in first:
-        first = f"tcp://{first.split('/')[0]}"
-    port = urlsplit(first).port
-    assert port is not None
-    return port
 
 
 def readyz(node_url: str) -> tuple[int, dict[str, Any]]:
@@ -173,7 +162,7 @@ async def test_a_node_cut_from_one_service_gives_its_shards_away_and_takes_them_
         assert shards
         cuts.append(
             await cut_once(
-                cluster, walls[name], port_of(ports[service]), Cut(service, name, shards)
+                cluster, walls[name], firewall.port_of(ports[service]), Cut(service, name, shards)
             )
         )
     ledger = await collector.reckon(accepted, deadline_s=120, quiet_s=1.5)
@@ -230,7 +219,7 @@ async def test_with_every_node_cut_from_postgresql_no_shard_moves_and_nothing_is
     accepted = {job["id"]: run_at_s(job) for job in jobs}
     await asyncio.sleep(2)
     cut_at = time.time()
-    wall.cut(port_of(database_url))
+    wall.cut(firewall.port_of(database_url))
     standings: set[str] = set()
     generations: set[int] = set()
     while time.time() < cut_at + CUT_S:
@@ -238,7 +227,7 @@ async def test_with_every_node_cut_from_postgresql_no_shard_moves_and_nothing_is
         generations.add(view["generation"])
         standings.update(view["standings"].values())
         await asyncio.sleep(0.2)
-    wall.heal(port_of(database_url))
+    wall.heal(firewall.port_of(database_url))
     ledger = await collector.reckon(accepted, deadline_s=90, quiet_s=1.5)
     late = max(collector.lateness(accepted))
     print(
@@ -267,10 +256,10 @@ async def test_a_single_node_cut_from_rabbitmq_says_so_keeps_its_shards_and_reco
     node = lone
     jobs = await submit_spread(node.url, 400, over_s=8, start_in_s=1, batch=50)
     accepted = {job["id"]: run_at_s(job) for job in jobs}
-    wall.cut(port_of(amqp_url))
+    wall.cut(firewall.port_of(amqp_url))
     await eventually(lambda: readyz(node.url)[1].get("standing", {}).get("standing") == "out", 30)
     status, answer = readyz(node.url)
-    wall.heal(port_of(amqp_url))
+    wall.heal(firewall.port_of(amqp_url))
     ledger = await collector.reckon(accepted, deadline_s=90, quiet_s=1.5)
     await eventually(lambda: readyz(node.url)[0] == 200, 30)
     print(f"\na single node cut from RabbitMQ: /readyz {status} {answer['standing']}; {ledger}")

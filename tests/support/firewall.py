@@ -15,6 +15,17 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+
+def port_of(url: str) -> int:
+    """The port of a service's URL or host list (its first host): what a rule cuts."""
+    first = url.split(",")[0]
+    if "://" not in first:
+        first = f"tcp://{first.split('/')[0]}"
+    port = urlsplit(first).port
+    assert port is not None
+    return port
 
 
 def available() -> bool:
