@@ -20,7 +20,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from consumers_sdk import reporter
 from devstack.rabbitmq import RabbitServer
-from tests.support.browser import click, settled, until
+from tests.support.browser import click, settled, text_of, until
 from tests.support.dispatched import dispatch_round as round_of
 from tests.support.process import DispatcherProcess, served
 
@@ -49,10 +49,23 @@ def dispatcher(
     )
 
 
+@pytest.fixture
+def http(dispatcher: DispatcherProcess) -> Iterator[httpx.Client]:
+    """The admin's client, closed even when the test fails (a socket left to the collector would
+    be reported in whichever later test collects it)."""
+    with httpx.Client(
+        base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"}
+    ) as client:
+        yield client
+
+
 def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
-    dispatcher: DispatcherProcess, amqp_url: str, database_url: str, browser: webdriver.Chrome
+    dispatcher: DispatcherProcess,
+    http: httpx.Client,
+    amqp_url: str,
+    database_url: str,
+    browser: webdriver.Chrome,
 ) -> None:
-    http = httpx.Client(base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"})
     job = {
         "routing_key": "orders.expire",
         "payload": {"order": 7, "lines": ["socks", "shoes"]},
@@ -112,17 +125,17 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     wait.until(lambda b: "RuntimeError: order 7 is locked" in b.find_element(By.ID, "job").text)
     steps = ("scheduled", "dispatched", "started", "dead")
     wait.until(lambda b: all(s in b.find_element(By.ID, "history").text for s in steps))
-    payload = browser.find_element(By.ID, "payload").text
+    payload = text_of(browser, "#payload")
     assert '"order": 7' in payload, payload
     assert '"socks"' in payload, payload
-    headers = browser.find_element(By.ID, "headers").text
+    headers = text_of(browser, "#headers")
     assert "x-tenant" in headers, headers
     assert "acme" in headers, headers
 
     # Schedules: listed with their timing and next occurrence; pause and resume reach the API.
     schedule_row = '#schedules tr[data-schedule="nightly-report"]'
     wait.until(lambda b: "reports.nightly" in b.find_element(By.CSS_SELECTOR, schedule_row).text)
-    listed = browser.find_element(By.CSS_SELECTOR, schedule_row).text
+    listed = text_of(browser, schedule_row)
     assert "every 1h" in listed, listed
     assert "active" in listed, listed
     toggle = 'button.pause-toggle[data-schedule="nightly-report"]'
@@ -141,7 +154,7 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     # Found and clicked in one step of the wait: the dead panel may re-render in between.
     wait.until(lambda b: click(b, f'button.requeue[data-job="{job_id}"]'))
     wait.until(lambda b: f"requeued {job_id}" in b.find_element(By.ID, "dead-message").text)
-    said = browser.find_element(By.ID, "dead-message").text
+    said = text_of(browser, "#dead-message")
     assert "Its copy in billing.orders.expire.dead stays there" in said, said
     assert "dispatcher dlq requeue drops it (it does not run again)" in said, said
     assert http.get(f"/v1/jobs/{job_id}").json()["state"] != "dead"  # back on its way
@@ -151,25 +164,22 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     browser.set_window_size(1400, 1850)  # the whole console, from the top, for the docs
     browser.execute_script("window.scrollTo(0, 0)")
     assert browser.save_screenshot(str(ARTIFACTS / "console.png"))
-    http.close()
 
 
 def test_a_monitor_key_sees_the_figures_but_neither_jobs_nor_schedules(
-    dispatcher: DispatcherProcess, browser: webdriver.Chrome
+    dispatcher: DispatcherProcess, http: httpx.Client, browser: webdriver.Chrome
 ) -> None:
-    http = httpx.Client(base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"})
     later = {"routing_key": "orders.remind", "payload": {"order": 8}, "delay_ms": 600_000}
     http.post("/v1/jobs", json=later).raise_for_status()
     nightly = {"name": "nightly", "interval_s": 60, "job": {"routing_key": "r.n", "payload": {}}}
     http.post("/v1/schedules", json=nightly).raise_for_status()
-    http.close()
     wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
     browser.get(f"{dispatcher.url}/console/")
     browser.find_element(By.ID, "api-key").send_keys(MONITOR)
     browser.find_element(By.ID, "key-save").click()
     wait.until(lambda b: "orders.remind" in b.find_element(By.ID, "due").text)
     wait.until(lambda b: "this needs producer" in b.find_element(By.ID, "schedules").text)
-    assert "this needs producer" in browser.find_element(By.ID, "dead").text
+    assert "this needs producer" in text_of(browser, "#dead")
     assert not browser.find_elements(By.CSS_SELECTOR, "button.pause-toggle")
 
 
@@ -180,9 +190,16 @@ def schedule_paused(http: httpx.Client, name: str) -> bool:
 
 def visible_id(browser: webdriver.Chrome, job_id: str) -> str:
     """The id as the dead table shows it (what a person sees, not an attribute)."""
-    cell = browser.find_element(By.CSS_SELECTOR, f'#dead tr[data-job="{job_id}"] .job-id')
-    assert cell.is_displayed()
-    return str(cell.text)
+    cell = f'#dead tr[data-job="{job_id}"] .job-id'
+    wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
+
+    def shown(b: webdriver.Chrome) -> tuple[bool, str]:
+        found = b.find_element(By.CSS_SELECTOR, cell)  # found and read in one step of the wait
+        return found.is_displayed(), str(found.text)
+
+    displayed, text = wait.until(shown)
+    assert displayed, cell
+    return text
 
 
 async def report_dead(amqp_url: str, database_url: str, job_id: str) -> None:

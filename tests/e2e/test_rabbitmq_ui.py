@@ -12,11 +12,13 @@ from urllib.parse import quote, unquote, urlsplit
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from consumers_sdk import Consumer, Job
 from devstack.rabbitmq import RabbitServer
+from tests.support.browser import text_of
 from tests.support.process import DispatcherProcess
 from tests.support.queues import wait_for_queue
 from tests.support.waiting import job_when
@@ -75,7 +77,8 @@ def look_in_the_ui(
     browser: webdriver.Chrome, rabbit_server: RabbitServer, vhost: str, job_id: str
 ) -> None:
     ui = rabbit_server.mgmt_url
-    wait = WebDriverWait(browser, 30)
+    # The UI re-renders its page on every refresh: an element found a moment ago may be gone.
+    wait = WebDriverWait(browser, 30, ignored_exceptions=(StaleElementReferenceException,))
     browser.set_window_size(1400, 700)
     browser.get(f"{ui}/")
     wait.until(lambda b: b.find_elements(By.NAME, "username"))
@@ -87,7 +90,7 @@ def look_in_the_ui(
     browser.get(f"{ui}/#/queues")
     queues = f"{WORK}.retry."
     wait.until(lambda b: queues in b.find_element(By.ID, "main").text)
-    listed = browser.find_element(By.ID, "main").text
+    listed = text_of(browser, "#main")
     assert vhost in listed, listed
     for name in (WORK, DEAD, "dispatcher.events"):
         assert name in listed, (name, listed)
@@ -99,7 +102,7 @@ def look_in_the_ui(
     wait.until(lambda b: b.find_elements(By.XPATH, GET_MESSAGES))
     wait.until(get_messages)
     wait.until(lambda b: job_id in b.find_element(By.ID, "msg-wrapper").text)
-    got = browser.find_element(By.ID, "msg-wrapper").text
+    got = text_of(browser, "#msg-wrapper")
     # The SDK's failure headers: why, after how many attempts, from which queue.
     for shown in (
         f"x-job-id: {job_id}",

@@ -6,9 +6,11 @@ import time
 from collections.abc import Callable
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 from devstack.ports import reserve_port
 
@@ -48,3 +50,11 @@ def click(browser: webdriver.Chrome, selector: str) -> bool:
     """Find and click in one step (for a wait: a page that re-renders may replace the element)."""
     browser.find_element(By.CSS_SELECTOR, selector).click()
     return True
+
+
+def text_of(browser: webdriver.Chrome, selector: str, timeout_s: float = 20) -> str:
+    """The text of the element at ``selector``, read again if a re-render replaced it between
+    finding and reading (the console re-renders its panels on every poll)."""
+    wait = WebDriverWait(browser, timeout_s, ignored_exceptions=(StaleElementReferenceException,))
+    text: str = wait.until(lambda b: (b.find_element(By.CSS_SELECTOR, selector).text,))[0]
+    return text
