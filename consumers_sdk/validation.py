@@ -46,7 +46,7 @@ DEFAULT_LIMITS: Final = Limits()
 
 @functools.lru_cache(maxsize=4096)  # a batch's jobs share a few keys: checked once each
 def routing_key_problem(value: str, max_bytes: int = AMQP_SHORTSTR_BYTES) -> str | None:
-    if not ROUTING_KEY.match(value):
+    if not ROUTING_KEY.fullmatch(value):  # match would admit a final newline
         return "must be dot-separated words of letters, digits, '_', '-' or ':' (no wildcards)"
     if len(value.encode()) > max_bytes:
         return f"must be at most {max_bytes} bytes"
@@ -123,9 +123,16 @@ def ttl_ms_problem(ttl_ms: int) -> str | None:
     return None
 
 
+# The keys of a schedule's occurrences (``dispatcher.recurring.occurrences.idempotency_key``):
+# a producer that took one first would have the occurrence dropped as its duplicate.
+SCHEDULE_KEY_PREFIX: Final = "schedule:"
+
+
 def idempotency_key_problem(value: str, limits: Limits) -> str | None:
     if not value:
         return "must not be empty"
+    if value.startswith(SCHEDULE_KEY_PREFIX):
+        return f"must not start with {SCHEDULE_KEY_PREFIX!r} (the keys of schedules' occurrences)"
     if len(value) > limits.max_idempotency_key_length:
         return f"must be at most {limits.max_idempotency_key_length} characters"
     return unstorable(value)

@@ -18,11 +18,12 @@ from enum import StrEnum
 
 TOKEN_PREFIX = "dk_"
 MIN_STATIC_TOKEN_LENGTH = 16
-NAMESPACE = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
-# A prefix of a routing key (see api.schemas.ROUTING_KEY): its characters, possibly a partial word.
-ROUTING_KEY_PREFIX = re.compile(r"^[A-Za-z0-9_\-:.]{1,255}$")
+NAMESPACE = re.compile(r"[A-Za-z0-9_\-]{1,64}")  # fullmatch: "$" would admit a final newline
+# A prefix of a routing key (see api.schemas.ROUTING_KEY): whole words, with or without the dot
+# after them (``billing`` and ``billing.`` both admit ``billing.invoice``, not ``billingx``).
+ROUTING_KEY_PREFIX = re.compile(r"[A-Za-z0-9_\-:.]{1,255}")
 # What a static token may hold: the separators of DISPATCHER_API_KEYS are excluded.
-STATIC_TOKEN = re.compile(r"^[^\s:,]+$")
+STATIC_TOKEN = re.compile(r"[^\s:,]+")
 
 
 class Scope(StrEnum):
@@ -50,9 +51,30 @@ class Principal:
         """What the store filters jobs on: None for every namespace (admin), "" for the default."""
         return None if self.scope is Scope.ADMIN else (self.namespace or "")
 
+    @property
+    def routing_key_filter(self) -> list[str] | None:
+        """The words the store filters jobs and schedules on (``within`` in SQL); None: any."""
+        if self.scope is Scope.ADMIN or not self.routing_key_prefixes:
+            return None
+        return [words(prefix) for prefix in self.routing_key_prefixes]
+
     def may_route(self, routing_key: str) -> bool:
-        prefixes = self.routing_key_prefixes
-        return not prefixes or any(routing_key.startswith(prefix) for prefix in prefixes)
+        """Whether this key may create, read or change a job or schedule of ``routing_key``."""
+        allowed = self.routing_key_filter
+        return allowed is None or any(within(routing_key, prefix) for prefix in allowed)
+
+
+def words(prefix: str) -> str:
+    """A prefix as the whole words it names: ``billing.`` and ``billing`` are the same prefix."""
+    return prefix.rstrip(".")
+
+
+def within(routing_key: str, prefix_words: str) -> bool:
+    """Whether ``routing_key`` is ``prefix_words`` or below it, word by word: ``billing`` admits
+    ``billing`` and ``billing.invoice``, never ``billingx.invoice``. The store's queries apply the
+    same rule in SQL (``routing_key = p OR starts_with(routing_key, p || '.')``); a test pins them
+    together."""
+    return routing_key == prefix_words or routing_key.startswith(prefix_words + ".")
 
 
 # Auth is off (no key configured): every caller may do everything, as before keys existed.
@@ -97,11 +119,13 @@ def check_grant(
         raise ValueError(
             f"only producer keys take a namespace or routing-key prefixes, not {scope}"
         )
-    if namespace is not None and not NAMESPACE.match(namespace):
+    if namespace is not None and not NAMESPACE.fullmatch(namespace):
         raise ValueError("a namespace is 1-64 letters, digits, '_' or '-'")
     for prefix in routing_key_prefixes:
-        if not ROUTING_KEY_PREFIX.match(prefix):
+        if not ROUTING_KEY_PREFIX.fullmatch(prefix):
             raise ValueError("a routing-key prefix is 1-255 letters, digits, '_', '-', ':' or '.'")
+        if not words(prefix) or prefix.startswith("."):
+            raise ValueError("a routing-key prefix starts with a word (billing or billing.)")
     return namespace, tuple(routing_key_prefixes)
 
 
@@ -126,7 +150,7 @@ def parse_static(text: str) -> list[StaticKey]:
         token, _, grant = entry.partition(":")
         scope_name, _, rest = grant.partition(":")
         namespace, _, prefixes = rest.partition(":")
-        if len(token) < MIN_STATIC_TOKEN_LENGTH or not STATIC_TOKEN.match(token):
+        if len(token) < MIN_STATIC_TOKEN_LENGTH or not STATIC_TOKEN.fullmatch(token):
             raise ValueError(
                 f"entry {number}: the token must be at least {MIN_STATIC_TOKEN_LENGTH} characters"
                 " without spaces, ':' or ','"

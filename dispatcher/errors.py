@@ -43,10 +43,6 @@ class Unauthenticated(DispatcherError):
     """A valid API key is required: send it as 'Authorization: Bearer <key>'."""
 
 
-class TooManyLookups(DispatcherError):
-    """Too many unknown API keys were tried at once; retry later."""
-
-
 class Forbidden(DispatcherError):
     """This API key's scope does not allow this."""
 
@@ -116,6 +112,15 @@ class ScheduleExists(DispatcherError):
 
 class ScheduleLimitReached(DispatcherError):
     """This namespace has as many schedules as DISPATCHER_MAX_SCHEDULES_PER_NAMESPACE allows."""
+
+
+class ScheduleQuotaReached(DispatcherError):
+    """This namespace's active schedules would make more jobs than
+    DISPATCHER_MAX_SCHEDULE_JOBS_PER_MINUTE allows."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field  # the timing field of the schedule that would pass the quota
 
 
 # What the services raise while they are away: a loop retries these after a backoff, quietly.

@@ -3,52 +3,42 @@ settings and the keys stored in PostgreSQL.
 
 Auth is on when a static key is configured, when ``api_auth_required`` is set, or once a key was
 ever created in the database (a fact that never becomes false: keys are revoked, not deleted).
-Database answers (a token's key, that no key exists yet) are cached for ``cache_s`` so the submit
-path does not pay a query per request. Creating or revoking a key sends a key notice
-(``KEYS_CHANNEL``, in the same statement) and every node drops its caches when it arrives, and
-again whenever its listener reconnects (notices sent meanwhile are lost): a new or revoked key
-counts at once on every node, ``cache_s`` only bounds a cache the notices somehow missed.
 
-An answer past its cache time is never used: while PostgreSQL is unreachable a stored key, and
-any request while no key was known to exist, gets 503. Static keys keep working.
+The node holds every live stored key's hash in memory, so any token, known or not, is answered
+from memory: a flood of random tokens costs no query and cannot crowd out a real key (there is
+no lookup budget to exhaust). The set is loaded by one query, reloaded at once after a key notice
+(``KEYS_CHANNEL``, sent by the statement that creates or revokes a key) and after every reconnect
+of the notice listener (notices sent meanwhile are lost), and at least every ``cache_s`` in case a
+notice was missed. Concurrent requests share one load.
+
+A set past ``cache_s`` is never used: while PostgreSQL is unreachable a stored key gets 503
+(static keys keep working), and an open node whose last load found no key stays open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from dispatcher import api_keys, errors
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.listen import ChannelListener
 
-# Unknown tokens are cached too (a client retrying a bad key costs no query); past this many
-# entries the unknown ones are dropped, so random tokens cannot grow it without bound (the known
-# ones stay: a flood of bad tokens must not make valid keys pay a query each).
-CACHE_ENTRIES = 10_000
 # Notified by queries.INSERT_API_KEY and queries.REVOKE_API_KEY.
 KEYS_CHANNEL: Final = "dispatcher_keys"
 
 
-class TokenBucket:
-    """``rate`` takes per second with a burst of one second's worth; pure, the clock injected."""
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The stored keys as of one load."""
 
-    def __init__(self, rate: float, clock: Callable[[], float]) -> None:
-        self._rate = rate
-        self._clock = clock
-        self._tokens = rate
-        self._at = clock()
-
-    def take(self) -> bool:
-        now = self._clock()
-        self._tokens = min(self._rate, self._tokens + (now - self._at) * self._rate)
-        self._at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
+    live: dict[bytes, api_keys.Principal]  # by token hash
+    ever: bool  # a key was ever created: auth is on
+    valid_until: float  # on the keyring's clock; 0 once a notice says it may be out of date
 
 
 class Keyring:
@@ -59,7 +49,6 @@ class Keyring:
         store: KeyStore,
         cache_s: float,
         required: bool = False,
-        lookup_rate: float = 50.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._static = tuple(static)
@@ -68,55 +57,50 @@ class Keyring:
         self._required = required or bool(self._static)
         self._clock = clock
         self._keys_exist = False  # once seen true, true for good
-        self._none_until: float | None = None  # no stored key, as of a query valid until then
-        self._found: dict[bytes, tuple[api_keys.Principal | None, float]] = {}
-        # Only tokens without a valid cached answer pay for a query and are rate limited.
-        self._lookups = TokenBucket(lookup_rate, clock)
-        # Bumped by ``forget``: an answer whose query started before is not cached.
+        self._loaded: Loaded | None = None
+        self._loading: asyncio.Future[Loaded] | None = None  # the load every caller shares
+        # Bumped by ``forget``: a load that started before is not trusted past its first use.
         self._generation = 0
 
     def listen(self, listener: ChannelListener) -> None:
-        """Forget every cached answer on each key notice and each reconnect of ``listener``."""
+        """Reload on each key notice and each reconnect of ``listener``."""
         listener.subscribe(
             KEYS_CHANNEL, on_notice=lambda _payload: self.forget(), on_connect=self.forget
         )
 
     def forget(self) -> None:
-        """Every cached answer is stale from now on. The keys known valid stay known as such
-        (expired): their next lookup is not held back by the rate of unknown tokens."""
+        """The loaded keys may be out of date from now on: the next request reloads them."""
         self._generation += 1
-        self._none_until = None
-        self._found = {
-            digest: (principal, 0.0)
-            for digest, (principal, _) in self._found.items()
-            if principal is not None
-        }
+        if self._loaded is not None:
+            self._loaded = Loaded(self._loaded.live, self._loaded.ever, 0.0)
+
+    @property
+    def live_count(self) -> int:
+        """How many stored keys the last load found live (for tests and logs)."""
+        return len(self._loaded.live) if self._loaded is not None else 0
 
     async def enabled(self) -> bool:
+        return await self._checked() is not None
+
+    async def _checked(self) -> Loaded | bool | None:
+        """None while auth is off; else True, or the keys loaded to tell (used for the token)."""
         if self._required or self._keys_exist:
             return True
-        if self._none_until is not None and self._none_until > self._clock():
-            return False
-        generation, until = self._generation, self._clock() + self._cache_s
         try:
-            exist = await self._store.any()
+            loaded = await self._keys()
         except errors.StoreUnavailable:
-            # No key can be created while PostgreSQL is away: the last "none", unless a notice
-            # or a reconnect since says otherwise, keeps an open node open (its /metrics and
-            # /readyz answer through the outage). Never known: 503, neither open nor refused.
-            if self._none_until is not None:
-                return False
+            # No key can be created while PostgreSQL is away: the last load's "none" keeps an
+            # open node open (its /metrics and /readyz answer through the outage). Never loaded:
+            # 503, neither open nor refused.
+            if self._loaded is not None and not self._loaded.ever:
+                return None
             raise
-        if exist:
-            self._keys_exist = True
-        elif generation == self._generation:
-            self._none_until = until
-        return exist
+        return loaded if loaded.ever else None
 
     async def authenticate(self, token: str | None) -> api_keys.Principal:
-        """The caller's Principal; Unauthenticated for a missing or unknown key (auth on),
-        TooManyLookups when unknown tokens come faster than ``lookup_rate``."""
-        if not await self.enabled():
+        """The caller's Principal; Unauthenticated for a missing or unknown key (auth on)."""
+        checked = await self._checked()
+        if checked is None:
             return api_keys.OPEN_ACCESS
         if not token:
             raise errors.Unauthenticated()
@@ -127,28 +111,37 @@ class Keyring:
             if hmac.compare_digest(static.digest, token_digest):
                 principal = static.principal
         if principal is None:
-            principal = await self._stored(token_digest)
+            # One load per request at most: the one that told auth is on serves the token too.
+            loaded = checked if isinstance(checked, Loaded) else await self._keys()
+            # A dict lookup by hash: the hash of a random token says nothing about a real one's.
+            principal = loaded.live.get(token_digest)
         if principal is None:
             raise errors.Unauthenticated("the API key is not valid (unknown or revoked)")
         return principal
 
-    async def _stored(self, token_digest: bytes) -> api_keys.Principal | None:
-        cached = self._found.get(token_digest)
-        if cached is not None and cached[1] > self._clock():
-            return cached[0]
-        # A key known valid is refreshed whatever the rate: only strangers wait.
-        if (cached is None or cached[0] is None) and not self._lookups.take():
-            raise errors.TooManyLookups()
+    async def _keys(self) -> Loaded:
+        """The stored keys, loaded again when past ``cache_s`` or after a notice;
+        StoreUnavailable when they cannot be (never an out-of-date answer)."""
+        loaded = self._loaded
+        if loaded is not None and loaded.valid_until > self._clock():
+            return loaded
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+            self._loading.add_done_callback(self._loaded_one)
+        return await asyncio.shield(self._loading)
+
+    def _loaded_one(self, loading: asyncio.Future[Loaded]) -> None:
+        self._loading = None
+        if not loading.cancelled():
+            loading.exception()  # retrieved: each waiter gets it; no "never retrieved" warning
+
+    async def _load(self) -> Loaded:
         generation, until = self._generation, self._clock() + self._cache_s
-        key = await self._store.find(token_digest)  # StoreUnavailable: 503, never a stale answer
-        principal = None if key is None else key.principal()
+        keys, ever = await self._store.live()
         if generation != self._generation:
-            # Forgotten while asked: the answer is not kept, but a key found valid stays known
-            # (expired), so its next lookup is not held back with the unknown tokens'.
-            until = 0.0
-            if principal is None:
-                return principal
-        if len(self._found) >= CACHE_ENTRIES:
-            self._found = {digest: found for digest, found in self._found.items() if found[0]}
-        self._found[token_digest] = (principal, until)
-        return principal
+            until = 0.0  # a notice came while it was read: good for the callers waiting, no more
+        loaded = Loaded({digest: key.principal() for digest, key in keys.items()}, ever, until)
+        self._loaded = loaded
+        if ever:
+            self._keys_exist = True
+        return loaded

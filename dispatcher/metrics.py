@@ -158,7 +158,7 @@ class Metrics:
         self.http_refused = Counter(
             "dispatcher_http_refused",
             "Requests and connections the HTTP edge refused, by reason (unauthenticated,"
-            " forbidden, body_too_large, header_timeout, too_many_connections, lookup_rate, ...)",
+            " forbidden, body_too_large, header_timeout, too_many_connections, ...)",
             ["reason"],
             registry=r,
         )

@@ -104,7 +104,6 @@ class Node:
             store=KeyStore(self.db),
             cache_s=settings.api_key_cache_s,
             required=settings.api_auth_required,
-            lookup_rate=settings.api_key_lookup_rate,
         )
         self.ownership: ownership_mod.Ownership = self._build_ownership()
         self.publisher = self._build_publisher("publisher")

@@ -202,13 +202,12 @@ class Settings(BaseSettings):
         description="static keys: comma-separated token:scope[:namespace[:prefix|prefix...]]",
     )
     api_key_cache_s: float = Field(
-        5.0, ge=0, description="stored keys are cached at most this long (key notices drop them)"
+        5.0,
+        ge=0,
+        description="stored keys are reloaded at least this often (a key notice: at once)",
     )
     api_auth_required: bool = Field(
         False, description="answer 401 even while no key is configured (fail closed)"
-    )
-    api_key_lookup_rate: float = Field(
-        50.0, gt=0, description="unknown tokens looked up in PostgreSQL per second (429 beyond)"
     )
 
     # Job history, retention and statistics
@@ -252,8 +251,23 @@ class Settings(BaseSettings):
         le=366 * 86400,
         description="occurrences older than this are never made up for (missed=all included)",
     )
+    max_page_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1,
+        description="payload bytes a page of GET /v1/jobs or /v1/schedules may hold (it ends"
+        " early past them; one item at least)",
+    )
     max_schedules_per_namespace: int = Field(
         1000, ge=1, description="schedules one namespace may hold (409 beyond)"
+    )
+    schedule_min_interval_s: int = Field(
+        60, ge=1, description="the shortest interval_s a schedule may have (422 below)"
+    )
+    max_schedule_jobs_per_minute: float = Field(
+        600,
+        gt=0,
+        description="jobs a minute one namespace's active schedules may make together, each at"
+        " its busiest (409 beyond)",
     )
 
     log_level: str = Field("INFO", description="the logging level: DEBUG, INFO, WARNING, ERROR")

@@ -301,7 +301,7 @@ class MemoryAPI:
 
     def _create_schedule(self, call: calls.Call[Any], _: Sequence[str]) -> Document:
         body, now = call.json, _text(self._clock())
-        if not SCHEDULE_NAME.match(body["name"]):
+        if not SCHEDULE_NAME.fullmatch(body["name"]):
             raise _refused(errors.InvalidSchedule, "name", "1-128 of A-Z a-z 0-9 _ . : -")
         schedule: Document = {
             "id": next(self._serial),

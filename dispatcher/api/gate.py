@@ -199,13 +199,6 @@ class Gate:
         except errors.Unauthenticated as exc:
             await self._refuse_auth(scope, receive, send, 401, "unauthenticated", str(exc))
             return False
-        except errors.TooManyLookups as exc:
-            self._metrics.refusal("lookup_rate")
-            await problems.refuse(
-                scope, receive, send, 429, "too_many_requests", str(exc),
-                headers={"retry-after": "1"},
-            )  # fmt: skip
-            return False
         except errors.StoreUnavailable:
             message = "the job store is unavailable; retry later"
             await problems.refuse(scope, receive, send, 503, "unavailable", message)

@@ -115,7 +115,9 @@ async def create_jobs(request: Request, deps: Deps, caller: auth.Producer) -> Re
 @router.get("/{job_id}", response_model=schemas.JobWithHistory, responses=ERRORS)
 async def get_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Response:
     """The job with its whole history: scheduled, dispatched, each attempt, the final state."""
-    job = await deps.jobs.get(job_id, namespace=caller.namespace_filter)
+    job = await deps.jobs.get(
+        job_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
+    )
     events = await deps.history.events(job_id)
     document = schemas.history_document(job, events)
     prerequisites = await deps.jobs.prerequisites(job_id)
@@ -132,7 +134,12 @@ async def reschedule_job(
     It fires at the new time only, on whichever node owns it. 409 once it is being dispatched
     (state ``dispatching``: it will be delivered) or done."""
     change = schemas.to_change(body, deps.settings, now=deps.now())
-    job = await deps.jobs.reschedule(job_id, change, namespace=caller.namespace_filter)
+    job = await deps.jobs.reschedule(
+        job_id,
+        change,
+        namespace=caller.namespace_filter,
+        routing_keys=caller.routing_key_filter,
+    )
     return schemas.json_response(schemas.job_document(job))
 
 
@@ -148,7 +155,9 @@ async def requeue_job(job_id: uuid.UUID, deps: Deps, caller: auth.Admin) -> Resp
 async def cancel_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Response:
     """Cancel a scheduled or waiting job: it is never published, and the jobs waiting for it are
     cancelled too. 409 once it is being or was dispatched."""
-    job = await deps.jobs.cancel(job_id, namespace=caller.namespace_filter)
+    job = await deps.jobs.cancel(
+        job_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
+    )
     deps.metrics.count_by_key(deps.metrics.jobs_cancelled, [job])
     return schemas.json_response(schemas.job_document(job))
 
@@ -165,23 +174,28 @@ async def list_jobs(
     after: uuid.UUID | None = None,
     idempotency_key: Annotated[str | None, Query(max_length=255, pattern="^[^\x00]*$")] = None,
 ) -> Response:
-    """A page of jobs in creation order; follow ``next_after`` for the next one. With
+    """A page of jobs in creation order; follow ``next_after`` for the next one (a page ends
+    early once its payloads pass ``DISPATCHER_MAX_PAGE_BYTES``: follow it until null). With
     ``idempotency_key``, the jobs stored under that key (one per namespace) instead."""
     if idempotency_key is not None:
         found = await deps.jobs.by_idempotency_key(
-            idempotency_key, namespace=caller.namespace_filter
+            idempotency_key,
+            namespace=caller.namespace_filter,
+            routing_keys=caller.routing_key_filter,
         )
         return schemas.json_response(
             {"jobs": [schemas.job_document(job) for job in found], "next_after": None}
         )
-    jobs = await deps.jobs.page(
+    jobs, more = await deps.jobs.page(
         state=state,
         routing_key=routing_key,
         after=after,
         limit=limit,
         namespace=caller.namespace_filter,
+        routing_keys=caller.routing_key_filter,
+        max_bytes=deps.settings.max_page_bytes,
     )
-    next_after = str(jobs[-1].id) if len(jobs) == limit else None
+    next_after = str(jobs[-1].id) if more else None
     return schemas.json_response(
         {"jobs": [schemas.job_document(job) for job in jobs], "next_after": next_after}
     )

@@ -103,8 +103,6 @@ def dispatcher_problem(exc: Exception) -> Response:
             answer = problem(401, "unauthenticated", str(exc))
             answer.headers["WWW-Authenticate"] = "Bearer"
             return answer
-        case errors.TooManyLookups():
-            return problem(429, "too_many_requests", str(exc), headers={"retry-after": "1"})
         case errors.Forbidden():
             named = [{"field": exc.field, "message": str(exc)}] if exc.field else None
             return problem(403, "forbidden", str(exc), fields=named)
@@ -120,6 +118,9 @@ def dispatcher_problem(exc: Exception) -> Response:
             return problem(
                 409, "limit_reached", str(exc), fields=[{"field": "name", "message": str(exc)}]
             )
+        case errors.ScheduleQuotaReached():
+            named = [{"field": exc.field, "message": str(exc)}]
+            return problem(409, "quota_reached", str(exc), fields=named)
         case errors.JobStateConflict():
             return problem(409, "conflict", str(exc), state=exc.state)
         case errors.StoreUnavailable():

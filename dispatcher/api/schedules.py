@@ -29,7 +29,13 @@ async def create_schedule(body: io.ScheduleCreate, deps: Deps, caller: auth.Prod
     now = deps.now()
     start_at = io.in_utc(body.start_at, "start_at") or now
     end_at = io.in_utc(body.end_at, "end_at")
-    io.check_timing(body.cron, body.interval_s, start_at, end_at)
+    io.check_timing(
+        body.cron,
+        body.interval_s,
+        start_at,
+        end_at,
+        min_interval_s=deps.settings.schedule_min_interval_s,
+    )
     timing = Timing(
         cron=body.cron,
         timezone=body.timezone,
@@ -50,6 +56,7 @@ async def create_schedule(body: io.ScheduleCreate, deps: Deps, caller: auth.Prod
         namespace=caller.namespace,
         next_at=timing.first(),
         limit=deps.settings.max_schedules_per_namespace,
+        jobs_per_minute=deps.settings.max_schedule_jobs_per_minute,
     )
     return schemas.json_response(io.schedule_document(schedule), 201)
 
@@ -62,11 +69,17 @@ async def list_schedules(
     after: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
 ) -> Response:
     """The caller's schedules (an admin's: every namespace's) in creation order."""
-    found = await deps.schedules.page(namespace=caller.namespace_filter, after=after, limit=limit)
+    found, more = await deps.schedules.page(
+        namespace=caller.namespace_filter,
+        after=after,
+        limit=limit,
+        routing_keys=caller.routing_key_filter,
+        max_bytes=deps.settings.max_page_bytes,
+    )
     return schemas.json_response(
         {
             "schedules": [io.schedule_document(schedule) for schedule in found],
-            "next_after": found[-1].id if len(found) == limit else None,
+            "next_after": found[-1].id if more else None,
         }
     )
 
@@ -74,7 +87,9 @@ async def list_schedules(
 @router.get("/{name}", response_model=io.ScheduleOut, responses=ERRORS)
 async def get_schedule(name: NameParam, deps: Deps, caller: auth.Producer) -> Response:
     """The schedule with its next occurrences (none while paused or once ended)."""
-    schedule = await deps.schedules.get(name, namespace=caller.namespace)
+    schedule = await deps.schedules.get(
+        name, namespace=caller.namespace, routing_keys=caller.routing_key_filter
+    )
     upcoming: list[datetime] = []
     if not schedule.spec.paused and schedule.next_at is not None:
         try:
@@ -97,10 +112,22 @@ async def update_schedule(
         template = io.to_template(body.job, deps.settings, now=now)
     end_at = io.in_utc(body.end_at, "end_at")
 
-    def change(current: model.Schedule) -> tuple[model.ScheduleSpec, datetime | None]:
-        return _changed(current, body, given, template=template, end_at=end_at, now=now)
+    # Only an interval given now must respect today's floor: one stored before it was raised
+    # may still be paused, resumed or given a new job.
+    floor = deps.settings.schedule_min_interval_s if "interval_s" in given else 1
 
-    schedule = await deps.schedules.update(name, namespace=caller.namespace, change=change)
+    def change(current: model.Schedule) -> tuple[model.ScheduleSpec, datetime | None]:
+        return _changed(
+            current, body, given, template=template, end_at=end_at, now=now, min_interval_s=floor
+        )
+
+    schedule = await deps.schedules.update(
+        name,
+        namespace=caller.namespace,
+        change=change,
+        routing_keys=caller.routing_key_filter,
+        jobs_per_minute=deps.settings.max_schedule_jobs_per_minute,
+    )
     return schemas.json_response(io.schedule_document(schedule))
 
 
@@ -112,6 +139,7 @@ def _changed(
     template: model.Template | None,
     end_at: datetime | None,
     now: datetime,
+    min_interval_s: int,
 ) -> tuple[model.ScheduleSpec, datetime | None]:
     """The merged definition and where the schedule goes on. A new timing, or a resume, starts
     over from now (occurrences already made jobs keep their jobs: same keys, no duplicates);
@@ -125,7 +153,9 @@ def _changed(
     if "interval_s" in given and body.interval_s is not None and "cron" not in given:
         cron_expression = None  # switching to an interval
     new_end = end_at if "end_at" in given else timing.end_at
-    io.check_timing(cron_expression, interval_s, timing.start_at, new_end)
+    io.check_timing(
+        cron_expression, interval_s, timing.start_at, new_end, min_interval_s=min_interval_s
+    )
     new_timing = Timing(
         cron=cron_expression,
         timezone=body.timezone or timing.timezone,
@@ -155,5 +185,7 @@ def _changed(
 async def delete_schedule(name: NameParam, deps: Deps, caller: auth.Producer) -> Response:
     """Delete the schedule; jobs it already made (due within the materialiser's look-ahead)
     stay ordinary jobs (find them by idempotency key, cancel them if need be)."""
-    schedule = await deps.schedules.delete(name, namespace=caller.namespace)
+    schedule = await deps.schedules.delete(
+        name, namespace=caller.namespace, routing_keys=caller.routing_key_filter
+    )
     return schemas.json_response(io.schedule_document(schedule))

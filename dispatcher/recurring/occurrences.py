@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from consumers_sdk import validation
 from dispatcher.recurring import cron
 
 _TICK = timedelta(microseconds=1)
@@ -73,6 +74,14 @@ class Timing:
     def first(self) -> datetime | None:
         """The first occurrence at or after ``start_at``."""
         return self.at_or_after(self.start_at)
+
+    def jobs_per_hour(self) -> float:
+        """The most jobs it makes in an hour: an interval's share of it, or a cron expression's
+        minutes (its busiest hour fires on each of them). What a namespace's quota counts."""
+        if self.interval_s is not None:
+            return 3600 / self.interval_s
+        assert self.cron is not None
+        return float(len(cron.parse(self.cron).minutes))
 
     def upcoming(self, moment: datetime, count: int) -> list[datetime]:
         """Up to ``count`` occurrences at or after ``moment`` (and at or after ``start_at``)."""
@@ -204,7 +213,7 @@ def _latest_before(timing: Timing, earliest: datetime, before: datetime) -> date
 def idempotency_key(name: str, occurrence: datetime) -> str:
     """The key of an occurrence's job: one job per schedule and occurrence, whichever node and
     however often a pass runs. RFC 3339 UTC, with microseconds only when there are some."""
-    return f"schedule:{name}:{rfc3339(occurrence)}"
+    return f"{validation.SCHEDULE_KEY_PREFIX}{name}:{rfc3339(occurrence)}"
 
 
 def rfc3339(moment: datetime) -> str:

@@ -79,6 +79,14 @@ class KeyStore:
             revoked = await connection.fetchval(queries.REVOKE_API_KEY, key_id)
         return revoked is not None
 
+    async def live(self) -> tuple[dict[bytes, api_keys.ApiKey], bool]:
+        """Every live key by its token hash, and whether a key was ever created (revoked ones
+        count: auth stays on), read in one transaction."""
+        async with self._connection() as connection, connection.transaction(readonly=True):
+            rows = await connection.fetch(queries.LIVE_API_KEYS)
+            ever = bool(rows) or bool(await connection.fetchval(queries.ANY_API_KEY))
+        return {bytes(row["token_sha256"]): key_from_row(row) for row in rows}, ever
+
     async def any(self) -> bool:
         """Whether a key was ever created: auth stays on from then on, even once all are revoked."""
         async with self._connection() as connection:

@@ -134,11 +134,19 @@ class JobStore:
     # --- reads and cancel -----------------------------------------------------------------------
 
     # ``namespace`` filters: None for every namespace, "" for the default one, else its name.
-    # A job of another namespace is not found, so its id reveals nothing.
+    # ``routing_keys`` filters too: None for any, else the words a key's prefixes name
+    # (``api_keys.Principal.routing_key_filter``). A job outside the filters is not found, so its
+    # id reveals nothing.
 
-    async def get(self, job_id: uuid.UUID, *, namespace: str | None = None) -> models.Job:
+    async def get(
+        self,
+        job_id: uuid.UUID,
+        *,
+        namespace: str | None = None,
+        routing_keys: Sequence[str] | None = None,
+    ) -> models.Job:
         async with self._db.connection() as connection:
-            row = await connection.fetchrow(queries.SELECT_JOB, job_id, namespace)
+            row = await connection.fetchrow(queries.SELECT_JOB, job_id, namespace, routing_keys)
         if row is None:
             raise errors.JobNotFound()
         return job_from_row(row)
@@ -151,7 +159,11 @@ class JobStore:
         after: uuid.UUID | None,
         limit: int,
         namespace: str | None = None,
-    ) -> list[models.Job]:
+        routing_keys: Sequence[str] | None = None,
+        max_bytes: int = 2**62,
+    ) -> tuple[list[models.Job], bool]:
+        """A page, and whether more may follow: the page was full, or ended past ``max_bytes``
+        of payloads (a page holds one job at least)."""
         async with self._db.connection() as connection:
             rows = await connection.fetch(
                 queries.LIST_JOBS,
@@ -160,12 +172,21 @@ class JobStore:
                 after or _CURSOR_START,
                 limit,
                 namespace,
+                routing_keys,
+                max_bytes,
             )
-        return [job_from_row(row) for row in rows]
+        more = bool(rows) and (len(rows) == limit or rows[0]["found"] > len(rows))
+        return [job_from_row(row) for row in rows], more
 
-    async def cancel(self, job_id: uuid.UUID, *, namespace: str | None = None) -> models.Job:
+    async def cancel(
+        self,
+        job_id: uuid.UUID,
+        *,
+        namespace: str | None = None,
+        routing_keys: Sequence[str] | None = None,
+    ) -> models.Job:
         """Cancel a scheduled job; JobStateConflict once it is claimed or done."""
-        return await self._transition(queries.CANCEL_JOB, job_id, namespace)
+        return await self._transition(queries.CANCEL_JOB, job_id, namespace, routing_keys)
 
     async def reschedule(
         self,
@@ -173,6 +194,7 @@ class JobStore:
         change: models.JobChange,
         *,
         namespace: str | None = None,
+        routing_keys: Sequence[str] | None = None,
     ) -> models.Job:
         """New time, payload or priority for a scheduled job; JobStateConflict once it is claimed
         (being published: it will be delivered) or done."""
@@ -180,6 +202,7 @@ class JobStore:
             queries.RESCHEDULE_JOB,
             job_id,
             namespace,
+            routing_keys,
             change.run_at,
             change.payload,
             change.set_priority,
@@ -191,17 +214,24 @@ class JobStore:
     ) -> models.Job:
         """A dead job back to ``scheduled``, due now on ``shard``; JobStateConflict otherwise."""
         return await self._transition(
-            queries.REQUEUE_DEAD_JOB, job_id, namespace, shard, self._node_id
+            queries.REQUEUE_DEAD_JOB, job_id, namespace, None, shard, self._node_id
         )
 
     async def _transition(
-        self, query: str, job_id: uuid.UUID, namespace: str | None, *args: object
+        self,
+        query: str,
+        job_id: uuid.UUID,
+        namespace: str | None,
+        routing_keys: Sequence[str] | None,
+        *args: object,
     ) -> models.Job:
         """Run a state change that returns the row; say why when it changed nothing."""
         async with self._db.connection() as connection, connection.transaction():
-            row = await connection.fetchrow(query, job_id, namespace, *args)
+            row = await connection.fetchrow(query, job_id, namespace, routing_keys, *args)
             if row is None:
-                current = await connection.fetchrow(queries.SELECT_JOB, job_id, namespace)
+                current = await connection.fetchrow(
+                    queries.SELECT_JOB, job_id, namespace, routing_keys
+                )
         if row is not None:
             return job_from_row(row)
         if current is None:
@@ -214,10 +244,16 @@ class JobStore:
             return await dependencies.prerequisites(connection, job_id)
 
     async def by_idempotency_key(
-        self, key: str, *, namespace: str | None = None
+        self,
+        key: str,
+        *,
+        namespace: str | None = None,
+        routing_keys: Sequence[str] | None = None,
     ) -> list[models.Job]:
         async with self._db.connection() as connection:
-            rows = await connection.fetch(queries.SELECT_BY_IDEMPOTENCY_KEY, key, namespace)
+            rows = await connection.fetch(
+                queries.SELECT_BY_IDEMPOTENCY_KEY, key, namespace, routing_keys
+            )
         return [job_from_row(row) for row in rows]
 
     # --- scheduler ------------------------------------------------------------------------------

@@ -42,14 +42,22 @@ JOIN unnest($1::text[], $2::text[]) AS k(namespace, idempotency_key)
 # --- jobs: reads and cancel ---------------------------------------------------------------------
 
 # A namespace filter ($n below) is NULL for every namespace, '' for the default one, else its name.
+# A routing-key filter is NULL for any routing key, else the words a key's prefixes name: a row is
+# within one when its routing key is those words or starts with them and a dot (the rule of
+# ``api_keys.within``, which a test holds equal to this one).
 
-# $1 id, $2 namespace filter.
+# $1 id, $2 namespace filter, $3 routing-key filter.
 SELECT_JOB: Final = """
 SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
 """
 
 # A page in id (= creation) order. $1 state or NULL, $2 routing key or NULL, $3 after id, $4 limit,
-# $5 namespace filter.
+# $5 namespace filter, $6 routing-key filter (the words a key's prefixes name; NULL: any), $7 the
+# payload bytes a page may hold (it ends before the job that would start past them; ``found``
+# says how many the filters found, so a page cut short is told from the last one).
 # One branch per filter, each reading its index (sql/0009): a branch whose test on the parameters
 # alone fails is skipped at run time, so a generic plan of the prepared statement (which the
 # plan cache may choose after five runs) still reads only the index the filter needs; one WHERE
@@ -58,37 +66,57 @@ SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, ''
 # walked the primary key past every older row, because the planner cannot know that the rows of
 # a state (scheduled, say) are the newest.
 LIST_JOBS: Final = """
-SELECT * FROM jobs
-WHERE id = ANY (ARRAY(
-    (SELECT id FROM jobs  -- a routing key, and state and namespace if given: jobs_key
-     WHERE routing_key = $2 AND ($1::text IS NULL OR state = $1) AND id > $3
-       AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
-     ORDER BY id LIMIT $4)
-    UNION ALL
-    (SELECT id FROM jobs  -- a state, and namespace if given: jobs_state
-     WHERE $2::text IS NULL AND state = $1 AND id > $3
-       AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
-     ORDER BY id LIMIT $4)
-    UNION ALL
-    (SELECT id FROM jobs  -- a named namespace: jobs_namespace
-     WHERE $2::text IS NULL AND $1::text IS NULL AND namespace = nullif($5, '') AND id > $3
-     ORDER BY id LIMIT $4)
-    UNION ALL
-    (SELECT id FROM jobs  -- every job, or the default namespace's: the primary key
-     WHERE $2::text IS NULL AND $1::text IS NULL AND ($5::text IS NULL OR $5 = '')
-       AND ($5::text IS NULL OR namespace IS NULL) AND id > $3
-     ORDER BY id LIMIT $4)
-))
+SELECT * FROM (
+  SELECT *, count(*) OVER () AS found,  -- the page's jobs, and the payload bytes before each
+         sum(octet_length(payload)) OVER (ORDER BY id) - octet_length(payload) AS bytes_before
+  FROM jobs
+  WHERE id = ANY (ARRAY(
+      (SELECT id FROM jobs  -- a routing key, and state and namespace if given: jobs_key
+       WHERE routing_key = $2 AND ($1::text IS NULL OR state = $1) AND id > $3
+         AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+         AND ($6::text[] IS NULL OR EXISTS (
+             SELECT FROM unnest($6::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+       ORDER BY id LIMIT $4)
+      UNION ALL
+      (SELECT id FROM jobs  -- a state, and namespace if given: jobs_state
+       WHERE $2::text IS NULL AND state = $1 AND id > $3
+         AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+         AND ($6::text[] IS NULL OR EXISTS (
+             SELECT FROM unnest($6::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+       ORDER BY id LIMIT $4)
+      UNION ALL
+      (SELECT id FROM jobs  -- a named namespace: jobs_namespace
+       WHERE $2::text IS NULL AND $1::text IS NULL AND namespace = nullif($5, '') AND id > $3
+         AND ($6::text[] IS NULL OR EXISTS (
+             SELECT FROM unnest($6::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+       ORDER BY id LIMIT $4)
+      UNION ALL
+      (SELECT id FROM jobs  -- every job, or the default namespace's: the primary key
+       WHERE $2::text IS NULL AND $1::text IS NULL AND ($5::text IS NULL OR $5 = '')
+         AND ($5::text IS NULL OR namespace IS NULL) AND id > $3
+         AND ($6::text[] IS NULL OR EXISTS (
+             SELECT FROM unnest($6::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+       ORDER BY id LIMIT $4)
+  ))
+) AS page
+WHERE bytes_before < $7  -- a page ends past $7 bytes of payloads, after one job at least
 ORDER BY id
 """
 
 # Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already. A job
 # waiting for its prerequisites too (the 0006 trigger cancels the jobs waiting for it in turn).
-# $1 id, $2 namespace filter.
+# $1 id, $2 namespace filter, $3 routing-key filter.
 CANCEL_JOB: Final = """
 UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = now()
 WHERE id = $1 AND state IN ('scheduled', 'waiting')
   AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
 RETURNING *
 """
 
@@ -96,14 +124,17 @@ RETURNING *
 # payload or priority), and tell every node (a due notice, see ``store/due_notices.py``): the
 # owner of its shard may hold it in memory at the old time, where the claim's run_at test makes
 # that entry fire nothing, and must learn the new one.
-# $1 id, $2 namespace filter, $3 run_at or NULL (keep), $4 payload or NULL (keep),
-# $5 whether to set the priority, $6 the priority.
+# $1 id, $2 namespace filter, $3 routing-key filter, $4 run_at or NULL (keep), $5 payload or
+# NULL (keep), $6 whether to set the priority, $7 the priority.
 RESCHEDULE_JOB: Final = """
 UPDATE jobs
-SET run_at = coalesce($3, run_at), payload = coalesce($4, payload),
-    priority = CASE WHEN $5 THEN $6::smallint ELSE priority END, updated_at = now()
+SET run_at = coalesce($4, run_at), payload = coalesce($5, payload),
+    priority = CASE WHEN $6 THEN $7::smallint ELSE priority END, updated_at = now()
 WHERE id = $1 AND state IN ('scheduled', 'waiting')
   AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
 RETURNING *, dispatcher_notify_due_v1(id, shard, run_at, routing_key)
 """
 
@@ -359,24 +390,27 @@ WHERE job_id = $1 ORDER BY at, attempt, outcome <> 'started'
 # Put a dead job back on the schedule, due now, on a shard this node owns (so it fires from here),
 # as a new dispatch round (events of the earlier ones are ignored from now on). Its history keeps
 # the dispatch being replaced (the row holds only the latest) and notes the requeue.
-# $1 id, $2 namespace filter, $3 shard, $4 node id.
+# $1 id, $2 namespace filter, $3 routing-key filter, $4 shard, $5 node id.
 REQUEUE_DEAD_JOB: Final = """
 WITH old AS (
     SELECT id, dispatched_at FROM jobs
     WHERE id = $1 AND state = 'dead' AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+      AND ($3::text[] IS NULL OR EXISTS (
+          SELECT FROM unnest($3::text[]) AS w
+          WHERE routing_key = w OR starts_with(routing_key, w || '.')))
     FOR UPDATE
 ), requeued AS (
-    UPDATE jobs j SET state = 'scheduled', run_at = now(), shard = $3, last_error = NULL,
+    UPDATE jobs j SET state = 'scheduled', run_at = now(), shard = $4, last_error = NULL,
                       dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
                       dispatch_round = gen_random_uuid(), updated_at = now()
     FROM old WHERE j.id = old.id
     RETURNING j.*
 ), noted AS (
     INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at)
-    SELECT gen_random_uuid(), id, 'dispatched', 0, 'dispatcher', $4, dispatched_at
+    SELECT gen_random_uuid(), id, 'dispatched', 0, 'dispatcher', $5, dispatched_at
     FROM old WHERE dispatched_at IS NOT NULL
     UNION ALL
-    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $4, now() FROM old
+    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $5, now() FROM old
 )
 SELECT * FROM requeued
 """
@@ -467,10 +501,13 @@ GROUP BY 1, 2 ORDER BY 1, 2 LIMIT $2
 """
 
 # A job by idempotency key, in any namespace allowed by the filter (jobs_idempotency_key_namespace:
-# the key first). $1 key, $2 namespace filter.
+# the key first). $1 key, $2 namespace filter, $3 routing-key filter.
 SELECT_BY_IDEMPOTENCY_KEY: Final = """
 SELECT * FROM jobs WHERE idempotency_key = $1
   AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
 ORDER BY id LIMIT 10
 """
 
@@ -529,6 +566,13 @@ SELECT id, pg_notify('dispatcher_keys', 'revoked,' || id) FROM revoked
 
 # Whether a key was ever created (auth is on from then on). No arguments.
 ANY_API_KEY: Final = "SELECT EXISTS (SELECT 1 FROM api_keys)"
+
+# Every live key with its token hash: what a node holds in memory to answer any token without a
+# query (``keyring``). No arguments.
+LIVE_API_KEYS: Final = """
+SELECT token_sha256, id, name, scope, namespace, routing_key_prefixes, created_at, revoked_at
+FROM api_keys WHERE revoked_at IS NULL
+"""
 
 # --- migrations ---------------------------------------------------------------------------------
 
@@ -643,6 +687,13 @@ COUNT_NAMESPACE_SCHEDULES: Final = """
 SELECT count(*) FROM schedules WHERE coalesce(namespace, '') = $1
 """
 
+# The timing of a namespace's schedules that still make jobs (not paused, not ended), for its
+# quota. $1 namespace ('' for the default one), $2 a schedule id to leave out (the one changing).
+ACTIVE_NAMESPACE_TIMINGS: Final = """
+SELECT cron, timezone, interval_s, start_at, end_at FROM schedules
+WHERE coalesce(namespace, '') = $1 AND NOT paused AND next_at IS NOT NULL AND id <> $2
+"""
+
 # A new schedule; nothing when the name is taken in the namespace (the caller answers 409).
 # $1 namespace (NULL: default), $2 name, $3 cron, $4 timezone, $5 interval_s, $6 routing key,
 # $7 payload, $8 headers (JSON text), $9 priority, $10 ttl_ms, $11 start_at, $12 end_at,
@@ -655,23 +706,43 @@ ON CONFLICT ((coalesce(namespace, '')), name) DO NOTHING
 RETURNING *
 """
 
-# One schedule by name in one namespace ('' for the default one). $1 namespace, $2 name.
+# One schedule by name in one namespace ('' for the default one). $1 namespace, $2 name, $3
+# routing-key filter.
 SELECT_SCHEDULE: Final = """
 SELECT * FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
 """
 
-# The same, locked for a change. $1 namespace ('' for the default one), $2 name.
+# The same, locked for a change. $1 namespace ('' for the default one), $2 name, $3 routing-key
+# filter.
 LOCK_SCHEDULE: Final = """
-SELECT * FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2 FOR UPDATE
+SELECT * FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+FOR UPDATE
 """
 
 # A page of schedules in creation order. $1 namespace filter (NULL: every namespace), $2 after
-# id, $3 limit.
+# id, $3 limit, $4 routing-key filter, $5 the payload bytes a page may hold (as for LIST_JOBS).
 LIST_SCHEDULES: Final = """
-SELECT * FROM schedules
-WHERE ($1::text IS NULL OR coalesce(namespace, '') = $1) AND id > $2
+SELECT * FROM (
+  SELECT *, count(*) OVER () AS found,
+         sum(octet_length(payload)) OVER (ORDER BY id) - octet_length(payload) AS bytes_before
+  FROM (
+    SELECT * FROM schedules
+    WHERE ($1::text IS NULL OR coalesce(namespace, '') = $1) AND id > $2
+      AND ($4::text[] IS NULL OR EXISTS (
+          SELECT FROM unnest($4::text[]) AS w
+          WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+    ORDER BY id
+    LIMIT $3
+  ) AS candidates
+) AS page
+WHERE bytes_before < $5
 ORDER BY id
-LIMIT $3
 """
 
 # Everything a PATCH may change, by id (the row is locked by LOCK_SCHEDULE); a resume clears the
@@ -687,9 +758,14 @@ WHERE id = $1
 RETURNING *
 """
 
-# $1 namespace ('' for the default one), $2 name. Jobs already made from it stay.
+# $1 namespace ('' for the default one), $2 name, $3 routing-key filter. Jobs already made from it
+# stay.
 DELETE_SCHEDULE: Final = """
-DELETE FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2 RETURNING *
+DELETE FROM schedules WHERE coalesce(namespace, '') = $1 AND name = $2
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+RETURNING *
 """
 
 # The materialiser's live lane: active schedules whose next occurrence falls between "behind" and

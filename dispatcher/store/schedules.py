@@ -29,6 +29,46 @@ def _aware(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=UTC)
 
 
+def _makes_more(current: Schedule, spec: ScheduleSpec, next_at: datetime | None) -> bool:
+    """Whether a change may make the schedule fire more often than it does (a schedule stored
+    over the quota before it was lowered keeps running, and may still be paused or retimed)."""
+    if spec.paused or next_at is None:
+        return False
+    was_active = not current.spec.paused and current.next_at is not None
+    return not was_active or spec.timing.jobs_per_hour() > current.spec.timing.jobs_per_hour()
+
+
+async def _check_quota(
+    connection: asyncpg.pool.PoolConnectionProxy,
+    namespace: str | None,
+    timing: Timing,
+    leave_out: int | None,
+    jobs_per_minute: float,
+) -> None:
+    """ScheduleQuotaReached when ``timing`` and the namespace's other active schedules would
+    make more than ``jobs_per_minute`` together. Run under the namespace's lock."""
+    rows = await connection.fetch(
+        queries.ACTIVE_NAMESPACE_TIMINGS, namespace or "", leave_out if leave_out else 0
+    )
+    others = sum(
+        Timing(
+            cron=row["cron"],
+            timezone=row["timezone"],
+            interval_s=row["interval_s"],
+            start_at=row["start_at"],
+            end_at=row["end_at"],
+        ).jobs_per_hour()
+        for row in rows
+    )
+    total = (others + timing.jobs_per_hour()) / 60
+    if total > jobs_per_minute:
+        raise errors.ScheduleQuotaReached(
+            f"the namespace's active schedules would make {total:g} jobs a minute; the quota is"
+            f" {jobs_per_minute:g} (DISPATCHER_MAX_SCHEDULE_JOBS_PER_MINUTE)",
+            field="interval_s" if timing.interval_s is not None else "cron",
+        )
+
+
 def schedule_from_row(row: asyncpg.Record) -> Schedule:
     start_at = _aware(row["start_at"])
     assert start_at is not None  # NOT NULL
@@ -148,13 +188,19 @@ class ScheduleStore:
         namespace: str | None,
         next_at: datetime | None,
         limit: int | None = None,
+        jobs_per_minute: float | None = None,
     ) -> Schedule:
         """Store a new schedule; ScheduleExists when its name is taken in the namespace,
-        ScheduleLimitReached when the namespace holds ``limit`` schedules already."""
+        ScheduleLimitReached when the namespace holds ``limit`` schedules already,
+        ScheduleQuotaReached when its active schedules would make more than ``jobs_per_minute``
+        (each counted at its busiest hour)."""
         changeable = _changeable(spec)
         async with self._db.connection() as connection, connection.transaction():
-            if limit is not None:
+            if limit is not None or jobs_per_minute is not None:
                 await connection.execute(queries.LOCK_NAMESPACE_SCHEDULES, namespace or "")
+            if jobs_per_minute is not None and not spec.paused and next_at is not None:
+                await _check_quota(connection, namespace, spec.timing, None, jobs_per_minute)
+            if limit is not None:
                 count = await connection.fetchval(
                     queries.COUNT_NAMESPACE_SCHEDULES, namespace or ""
                 )
@@ -175,37 +221,75 @@ class ScheduleStore:
             raise errors.ScheduleExists()
         return schedule_from_row(row)
 
-    async def get(self, name: str, *, namespace: str | None) -> Schedule:
+    # ``routing_keys``: None for any routing key, else the words a key's prefixes name; a schedule
+    # outside them is not found.
+
+    async def get(
+        self, name: str, *, namespace: str | None, routing_keys: Sequence[str] | None = None
+    ) -> Schedule:
         async with self._db.connection() as connection:
-            row = await connection.fetchrow(queries.SELECT_SCHEDULE, namespace or "", name)
+            row = await connection.fetchrow(
+                queries.SELECT_SCHEDULE, namespace or "", name, routing_keys
+            )
         if row is None:
             raise errors.ScheduleNotFound()
         return schedule_from_row(row)
 
-    async def page(self, *, namespace: str | None, after: int, limit: int) -> list[Schedule]:
-        """``namespace`` filters: None for every namespace, "" for the default one."""
+    async def page(
+        self,
+        *,
+        namespace: str | None,
+        after: int,
+        limit: int,
+        routing_keys: Sequence[str] | None = None,
+        max_bytes: int = 2**62,
+    ) -> tuple[list[Schedule], bool]:
+        """A page, and whether more may follow (as ``JobStore.page``). ``namespace`` filters:
+        None for every namespace, "" for the default one."""
         async with self._db.connection() as connection:
-            rows = await connection.fetch(queries.LIST_SCHEDULES, namespace, after, limit)
-        return [schedule_from_row(row) for row in rows]
+            rows = await connection.fetch(
+                queries.LIST_SCHEDULES, namespace, after, limit, routing_keys, max_bytes
+            )
+        more = bool(rows) and (len(rows) == limit or rows[0]["found"] > len(rows))
+        return [schedule_from_row(row) for row in rows], more
 
-    async def update(self, name: str, *, namespace: str | None, change: Change) -> Schedule:
+    async def update(
+        self,
+        name: str,
+        *,
+        namespace: str | None,
+        change: Change,
+        routing_keys: Sequence[str] | None = None,
+        jobs_per_minute: float | None = None,
+    ) -> Schedule:
         """Apply ``change`` to the stored schedule under its row lock (so a materialiser pass on
-        it finishes first, and the change sees the ``next_at`` that pass left)."""
+        it finishes first, and the change sees the ``next_at`` that pass left);
+        ScheduleQuotaReached as for ``create`` when it would make more jobs than before."""
         async with self._db.connection() as connection, connection.transaction():
-            row = await connection.fetchrow(queries.LOCK_SCHEDULE, namespace or "", name)
+            if jobs_per_minute is not None:  # first, as create takes it: no lock-order cycle
+                await connection.execute(queries.LOCK_NAMESPACE_SCHEDULES, namespace or "")
+            row = await connection.fetchrow(
+                queries.LOCK_SCHEDULE, namespace or "", name, routing_keys
+            )
             if row is None:
                 raise errors.ScheduleNotFound()
             current = schedule_from_row(row)
             spec, next_at = change(current)
+            if jobs_per_minute is not None and _makes_more(current, spec, next_at):
+                await _check_quota(connection, namespace, spec.timing, current.id, jobs_per_minute)
             updated = await connection.fetchrow(
                 queries.UPDATE_SCHEDULE, current.id, *_changeable(spec), next_at
             )
         assert updated is not None  # the row is locked: it is still there
         return schedule_from_row(updated)
 
-    async def delete(self, name: str, *, namespace: str | None) -> Schedule:
+    async def delete(
+        self, name: str, *, namespace: str | None, routing_keys: Sequence[str] | None = None
+    ) -> Schedule:
         async with self._db.connection() as connection:
-            row = await connection.fetchrow(queries.DELETE_SCHEDULE, namespace or "", name)
+            row = await connection.fetchrow(
+                queries.DELETE_SCHEDULE, namespace or "", name, routing_keys
+            )
         if row is None:
             raise errors.ScheduleNotFound()
         return schedule_from_row(row)

@@ -16,7 +16,11 @@ from tests.support.process import DispatcherProcess, served
 # Twenty occurrences, made into jobs 3 s ahead (the default is 10 s): the run crosses that window
 # six times, more than a minute at the default did, in a third of the time.
 SECONDS = 20
-ENV = {"DISPATCHER_SCHEDULE_POLL_S": "0.5", "DISPATCHER_SCHEDULE_AHEAD_S": "3"}
+ENV = {
+    "DISPATCHER_SCHEDULE_POLL_S": "0.5",
+    "DISPATCHER_SCHEDULE_AHEAD_S": "3",
+    "DISPATCHER_SCHEDULE_MIN_INTERVAL_S": "1",  # a schedule every second, for a short test
+}
 
 
 @pytest.fixture

@@ -22,7 +22,12 @@ SECONDS = 30
 
 @pytest.fixture
 def dispatcher(tmp_path: Path, database_url: str, amqp_url: str) -> Iterator[DispatcherProcess]:
-    env = {**FAST_LEASE, "DISPATCHER_SCHEDULE_POLL_S": "0.5", "DISPATCHER_SCHEDULE_AHEAD_S": "3"}
+    env = {
+        **FAST_LEASE,
+        "DISPATCHER_SCHEDULE_POLL_S": "0.5",
+        "DISPATCHER_SCHEDULE_AHEAD_S": "3",
+        "DISPATCHER_SCHEDULE_MIN_INTERVAL_S": "1",  # a schedule every second, for a short test
+    }
     yield from served(tmp_path, database_url, amqp_url, env=env)
 
 

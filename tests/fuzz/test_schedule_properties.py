@@ -102,6 +102,7 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
         schedule_poll_s=0.2,
         schedule_ahead_s=AHEAD_S,
         schedule_catchup_window_s=CATCHUP_S,
+        schedule_min_interval_s=1,
     ) as running:
         yield running
 

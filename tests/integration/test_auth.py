@@ -21,7 +21,7 @@ from devstack.postgres import PostgresServer
 from dispatcher import api_keys
 from dispatcher.node import Node
 from dispatcher.store.api_keys import KeyStore
-from tests.support.nodes import client, running_node
+from tests.support.nodes import WRITE, client, running_node
 
 ADMIN = "admin-token-0123456789"
 MONITOR = "monitor-token-0123456789"
@@ -36,7 +36,7 @@ API_KEYS = ",".join(
         f"{PRODUCER_A}:producer:team-a",
         f"{PRODUCER_B}:producer:team-b",
         f"{PRODUCER}:producer",
-        f"{PREFIXED}:producer:team-a:billing.|audit:",
+        f"{PREFIXED}:producer:team-a:billing.|audit:trail",
     ]
 )
 CACHE_S = 0.5
@@ -411,3 +411,40 @@ async def test_keys_command_on_an_unmigrated_database_says_to_migrate(
         pg_server.drop_database(name)
     assert code == 1
     assert "run 'dispatcher migrate' first" in err
+
+
+async def test_a_key_limited_to_a_prefix_reaches_no_job_outside_it_and_changes_none(
+    node: Node,
+) -> None:
+    """Probed: a key limited to ``billing.`` read, changed and cancelled a ``payments.`` job of
+    its namespace. Outside its prefixes a job is not found (404), as in another namespace; the
+    prefix ends at a dot (``billing.`` does not reach ``billingx.``)."""
+    async with client(node) as http:
+        ids = {}
+        for routing_key in ("payments.capture", "billingx.refund", "billing.invoice"):
+            made = await http.post(
+                "/v1/jobs",
+                json=job(routing_key, idempotency_key=routing_key),
+                headers={**WRITE, **bearer(PRODUCER_A)},
+            )
+            assert made.status_code == 201, made.text
+            ids[routing_key] = made.json()["id"]
+        prefixed = {**WRITE, **bearer(PREFIXED)}
+        for outside in ("payments.capture", "billingx.refund"):
+            path = f"/v1/jobs/{ids[outside]}"
+            answers = [
+                await http.get(path, headers=prefixed),
+                await http.patch(path, json={"payload": {"n": 2}}, headers=prefixed),
+                await http.patch(path, json={"delay_ms": 1}, headers=prefixed),
+                await http.delete(path, headers=prefixed),
+            ]
+            assert [answer.status_code for answer in answers] == [404] * 4, answers
+            found = await http.get(f"/v1/jobs?idempotency_key={outside}", headers=prefixed)
+            assert found.json()["jobs"] == []
+            stored = (await http.get(path, headers=bearer(ADMIN))).json()
+            assert (stored["state"], stored["payload"]) == ("scheduled", {"n": 1})
+        listed = (await http.get("/v1/jobs", headers=prefixed)).json()["jobs"]
+        assert [j["routing_key"] for j in listed] == ["billing.invoice"]
+        own = f"/v1/jobs/{ids['billing.invoice']}"
+        assert (await http.get(own, headers=prefixed)).status_code == 200
+        assert (await http.delete(own, headers=prefixed)).json()["state"] == "cancelled"

@@ -57,6 +57,7 @@ NODE = {
     "schedule_ahead_s": 5,
     "schedule_catchup_window_s": 30,
     "max_schedules_per_namespace": 3,
+    "schedule_min_interval_s": 1,  # every second: occurrences within a test's time
 }
 
 
@@ -460,3 +461,112 @@ async def test_a_parked_schedule_shows_why_and_a_resume_clears_it(
         )
         assert refused.status_code == 422, refused.text
         assert refused.json()["fields"][0]["field"] == "timezone"
+
+
+async def test_a_key_limited_to_a_prefix_reaches_no_schedule_outside_it(node: Node) -> None:
+    """Probed: a key limited to ``billing.`` paused, retimed and deleted a ``payments.``
+    schedule of its namespace. Outside its prefixes a schedule is not found (404)."""
+    theirs = schedule("payments-run", job={"routing_key": "payments.run", "payload": 1})
+    async with client(node) as http:
+        assert (
+            await http.post("/v1/schedules", json=theirs, headers=bearer(TEAM_A))
+        ).status_code == 201
+        assert (
+            await http.post("/v1/schedules", json=schedule(), headers=bearer(PREFIXED))
+        ).status_code == 201
+        path = "/v1/schedules/payments-run"
+        answers = [
+            await http.get(path, headers=bearer(PREFIXED)),
+            await http.patch(path, json={"paused": True}, headers=bearer(PREFIXED)),
+            await http.patch(path, json={"cron": "0 4 * * *"}, headers=bearer(PREFIXED)),
+            await http.delete(path, headers=bearer(PREFIXED)),
+        ]
+        assert [answer.status_code for answer in answers] == [404] * 4, answers
+        listed = (await http.get("/v1/schedules", headers=bearer(PREFIXED))).json()["schedules"]
+        stored = (await http.get(path, headers=bearer(TEAM_A))).json()
+    assert [s["name"] for s in listed] == ["nightly"]
+    assert (stored["paused"], stored["cron"]) == (False, "0 3 * * *")
+
+
+async def test_a_producer_cannot_take_the_key_of_a_schedules_occurrence(
+    node: Node, database_url: str
+) -> None:
+    """Probed: a job stored first under ``schedule:<name>:<time>`` had that occurrence dropped
+    as its duplicate. The prefix is reserved (422 naming the field); nothing is stored."""
+    key = "schedule:nightly:2026-01-01T03:00:00Z"
+    one = {"routing_key": "billing.report", "payload": 1, "idempotency_key": key}
+    async with client(node) as http:
+        single = await http.post("/v1/jobs", json=one, headers=bearer(TEAM_A))
+        batch = await http.post("/v1/jobs/batch", json={"jobs": [one]}, headers=bearer(TEAM_A))
+    assert single.status_code == 422, single.text
+    assert [f["field"] for f in single.json()["fields"]] == ["idempotency_key"]
+    assert batch.status_code == 422, batch.text
+    assert [f["field"] for f in batch.json()["fields"]] == ["jobs[0].idempotency_key"]
+    assert await count_rows(database_url, "jobs") == 0
+
+
+@pytest.fixture
+async def floored_node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
+    """The default floor on intervals (a minute), and a quota of three jobs a minute."""
+    async with running_node(
+        database_url=database_url,
+        amqp_url=amqp_url,
+        node_id="floored",
+        shard_count=8,
+        api_keys=API_KEYS,
+        max_schedule_jobs_per_minute=3,
+    ) as running:
+        yield running
+
+
+async def test_an_interval_under_the_floor_is_refused_naming_it(
+    floored_node: Node, database_url: str
+) -> None:
+    async with client(floored_node) as http:
+        short = await http.post(
+            "/v1/schedules", json=schedule("s", cron=None, interval_s=59), headers=bearer(TEAM_A)
+        )
+        minute = await http.post(
+            "/v1/schedules", json=schedule("m", cron=None, interval_s=60), headers=bearer(TEAM_A)
+        )
+        retimed = await http.patch(
+            "/v1/schedules/m", json={"interval_s": 1}, headers=bearer(TEAM_A)
+        )
+    assert short.status_code == 422, short.text
+    assert [f["field"] for f in short.json()["fields"]] == ["interval_s"]
+    assert "at least 60" in short.json()["message"]
+    assert minute.status_code == 201, minute.text
+    assert retimed.status_code == 422, retimed.text
+    assert [f["field"] for f in retimed.json()["fields"]] == ["interval_s"]
+    assert await count_rows(database_url, "schedules") == 1
+
+
+async def test_a_namespaces_schedules_make_at_most_its_quota_of_jobs(floored_node: Node) -> None:
+    def every_minute(name: str, **fields: object) -> dict[str, object]:
+        return schedule(name, cron=None, interval_s=60, **fields)
+
+    async with client(floored_node) as http:
+
+        async def post(body: dict[str, object], token: str = TEAM_A) -> int:
+            return (await http.post("/v1/schedules", json=body, headers=bearer(token))).status_code
+
+        assert [await post(every_minute(f"m{index}")) for index in range(3)] == [201] * 3
+        over = await http.post("/v1/schedules", json=every_minute("m3"), headers=bearer(TEAM_A))
+        assert over.status_code == 409, over.text
+        assert over.json()["error"] == "quota_reached"
+        assert [f["field"] for f in over.json()["fields"]] == ["interval_s"]
+        # Six an hour, at most one of them a minute, is over a quota already full.
+        cron = schedule("c", cron="*/10 * * * *")
+        assert await post(cron) == 409
+        assert await post(every_minute("m3"), TEAM_B) == 201  # per namespace
+        assert await post(every_minute("held", paused=True)) == 201  # a paused one makes none
+        resumed = await http.patch(
+            "/v1/schedules/held", json={"paused": False}, headers=bearer(TEAM_A)
+        )
+        assert resumed.status_code == 409, resumed.text
+        slower = await http.patch(
+            "/v1/schedules/m0", json={"interval_s": 120}, headers=bearer(TEAM_A)
+        )
+        assert slower.status_code == 200, slower.text  # half a job a minute freed
+        assert await post(every_minute("m4")) == 409  # 2.5 + 1 > 3
+        assert await post(schedule("hourly", cron="0 * * * *")) == 201  # 2.5 + 1/60

@@ -30,12 +30,18 @@ def due(*jobs: models.NewJob) -> list[models.DueEntry]:
     return [models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in jobs]
 
 
-def new_job(shard: int = 0, *, key: str | None = None, run_at: datetime = NOW) -> models.NewJob:
+def new_job(
+    shard: int = 0,
+    *,
+    key: str | None = None,
+    run_at: datetime = NOW,
+    payload: bytes = b'{"order": 1}',
+) -> models.NewJob:
     return models.NewJob(
         id=IDS.next(),
         shard=shard,
         routing_key="orders.expire",
-        payload=b'{"order": 1}',
+        payload=payload,
         run_at=run_at,
         idempotency_key=key,
         headers={"tenant": "a", "n": 1},
@@ -252,8 +258,32 @@ async def test_page_filters_and_follows_the_cursor(db: Database) -> None:
     store = JobStore(db, node_id="n1", lease_s=30)
     jobs = [new_job() for _ in range(5)]
     await store.insert(jobs)
-    page = await store.page(state=models.JobState.SCHEDULED, routing_key=None, after=None, limit=3)
-    assert [j.id for j in page] == [j.id for j in jobs[:3]]
-    rest = await store.page(state=None, routing_key="orders.expire", after=page[-1].id, limit=3)
-    assert [j.id for j in rest] == [j.id for j in jobs[3:]]
-    assert await store.page(state=None, routing_key="other", after=None, limit=3) == []
+    page, more = await store.page(
+        state=models.JobState.SCHEDULED, routing_key=None, after=None, limit=3
+    )
+    assert ([j.id for j in page], more) == ([j.id for j in jobs[:3]], True)
+    rest, more = await store.page(
+        state=None, routing_key="orders.expire", after=page[-1].id, limit=3
+    )
+    assert ([j.id for j in rest], more) == ([j.id for j in jobs[3:]], False)
+    assert await store.page(state=None, routing_key="other", after=None, limit=3) == ([], False)
+
+
+async def test_a_page_ends_past_its_bytes_of_payloads_and_says_more_follow(db: Database) -> None:
+    store = JobStore(db, node_id="n1", lease_s=30)
+    jobs = [new_job(payload=b'"' + b"x" * 998 + b'"') for _ in range(5)]  # 1 000 bytes each
+    await store.insert(jobs)
+    pages = []
+    after = None
+    while True:
+        page, more = await store.page(
+            state=None, routing_key=None, after=after, limit=100, max_bytes=2_500
+        )
+        pages.append([job.id for job in page])
+        if not more:
+            break
+        after = page[-1].id
+    # Each page starts while under 2 500 bytes: three jobs (2 000 before the third), then two.
+    assert pages == [[j.id for j in jobs[:3]], [j.id for j in jobs[3:]]]
+    one, more = await store.page(state=None, routing_key=None, after=None, limit=9, max_bytes=1)
+    assert (len(one), more) == (1, True)  # one job at least, however large

@@ -99,7 +99,6 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiDeps:
         store=KeyStore(db),
         cache_s=settings.api_key_cache_s,
         required=settings.api_auth_required,
-        lookup_rate=settings.api_key_lookup_rate,
     )
     return ApiDeps(
         settings=settings,

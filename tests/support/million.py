@@ -47,6 +47,7 @@ LATERAL (SELECT CASE
 """
 
 START = uuid.UUID(int=0)  # the cursor of a first page
+PAGE_BYTES = 4 * 1024 * 1024  # DISPATCHER_MAX_PAGE_BYTES's default
 MIDDLE = uuid.UUID(int=ROWS * 95 // 100)  # a page among the newest jobs
 
 
@@ -55,30 +56,138 @@ def case(name: str, index: str, query: str, *args: Any) -> tuple[str, str, str, 
 
 
 # (what the caller asks, the index that must serve it, the query, its parameters): every filter
-# of GET /v1/jobs, alone and with a tenant's namespace, as the API passes them to the store.
+# of GET /v1/jobs, alone and with a tenant's namespace, as the API passes them to the store (the
+# last, a key's routing-key filter).
 LIST_CASES = [
-    case("every job", "jobs_pkey", queries.LIST_JOBS, None, None, START, 100, None),
-    case("a state", "jobs_state", queries.LIST_JOBS, "scheduled", None, START, 100, None),
     case(
-        "a state, a later page", "jobs_state", queries.LIST_JOBS, "waiting", None, MIDDLE, 100, None
+        "every job", "jobs_pkey", queries.LIST_JOBS, None, None, START, 100, None, None, PAGE_BYTES
     ),
-    case("a rare state", "jobs_state", queries.LIST_JOBS, "dead", None, START, 50, None),
-    case("a routing key", "jobs_key", queries.LIST_JOBS, None, "rk.499", START, 100, None),
     case(
-        "state and routing key", "jobs_state", queries.LIST_JOBS, "dead", "rk.3", START, 100, None
+        "a state",
+        "jobs_state",
+        queries.LIST_JOBS,
+        "scheduled",
+        None,
+        START,
+        100,
+        None,
+        None,
+        PAGE_BYTES,
     ),
-    case("a new tenant", "jobs_namespace", queries.LIST_JOBS, None, None, START, 100, "late"),
-    case("a tiny tenant", "jobs_namespace", queries.LIST_JOBS, None, None, START, 100, "small"),
-    case("default namespace", "jobs_pkey", queries.LIST_JOBS, None, None, START, 100, ""),
     case(
-        "tenant and state", "jobs_state", queries.LIST_JOBS, "scheduled", None, START, 100, "late"
+        "a state, a later page",
+        "jobs_state",
+        queries.LIST_JOBS,
+        "waiting",
+        None,
+        MIDDLE,
+        100,
+        None,
+        None,
+        PAGE_BYTES,
     ),
-    case("tenant and key", "jobs_key", queries.LIST_JOBS, None, "rk.7", START, 100, "ns-3"),
+    case(
+        "a rare state",
+        "jobs_state",
+        queries.LIST_JOBS,
+        "dead",
+        None,
+        START,
+        50,
+        None,
+        None,
+        PAGE_BYTES,
+    ),
+    case(
+        "a routing key",
+        "jobs_key",
+        queries.LIST_JOBS,
+        None,
+        "rk.499",
+        START,
+        100,
+        None,
+        None,
+        PAGE_BYTES,
+    ),
+    case(
+        "state and routing key",
+        "jobs_state",
+        queries.LIST_JOBS,
+        "dead",
+        "rk.3",
+        START,
+        100,
+        None,
+        None,
+        PAGE_BYTES,
+    ),
+    case(
+        "a new tenant",
+        "jobs_namespace",
+        queries.LIST_JOBS,
+        None,
+        None,
+        START,
+        100,
+        "late",
+        None,
+        PAGE_BYTES,
+    ),
+    case(
+        "a tiny tenant",
+        "jobs_namespace",
+        queries.LIST_JOBS,
+        None,
+        None,
+        START,
+        100,
+        "small",
+        None,
+        PAGE_BYTES,
+    ),
+    case(
+        "default namespace",
+        "jobs_pkey",
+        queries.LIST_JOBS,
+        None,
+        None,
+        START,
+        100,
+        "",
+        None,
+        PAGE_BYTES,
+    ),
+    case(
+        "tenant and state",
+        "jobs_state",
+        queries.LIST_JOBS,
+        "scheduled",
+        None,
+        START,
+        100,
+        "late",
+        None,
+        PAGE_BYTES,
+    ),
+    case(
+        "tenant and key",
+        "jobs_key",
+        queries.LIST_JOBS,
+        None,
+        "rk.7",
+        START,
+        100,
+        "ns-3",
+        None,
+        PAGE_BYTES,
+    ),
     case(
         "idempotency key, any namespace",
         "jobs_idempotency_key_namespace",
         queries.SELECT_BY_IDEMPOTENCY_KEY,
         "idem-999",
+        None,
         None,
     ),
     case(
@@ -87,6 +196,20 @@ LIST_CASES = [
         queries.SELECT_BY_IDEMPOTENCY_KEY,
         "idem-999",
         "ns-9",
+        None,
+    ),
+    # A key limited to routing-key prefixes: the tenant's index, the prefixes tested on its rows.
+    case(
+        "a new tenant's prefixed key",
+        "jobs_namespace",
+        queries.LIST_JOBS,
+        None,
+        None,
+        START,
+        100,
+        "late",
+        ["rk"],
+        PAGE_BYTES,
     ),
 ]
 

@@ -9,7 +9,6 @@ from starlette.types import Receive, Scope, Send
 
 from dispatcher import hosts
 from dispatcher.api.browsers import BrowserGuard
-from dispatcher.keyring import TokenBucket
 
 
 class Recorder:
@@ -132,13 +131,3 @@ def test_host_headers_split_into_name_and_port(
 def test_a_bad_allowed_hosts_entry_is_refused_by_name(text: str) -> None:
     with pytest.raises(ValueError, match=r"host|port"):
         hosts.parse_allowed(text)
-
-
-def test_a_token_bucket_allows_one_seconds_burst_then_its_rate() -> None:
-    now = [0.0]
-    bucket = TokenBucket(5, lambda: now[0])
-    assert [bucket.take() for _ in range(6)] == [True] * 5 + [False]
-    now[0] += 0.2  # one more token
-    assert [bucket.take(), bucket.take()] == [True, False]
-    now[0] += 100  # never more than one second's worth
-    assert sum(bucket.take() for _ in range(20)) == 5

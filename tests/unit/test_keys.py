@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from dispatcher import api_keys
 from dispatcher.settings import Settings
+from tests.support.words import WITHIN_CASES
 
 TOKEN_A = "tok-aaaaaaaaaaaaaaaa"
 TOKEN_B = "tok-bbbbbbbbbbbbbbbb"
@@ -103,3 +104,34 @@ def test_producer_is_confined_to_its_scope_namespace_and_prefixes() -> None:
     assert not producer.may_route("orders.expire")
     default = api_keys.Principal(key="k", scope=api_keys.Scope.PRODUCER)
     assert default.namespace_filter == ""  # the default namespace, not every namespace
+
+
+@pytest.mark.parametrize(("prefix", "routing_key", "within"), WITHIN_CASES)
+def test_a_prefix_names_whole_words(prefix: str, routing_key: str, within: bool) -> None:
+    key = api_keys.Principal(key="k", scope=api_keys.Scope.PRODUCER, routing_key_prefixes=(prefix,))
+    assert key.may_route(routing_key) is within
+    assert key.routing_key_filter == [prefix.rstrip(".")]
+
+
+def test_an_admin_and_a_key_without_prefixes_filter_nothing() -> None:
+    admin = api_keys.Principal(key="k", scope=api_keys.Scope.ADMIN)
+    assert admin.routing_key_filter is None
+    assert api_keys.Principal(key="k", scope=api_keys.Scope.PRODUCER).routing_key_filter is None
+
+
+@pytest.mark.parametrize(
+    ("namespace", "prefixes"),
+    [("team\n", []), (None, ["billing.\n"]), (None, ["."]), (None, [".billing"])],
+)
+def test_a_grant_ending_in_a_newline_or_without_a_word_is_refused(
+    namespace: str | None, prefixes: list[str]
+) -> None:
+    with pytest.raises(ValueError, match=r"namespace|prefix"):
+        api_keys.check_grant(api_keys.Scope.PRODUCER, namespace, prefixes)
+
+
+def test_a_routing_key_ending_in_a_newline_is_refused() -> None:
+    from consumers_sdk import validation
+
+    assert validation.routing_key_problem("billing.invoice\n") is not None
+    assert validation.routing_key_problem("billing.invoice") is None
