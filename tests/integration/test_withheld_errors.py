@@ -76,7 +76,8 @@ async def test_readyz_withholds_the_databases_error_from_other_keys(
         async def refused_on_the_relays_port() -> bool:
             admin.update((await http.get("/readyz", headers=bearer(ADMIN))).json())
             failing = admin["standing"]["failing"].get("postgres")
-            return failing is not None and f"{pg_relay.port}" in failing["reason"]
+            said = f"{pg_relay.port}" in str(failing) and "reason" in admin["standing"]
+            return said  # the probe's error, and the standing judged from it
 
         await pg_relay.cut()
         await until(refused_on_the_relays_port, 20)
@@ -91,6 +92,8 @@ async def test_readyz_withholds_the_databases_error_from_other_keys(
         shown = answer.json()
         assert shown["checks"]["postgres"] is False  # which check failed is still said
         assert shown["standing"]["failing"]["postgres"]["reason"] == ops.WITHHELD
+        assert shown["standing"]["reason"] == ops.WITHHELD
+        assert shown["degraded"]["standing"] == ops.WITHHELD
         assert set(shown["degraded"].values()) == {ops.WITHHELD}
     assert f"127.0.0.1', {pg_relay.port})" in caplog.text  # the node's log has the detail
 

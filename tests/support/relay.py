@@ -40,20 +40,17 @@ class Relay:
         task = asyncio.current_task()
         assert task is not None
         self._pipes.add(task)
+        ends = [writer]
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
-        except OSError:
-            writer.close()
-            self._pipes.discard(task)
-            return
-        try:
+            ends.append(upstream_writer)
             async with asyncio.TaskGroup() as group:
                 group.create_task(_pump(reader, upstream_writer))
                 group.create_task(_pump(upstream_reader, writer))
         except* (OSError, asyncio.IncompleteReadError):
             pass
         finally:
-            for end in (writer, upstream_writer):
+            for end in ends:
                 end.close()
             self._pipes.discard(task)
 
