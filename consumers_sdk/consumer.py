@@ -220,9 +220,12 @@ class Consumer:
 
         return register
 
-    def serve_metrics(self, port: int, *, host: str = "0.0.0.0") -> None:
+    def serve_metrics(self, port: int, *, host: str = "127.0.0.1") -> None:
         """Serve the metrics on ``http://host:port/metrics`` while ``run`` runs (port 0: any
-        free one, then read at ``metrics_port``); builds the metrics if none were given."""
+        free one, then read at ``metrics_port``); builds the metrics if none were given.
+
+        On this machine only by default: the page has no authentication. ``host="0.0.0.0"``
+        (or one interface's address) lets a Prometheus on another host scrape it."""
         if self.metrics is None:
             self.metrics = metrics_mod.ConsumerMetrics()
             if self.events is not None:

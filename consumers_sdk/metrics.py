@@ -119,7 +119,7 @@ class _DroppedEvents:
 class MetricsServer:
     """``registry`` served on ``host:port`` (``/metrics``) from a thread, while a consumer runs."""
 
-    def __init__(self, registry: CollectorRegistry, *, port: int, host: str = "0.0.0.0") -> None:
+    def __init__(self, registry: CollectorRegistry, *, port: int, host: str = "127.0.0.1") -> None:
         self._registry = registry
         self.port = port
         self._host = host

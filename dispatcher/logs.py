@@ -2,8 +2,9 @@
 With ``DISPATCHER_LOG_FORMAT=json`` each line is a JSON object instead (the SDK's
 ``consumers_sdk.logs.JsonFormatter``: ``ts``, ``level``, ``logger``, ``message``, the extras).
 
-A log line is one line: control characters in the message and the extras (a request's path, a
-routing key, a consumer's reason) are escaped, so a caller cannot forge or split a line.
+A log line is one line: control characters in the message, the extras (a request's path, a
+routing key, a consumer's reason) and a traceback are escaped, so a caller cannot forge or split
+a line (the SDK's ``TextFormatter``; the traceback follows the extras on the same line).
 """
 
 from __future__ import annotations
@@ -14,29 +15,11 @@ import sys
 from consumers_sdk import logs as sdk_logs
 
 EXTRAS = ("action", "job_id")
+escape = sdk_logs.escape
 
 
-def _escapes() -> dict[int, str]:
-    # C0, DEL and C1 controls, and the line and paragraph separators some viewers break lines on.
-    table = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
-    table.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
-    table.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
-    return table
-
-
-ESCAPES = _escapes()
-
-
-def escape(text: str) -> str:
-    """``text`` without control characters: ``\\n`` becomes ``\\\\n``, the others ``\\\\xNN`` or
-    ``\\\\uNNNN``."""
-    return text.translate(ESCAPES)
-
-
-class Formatter(logging.Formatter):
+class Formatter(sdk_logs.TextFormatter):
     def formatMessage(self, record: logging.LogRecord) -> str:
-        # ``format`` sets record.message from the arguments just before, on every call.
-        record.message = escape(record.message)
         line = super().formatMessage(record)
         for key in EXTRAS:
             value = record.__dict__.get(key)

@@ -1,8 +1,13 @@
-"""Operations: liveness, readiness, metrics, statistics, the cluster view."""
+"""Operations: liveness, readiness, metrics, statistics, the cluster view.
+
+``/readyz`` and ``/v1/queues`` tell a caller without an admin key which check failed, never the
+text behind it: a driver's error names hosts, ports and SQL, which a producer or a probe has no
+use for. The node logs that text, and an admin key (every caller while auth is off) sees it."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -14,7 +19,11 @@ from dispatcher import api_keys
 from dispatcher.api import auth, ops_schemas, schemas
 from dispatcher.api.deps import Deps
 
+logger = logging.getLogger(__name__)
 router = APIRouter(tags=["operations"])
+# In place of a reason, for a caller without an admin key.
+WITHHELD = "withheld: see the node's log, or ask with an admin key"
+QUEUES_UNAVAILABLE = "RabbitMQ's management API did not answer as expected"
 NEXT_DUE = 20
 # The console's grouped view of what is due: the next hour, per minute and routing key, counted
 # over at most DUE_SCANNED jobs (each poll's cost is bounded whatever the backlog).
@@ -64,7 +73,9 @@ async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
     ``clock`` shows this host's measured offset from PostgreSQL's clock (the one the node fires
     on) either way; ``standing`` what the node can do (``ok``, ``failing``, ``out``: its shards
     go to the others, ``recovering``), the failing services, and how long ago each answered a
-    probe and firing last claimed and had a publish confirmed."""
+    probe and firing last claimed and had a publish confirmed. The reasons (``degraded``'s, the
+    clock's, the standing's and each failing service's) are for admin keys: others get
+    ``WITHHELD`` in their place."""
     checks = await deps.readiness()
     ready = all(checks.values())
     auth_mode = "off" if caller is api_keys.OPEN_ACCESS else "on"
@@ -86,7 +97,34 @@ async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
         degraded = {**degraded, "standing": str(standing["reason"])}
     if degraded:
         answer["degraded"] = degraded
+    if not caller.has(api_keys.Scope.ADMIN):
+        answer = withheld(answer)
     return JSONResponse(answer, status_code=200 if ready else 503)
+
+
+def withheld(answer: dict[str, object]) -> dict[str, object]:
+    """The readiness ANSWER with every free-text reason replaced by ``WITHHELD``: what failed
+    stays (the checks, the failing loops and services, the standing), why does not. Pure."""
+    shown = dict(answer)
+    degraded = answer.get("degraded")
+    if isinstance(degraded, dict):
+        shown["degraded"] = dict.fromkeys(degraded, WITHHELD)
+    for part in ("clock", "standing"):
+        state = answer.get(part)
+        if isinstance(state, dict):
+            shown[part] = state = dict(state)
+            if state.get("reason") is not None:
+                state["reason"] = WITHHELD
+            failing = state.get("failing")
+            if isinstance(failing, dict):
+                state["failing"] = {
+                    name: {**service, "reason": WITHHELD} if isinstance(service, dict) else service
+                    for name, service in failing.items()
+                }
+    path = answer.get("publish_path")
+    if isinstance(path, dict) and path.get("fallback_reason") is not None:
+        shown["publish_path"] = {**path, "fallback_reason": WITHHELD}
+    return shown
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_REFUSALS)
@@ -139,11 +177,14 @@ async def stats(deps: Deps, caller: auth.Monitor) -> Response:
 )
 async def queues(deps: Deps, caller: auth.Monitor) -> Response:
     """The queues of the dispatcher's vhost with their message counts, from RabbitMQ's
-    management API (for the console's links); 503 when it does not answer."""
+    management API (for the console's links); 503 when it does not answer, with its error to
+    an admin key only (the node logs it)."""
     try:
         listed = await dlq.list_queues(deps.settings.amqp_url, deps.settings.amqp_management_url)
     except sdk_errors.DlqError as exc:
-        return JSONResponse({"error": "unavailable", "message": str(exc)}, status_code=503)
+        logger.warning("GET /v1/queues: %s", exc, extra={"action": "queues_unavailable"})
+        message = str(exc) if caller.has(api_keys.Scope.ADMIN) else QUEUES_UNAVAILABLE
+        return JSONResponse({"error": "unavailable", "message": message}, status_code=503)
     return schemas.json_response([{"name": n, "messages": m} for n, m in listed])
 
 

@@ -24,12 +24,14 @@ class ClockState(BaseModel):
     )
     max_offset_s: float = Field(description="the offset past which the node stops firing")
     steps: int = Field(description="times a clock was seen to step since the node started")
-    reason: str | None = Field(default=None, description="why the clock is not trusted")
+    reason: str | None = Field(
+        default=None, description="why the clock is not trusted (admin keys; others: withheld)"
+    )
 
 
 class FailingService(BaseModel):
     for_s: float = Field(description="for how long its probes or firing have failed")
-    reason: str = Field(description="the last failure")
+    reason: str = Field(description="the last failure (admin keys; others: withheld)")
 
 
 class StandingState(BaseModel):
@@ -53,7 +55,9 @@ class StandingState(BaseModel):
     rejoin_in_s: float | None = Field(
         default=None, description="recovering: when the node takes shards again"
     )
-    reason: str | None = Field(default=None, description="why the standing is not ok")
+    reason: str | None = Field(
+        default=None, description="why the standing is not ok (admin keys; others: withheld)"
+    )
 
 
 class Readiness(BaseModel):
@@ -65,12 +69,14 @@ class Readiness(BaseModel):
     clock: ClockState
     standing: StandingState
     publish_path: dict[str, str | None] = Field(
-        description="firing's publish path (`path`) and why it fell back (`fallback_reason`)"
+        description="firing's publish path (`path`) and why it fell back (`fallback_reason`, "
+        "withheld but for admin keys)"
     )
     degraded: dict[str, str] | None = Field(
         default=None,
         description="the failing background loops with their last error, `clock` with its "
-        "reason while the clock is not trusted, and `standing` with its reason while it is not ok",
+        "reason while the clock is not trusted, and `standing` with its reason while it is not "
+        "ok; the reasons are for admin keys, others get a placeholder (the node logs them)",
     )
 
 

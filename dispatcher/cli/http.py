@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import httpx
 
-from dispatcher.cli import parsers, progress, tables
+from dispatcher.cli import credentials, parsers, progress, tables
 
 Row = dict[str, Any]
 PAGE = 1000  # rows asked for at a time (the API's most)
@@ -29,11 +29,7 @@ def add_parsers(commands: parsers.Commands) -> None:
         default=os.environ.get("DISPATCHER_URL"),
         help="the dispatcher's API (default: $DISPATCHER_URL, else DISPATCHER_HTTP_HOST:_PORT)",
     )
-    common.add_argument(
-        "--api-key",
-        default=os.environ.get("DISPATCHER_API_KEY"),
-        help="an API key (default: $DISPATCHER_API_KEY)",
-    )
+    credentials.add_options(common, "an API key")
     common.add_argument("--json", action="store_true", help="machine-readable output, nothing cut")
 
     jobs = parsers.group(commands, "jobs", "jobs, through the HTTP API")
@@ -98,8 +94,9 @@ def run(args: argparse.Namespace, default_url: str) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)
     # Writes are JSON, the body-less ones too (the node refuses what a browser form could send).
     headers = {"content-type": "application/json"}
-    if args.api_key:
-        headers["authorization"] = f"Bearer {args.api_key}"
+    token = credentials.token(args)
+    if token:
+        headers["authorization"] = f"Bearer {token}"
     try:
         with httpx.Client(base_url=args.url or default_url, headers=headers, timeout=30) as http:
             if args.command == "jobs":

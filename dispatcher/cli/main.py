@@ -14,7 +14,7 @@ from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dispatcher import api_keys, errors, logs
-from dispatcher.cli import http, parsers, progress, tables
+from dispatcher.cli import credentials, http, parsers, progress, tables
 from dispatcher.settings import Settings
 from dispatcher.version import __version__
 
@@ -88,7 +88,7 @@ async def _dlq_requeue(
 
     if not args.url:  # nothing to ask: every copy moves, as before the check
         return await dlq.requeue(settings.amqp_url, args.queue, limit=args.limit, progress=drawn)
-    async with dlq_check.JobLookup(args.url, api_key=args.api_key) as lookup:
+    async with dlq_check.JobLookup(args.url, api_key=credentials.token(args)) as lookup:
         return await dlq.requeue(
             settings.amqp_url, args.queue, limit=args.limit, progress=drawn, lookup=lookup
         )
@@ -245,11 +245,7 @@ def _dlq_parser(commands: parsers.Commands) -> None:
         help="the dispatcher's API, asked about each dead copy: one whose job was requeued or "
         "finished since is dropped, not run again (default: $DISPATCHER_URL; none: no check)",
     )
-    dlq_requeue.add_argument(
-        "--api-key",
-        default=os.environ.get("DISPATCHER_API_KEY"),
-        help="an API key that sees the jobs' namespaces (default: $DISPATCHER_API_KEY)",
-    )
+    credentials.add_options(dlq_requeue, "an API key that sees the jobs' namespaces")
 
 
 def _broker_parser(commands: parsers.Commands) -> None:

@@ -17,9 +17,9 @@ INTRO = """\
 # Command line
 
 Every command of `dispatcher` (also `python -m dispatcher ...`) with its `--help`. The commands
-that talk to the HTTP API take `--url` (or `DISPATCHER_URL`) and `--api-key` (or
-`DISPATCHER_API_KEY`); the others read the `DISPATCHER_*` settings
-([Configuration](configuration.md)).
+that talk to the HTTP API take `--url` (or `DISPATCHER_URL`) and an API key from
+`DISPATCHER_API_KEY` or a file (`--api-key-file`), never on the command line; the others read the
+`DISPATCHER_*` settings ([Configuration](configuration.md)).
 
 This page is generated from the command line's parsers.
 """

@@ -5,8 +5,11 @@
 set -euo pipefail
 : "${PRIMARY_HOST:?set it to the host name of the primary}"
 : "${STANDBY_APPLICATION_NAME:?set it to the name in synchronous_standby_names of the primary}"
+: "${REPLICATION_PASSWORD:?set it to the password of the replicator role of the primary}"
 
-conninfo="host=$PRIMARY_HOST user=replicator application_name=$STANDBY_APPLICATION_NAME"
+# The password goes into primary_conninfo, as the walreceiver needs it: URL-safe characters only.
+conninfo="host=$PRIMARY_HOST user=replicator password=$REPLICATION_PASSWORD"
+conninfo="$conninfo application_name=$STANDBY_APPLICATION_NAME"
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
     mkdir -p "$PGDATA"
     chmod 0700 "$PGDATA"

@@ -217,13 +217,17 @@ async def test_schedules_list_show_pause_resume_delete(dispatcher: DispatcherPro
 
 async def test_schedules_list_follows_the_pages(
     dispatcher: DispatcherProcess,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     names = [f"report-{i}" for i in range(5)]
     await create_schedules(dispatcher.url, *names)
     monkeypatch.setattr(cli_http, "PAGE", 2)  # three pages for five schedules
-    argv = ["schedules", "list", "--json", "--url", dispatcher.url, "--api-key", ADMIN]
+    monkeypatch.delenv("DISPATCHER_API_KEY", raising=False)
+    key_file = tmp_path / "admin.key"
+    key_file.write_text(f"{ADMIN}\n")  # the key from a file: never on the command line
+    argv = ["schedules", "list", "--json", "--url", dispatcher.url, "--api-key-file", str(key_file)]
     assert await asyncio.to_thread(dispatcher_main, argv) == 0
     assert [s["name"] for s in json.loads(capsys.readouterr().out)] == names
     assert await asyncio.to_thread(dispatcher_main, [*argv, "--limit", "3"]) == 0

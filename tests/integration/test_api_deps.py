@@ -12,12 +12,14 @@ import httpx
 import pytest
 
 from dispatcher import api
+from dispatcher.api import ops
 from dispatcher.api.deps import ApiDeps
 from dispatcher.store.db import Database
 from tests.support import api_deps
 from tests.support.nodes import WRITE, jobs_stored
 
 ADMIN = api_deps.ADMIN
+MONITOR = api_deps.MONITOR
 HEAP_SIZE = api_deps.HEAP_SIZE
 CLUSTER = api_deps.CLUSTER
 Checks = api_deps.Checks
@@ -108,6 +110,43 @@ async def test_readyz_shows_the_standing_and_names_its_reason_while_it_is_not_ok
     assert out.status_code == 503, out.text
     assert out.json()["standing"]["failing"] == {"postgres": {"for_s": 10.2, "reason": "timeout"}}
     assert out.json()["degraded"] == {"standing": reason}
+
+
+async def test_readyz_tells_other_keys_what_failed_but_not_the_drivers_text(
+    http: httpx.AsyncClient, checks: Checks
+) -> None:
+    probe = "PostgreSQL unavailable: OSError(\"Connect call failed ('10.1.2.3', 5432)\")"
+    loop = 'UndefinedTableError: relation "jobs" does not exist (SELECT id FROM jobs WHERE ...)'
+    checks.checks["postgres"] = False
+    checks.failing["loader"] = loop
+    checks.clock = {**checks.clock, "trusted": False, "reason": "db.internal:5432 unanswered"}
+    checks.standing = {
+        **checks.standing,
+        "standing": "failing",
+        "failing": {"postgres": {"for_s": 2.5, "reason": probe}},
+        "reason": f"postgres failing for 2.5 s: {probe}",
+    }
+    admin = (await http.get("/readyz", headers=bearer(ADMIN))).json()
+    monitor = await http.get("/readyz", headers=bearer(MONITOR))
+    assert monitor.status_code == 503
+    shown = monitor.json()
+    for text in ("10.1.2.3", "5432", "Connect", "SELECT", "jobs", "db.internal", "forced"):
+        assert text not in monitor.text, text
+    assert shown["checks"] == admin["checks"]  # which check failed is not withheld
+    assert shown["degraded"] == {
+        "loader": ops.WITHHELD,
+        "clock": ops.WITHHELD,
+        "standing": ops.WITHHELD,
+    }
+    assert shown["standing"]["standing"] == "failing"
+    assert shown["standing"]["failing"] == {"postgres": {"for_s": 2.5, "reason": ops.WITHHELD}}
+    assert shown["standing"]["reason"] == ops.WITHHELD
+    assert (shown["clock"]["trusted"], shown["clock"]["reason"]) == (False, ops.WITHHELD)
+    assert shown["publish_path"] == {"path": "per_message", "fallback_reason": ops.WITHHELD}
+    # An admin key gets the node's own words.
+    assert admin["degraded"]["loader"] == loop
+    assert admin["standing"]["failing"]["postgres"]["reason"] == probe
+    assert admin["clock"]["reason"] == "db.internal:5432 unanswered"
 
 
 async def test_stats_and_cluster_come_from_the_callables_given(http: httpx.AsyncClient) -> None:

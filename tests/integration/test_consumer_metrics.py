@@ -3,6 +3,9 @@ the application owns, or served on a port while the consumer runs."""
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
@@ -98,6 +101,47 @@ async def test_serve_metrics_serves_them_on_a_port_while_the_consumer_runs(amqp_
     async with httpx.AsyncClient(timeout=5) as http:
         with pytest.raises(httpx.ConnectError):  # no longer served once run() returned
             await http.get(url)
+
+
+def this_hosts_address() -> str:
+    """This machine's address on its route out: where a Prometheus on another host connects."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as route:
+        route.connect(("192.0.2.1", 9))  # UDP: picks the route and its source, sends nothing
+        address: str = route.getsockname()[0]
+    assert not ipaddress.ip_address(address).is_loopback, address
+    return address
+
+
+async def test_the_metrics_page_is_served_on_this_machine_only_unless_widened(
+    amqp_url: str,
+) -> None:
+    outside = this_hosts_address()
+    consumers = []
+    for host in (None, "0.0.0.0"):
+        consumer = Consumer(amqp_url, group=GROUP, report_events=False)
+
+        @consumer.handler("orders.ok")
+        async def ok(job: Job) -> None:
+            pass
+
+        if host is None:
+            consumer.serve_metrics(0)  # the default
+        else:
+            consumer.serve_metrics(0, host=host)
+        consumers.append(consumer)
+    default, widened = consumers
+    async with (
+        running(default),
+        running(widened),
+        httpx.AsyncClient(timeout=5, trust_env=False) as http,
+    ):
+        local = await http.get(f"http://127.0.0.1:{default.metrics_port}/metrics")
+        with pytest.raises(httpx.ConnectError):
+            await http.get(f"http://{outside}:{default.metrics_port}/metrics")
+        remote = await http.get(f"http://{outside}:{widened.metrics_port}/metrics")
+    assert local.status_code == 200
+    assert remote.status_code == 200
+    assert "dispatcher_consumer_handled_total" in remote.text
 
 
 def test_events_dropped_by_the_reporter_are_counted() -> None:

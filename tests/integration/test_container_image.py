@@ -148,7 +148,7 @@ def test_the_image_serves_the_dispatcher_as_a_user_on_the_published_port() -> No
     assert "http://127.0.0.1:8080/healthz" in healthcheck
     dispatcher = yaml.safe_load((ROOT / "compose.yaml").read_text())["services"]["dispatcher"]
     assert dispatcher["build"] == "."
-    assert dispatcher["ports"] == ["8080:8080"]
+    assert dispatcher["ports"] == ["127.0.0.1:8080:8080"]
     assert dispatcher["environment"]["DISPATCHER_HTTP_PORT"] == "8080"
 
 

@@ -23,6 +23,7 @@ from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
 
 ADMIN = "admin-token-0123456789"
+MONITOR = "monitor-token-0123456789"
 SHARDS = 4
 CLUSTER = {"mode": "test", "members": ["only"]}
 HEAP_SIZE = 7
@@ -69,7 +70,9 @@ async def describe() -> dict[str, object]:
 
 
 def build(database_url: str, db: Database, checks: Checks) -> ApiDeps:
-    settings = Settings(database_url=database_url, shard_count=SHARDS, api_keys=f"{ADMIN}:admin")
+    settings = Settings(
+        database_url=database_url, shard_count=SHARDS, api_keys=f"{ADMIN}:admin,{MONITOR}:monitor"
+    )
     metrics = Metrics()
     store = JobStore(db, node_id="api-only", lease_s=settings.lease_s)
     loader = Loader(

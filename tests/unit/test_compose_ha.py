@@ -4,54 +4,25 @@ ZooKeeper servers, the synchronous standby's name), and the images are compose.y
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
-
-import yaml
 
 from dispatcher.cluster.zk import split_hosts
 from dispatcher.settings import Settings
 from dispatcher.store import servers
+from tests.support import compose
 
-ROOT = Path(__file__).parents[2]
-# Compose's interpolation: ${NAME:-default}, ${NAME:?message}, ${NAME}.
-VARIABLE = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")
-ADMIN_TOKEN = "an-admin-token-of-32-characters!"
+ROOT = compose.ROOT
 
 
 def services(name: str = "compose.ha.yaml") -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((ROOT / name).read_text())["services"]
-    return loaded
+    return compose.services(name)
 
 
 def named(prefix: str) -> dict[str, dict[str, Any]]:
     found = {name: spec for name, spec in services().items() if name.startswith(prefix)}
     assert found, prefix
     return found
-
-
-def interpolated(value: str) -> str:
-    """VALUE as compose starts it with only the admin token set: defaults, no other variable."""
-
-    def one(match: re.Match[str]) -> str:
-        name, kind, default = match.groups()
-        if name == "DISPATCHER_ADMIN_TOKEN":
-            return ADMIN_TOKEN
-        assert kind == "-", f"${{{name}}} has no default"
-        return str(default)
-
-    return VARIABLE.sub(one, value)
-
-
-def dispatcher_settings(environment: dict[str, str]) -> Settings:
-    """The Settings a node builds from ENVIRONMENT; only Settings' names pass (extra=forbid)."""
-    fields = {}
-    for name, value in environment.items():
-        assert name.startswith("DISPATCHER_"), name
-        fields[name.removeprefix("DISPATCHER_").lower()] = interpolated(value)
-    return Settings(**fields)
 
 
 def test_every_dispatcher_uses_only_the_settings_names_and_gets_every_server() -> None:
@@ -61,7 +32,7 @@ def test_every_dispatcher_uses_only_the_settings_names_and_gets_every_server() -
     for name, spec in named("dispatcher").items():
         environment = spec["environment"]
         assert set(environment) <= known, (name, set(environment) - known)
-        settings = dispatcher_settings(environment)
+        settings = compose.dispatcher_settings(environment)
         brokers = {urlsplit(url).hostname for url in settings.amqp_urls()}
         assert brokers == set(rabbitmq), name
         databases = {urlsplit(url).hostname for url in servers.each_server(settings.database_url)}
@@ -74,10 +45,10 @@ def test_every_dispatcher_uses_only_the_settings_names_and_gets_every_server() -
 def test_the_dispatchers_are_three_nodes_with_their_own_ids_and_ports() -> None:
     dispatchers = named("dispatcher").values()
     assert len(dispatchers) == 3
-    ids = {dispatcher_settings(spec["environment"]).node_id for spec in dispatchers}
+    ids = {compose.dispatcher_settings(spec["environment"]).node_id for spec in dispatchers}
     assert len(ids) == 3
     published = [port for spec in dispatchers for port in spec.get("ports", [])]
-    assert published == ["8081:8080", "8082:8080", "8083:8080"]
+    assert published == ["127.0.0.1:8081:8080", "127.0.0.1:8082:8080", "127.0.0.1:8083:8080"]
 
 
 def test_the_images_are_those_of_compose_yaml() -> None:
