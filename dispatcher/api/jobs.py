@@ -116,8 +116,10 @@ async def create_jobs(request: Request, deps: Deps, caller: auth.Producer) -> Re
 async def get_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Response:
     """The job with its whole history: scheduled, dispatched, each attempt, the final state."""
     job = await deps.jobs.get(job_id, namespace=caller.namespace_filter)
-    events = await deps.history.events(job_id)
-    document = schemas.history_document(job, events)
+    history = await deps.history.history(job_id)
+    document = schemas.history_document(
+        job, history.events, ignored_dropped=history.ignored_dropped
+    )
     prerequisites = await deps.jobs.prerequisites(job_id)
     document["after"] = [str(prerequisite) for prerequisite, _ in prerequisites]
     document["pending"] = [str(prerequisite) for prerequisite, done in prerequisites if not done]
