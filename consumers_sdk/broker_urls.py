@@ -71,3 +71,14 @@ def vhost(value: str | Sequence[str]) -> str:
 
 def _vhost_of(url: str) -> str:
     return unquote(urlsplit(url).path.removeprefix("/")) or "/"
+
+
+def login_user(url: str) -> str | None:
+    """The user a connection to URL logs in as, as RabbitMQ checks a message's ``user_id``: the
+    URL's user (aiormq logs in as ``guest`` without one); None under ``?auth=external``, where the
+    broker takes the name from the client's certificate."""
+    parts = urlsplit(url)
+    mechanism = parse_qs(parts.query).get("auth", ["plain"])[0]
+    if mechanism.lower() != "plain":
+        return None
+    return unquote(parts.username) if parts.username else "guest"

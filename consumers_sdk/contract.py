@@ -174,13 +174,17 @@ def _as_str(value: object) -> str | None:
 # --- job events: what consumers report back -----------------------------------------------------
 #
 # The SDK publishes the events of each step of an attempt to the durable topic exchange
-# ``EVENTS_EXCHANGE`` with the outcome as routing key, several of one outcome to a message: its
-# body is a JSON array of event objects and its ``type`` is ``EVENTS_TYPE`` (at most
-# ``EVENTS_PER_MESSAGE`` events). A message of ``EVENT_TYPE`` holds one event object, as SDKs
-# before the arrays sent; the dispatcher reads both. Every dispatcher node consumes the one shared
-# quorum queue ``EVENTS_QUEUE`` (competing consumers) and records the events; delivery is
-# at-least-once, so each event carries a unique ``event_id`` and is recorded once whatever the
-# number of copies.
+# ``EVENTS_EXCHANGE`` with the job's routing key as routing key (so that RabbitMQ's topic
+# permissions can hold a consumer's user to its own keys; SDKs before used the outcome), several
+# of one routing key to a message: its body is a JSON array of event objects of at most
+# ``EVENTS_MESSAGE_BYTES`` (``pack_events``) and its ``type`` is ``EVENTS_TYPE`` (at most
+# ``EVENTS_PER_MESSAGE`` events). Its AMQP ``user_id`` is the user the SDK connected as: RabbitMQ
+# refuses a message naming another user, so the dispatcher knows who published each event (and,
+# told which users may report on which jobs, ignores the others). A message of ``EVENT_TYPE``
+# holds one event object, as SDKs before the arrays sent; the dispatcher reads both. Every
+# dispatcher node consumes the one shared quorum queue ``EVENTS_QUEUE`` (bound with ``#``:
+# competing consumers) and records the events; delivery is at-least-once, so each event carries a
+# unique ``event_id`` and is recorded once whatever the number of copies.
 #
 # An event object (JSON): ``event_id``, ``job_id``, ``routing_key`` (the job's own), ``group``,
 # ``consumer``, ``attempt`` (1 for the first delivery), ``outcome`` (one of ``OUTCOMES``),
@@ -198,6 +202,9 @@ EVENTS_QUEUE: Final = "dispatcher.events"
 EVENT_TYPE: Final = "dispatcher.job-event"  # the ``type`` of a message holding one event
 EVENTS_TYPE: Final = "dispatcher.job-events"  # the ``type`` of a message holding an array
 EVENTS_PER_MESSAGE: Final = 1000  # a longer array is refused whole
+# The SDK's messages stay within this; the dispatcher reads up to its
+# DISPATCHER_EVENTS_MAX_MESSAGE_BYTES (256 KiB by default) and drops larger ones unread.
+EVENTS_MESSAGE_BYTES: Final = 64 * 1024
 OUTCOMES: Final = ("started", "succeeded", "failed", "dead")
 FINAL_OUTCOMES: Final = ("succeeded", "dead")
 EVENT_ERROR_LIMIT: Final = 1000
@@ -244,6 +251,31 @@ def encode_events(events: Sequence[JobEvent]) -> bytes:
     if not 0 < len(events) <= EVENTS_PER_MESSAGE:
         raise ValueError(f"1 to {EVENTS_PER_MESSAGE} events per message, not {len(events)}")
     return orjson.dumps([_event_object(event) for event in events])
+
+
+def pack_events(
+    events: Sequence[JobEvent], max_bytes: int = EVENTS_MESSAGE_BYTES
+) -> list[tuple[list[JobEvent], bytes]]:
+    """The events, in order, as the bodies of ``EVENTS_TYPE`` messages of at most ``max_bytes``
+    and ``EVENTS_PER_MESSAGE`` events each, with the events each holds. Each body is
+    ``encode_events`` of its events, built from each event encoded once (an event larger than
+    ``max_bytes`` alone, which a consumer's own long group name could make, goes alone)."""
+    packed: list[tuple[list[JobEvent], bytes]] = []
+    chunk: list[JobEvent] = []
+    parts: list[bytes] = []
+    size = 2  # the brackets
+    for event in events:
+        part = orjson.dumps(_event_object(event))
+        grown = size + len(part) + (1 if parts else 0)  # a comma between two
+        if parts and (grown > max_bytes or len(parts) == EVENTS_PER_MESSAGE):
+            packed.append((chunk, b"[" + b",".join(parts) + b"]"))
+            chunk, parts, grown = [], [], 2 + len(part)
+        chunk.append(event)
+        parts.append(part)
+        size = grown
+    if parts:
+        packed.append((chunk, b"[" + b",".join(parts) + b"]"))
+    return packed
 
 
 def _text(value: object, limit: int = 255) -> str:

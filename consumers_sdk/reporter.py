@@ -1,6 +1,10 @@
 """Reports each attempt's outcome to the dispatcher (``contract.EVENTS_EXCHANGE``) in the
 background: handlers never wait for it and never fail because of it.
 
+Each message holds events of one routing key (the job's, which is also the message's routing key,
+so that a topic permission can hold a user to its own keys) within
+``contract.EVENTS_MESSAGE_BYTES``, and names the user it was published as in ``user_id``.
+
 ``report`` only appends to a bounded buffer; ``run`` publishes the buffer with publisher confirms
 on a connection of its own (a connection RabbitMQ blocks, or a channel it closes for a refused
 publish, must not hold up the consumer's acks). An event not confirmed stays at the head of the
@@ -23,7 +27,7 @@ from typing import cast
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from consumers_sdk import contract, failover, ids, topology
+from consumers_sdk import broker_urls, contract, failover, ids, topology
 from consumers_sdk.errors import TopologyMismatch
 
 logger = logging.getLogger(__name__)
@@ -55,6 +59,8 @@ class EventReporter:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self._url = amqp_url
+        # RabbitMQ refuses a user_id that is not the connection's: the same users on every node.
+        self._user_id = broker_urls.login_user(broker_urls.parse(amqp_url)[0])
         self.group = group
         self.consumer = consumer
         self._buffer: deque[contract.JobEvent] = deque()
@@ -172,24 +178,29 @@ class EventReporter:
         if len(self._buffer) < BATCH:
             await asyncio.sleep(LINGER_S)
         batch = [self._buffer[i] for i in range(min(BATCH, len(self._buffer)))]
-        # One message per outcome among them (the outcome is the routing key), confirmed
+        # One message per routing key among them (within contract.EVENTS_MESSAGE_BYTES), confirmed
         # together: two events per delivery sent one by one cost more than the handler's work.
-        by_outcome: dict[str, list[contract.JobEvent]] = {}
+        by_key: dict[str, list[contract.JobEvent]] = {}
         for event in batch:
-            by_outcome.setdefault(event.outcome, []).append(event)
+            by_key.setdefault(event.routing_key, []).append(event)
+        messages = [
+            (routing_key, events, body)
+            for routing_key, of_key in by_key.items()
+            for events, body in contract.pack_events(of_key)
+        ]
         results = await asyncio.gather(
             *(
                 asyncio.wait_for(
                     amqp.basic_publish(
-                        contract.encode_events(events),
+                        body,
                         exchange=contract.EVENTS_EXCHANGE,
-                        routing_key=outcome,
-                        properties=_properties(),
+                        routing_key=routing_key,
+                        properties=_properties(self._user_id),
                         wait=False,
                     ),
                     self._timeout_s,
                 )
-                for outcome, events in by_outcome.items()
+                for routing_key, _, body in messages
             ),
             return_exceptions=True,
         )
@@ -206,7 +217,7 @@ class EventReporter:
             # still have arrived: the dispatcher records each event id once).
             confirmed = {
                 id(event)
-                for events, result in zip(by_outcome.values(), results, strict=True)
+                for (_, events, _), result in zip(messages, results, strict=True)
                 if not isinstance(result, BaseException)
                 for event in events
             }
@@ -220,11 +231,12 @@ class EventReporter:
             raise failure
 
 
-def _properties() -> aiormq.spec.Basic.Properties:
+def _properties(user_id: str | None) -> aiormq.spec.Basic.Properties:
     return aiormq.spec.Basic.Properties(
         content_type=contract.CONTENT_TYPE,
         delivery_mode=PERSISTENT,
         message_id=str(uuid.uuid4()),
         message_type=contract.EVENTS_TYPE,
         timestamp=datetime.now(UTC),
+        user_id=user_id,
     )

@@ -217,8 +217,17 @@ class Metrics:
         )
         self.events_ignored = Counter(
             "dispatcher_events_ignored",
-            "Consumer events recorded but ignored: another dispatch round (other_round), none "
-            "while the job has one (no_round), or another routing key than the job's",
+            "Consumer events ignored (kept in the history, a few a job, or only counted): another "
+            "dispatch round (other_round), none while the job has one (no_round), another routing "
+            "key than the job's (routing_key); with DISPATCHER_EVENT_USERS, a message without a "
+            "user_id (no_user) or from a user not granted the job (publisher)",
+            ["reason"],
+            registry=r,
+        )
+        self.events_dropped = Counter(
+            "dispatcher_events_dropped",
+            "Events messages acked without being read: larger than "
+            "DISPATCHER_EVENTS_MAX_MESSAGE_BYTES (too_large)",
             ["reason"],
             registry=r,
         )

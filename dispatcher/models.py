@@ -178,6 +178,15 @@ class JobEvent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class JobHistory:
+    """A job's recorded events, and how many more ignored ones were counted but not kept (a job
+    keeps a few: ``history.IGNORED_KEPT``)."""
+
+    events: tuple[JobEvent, ...]
+    ignored_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Submitted:
     """The answer to one submission: the job, and whether this request created it."""
 

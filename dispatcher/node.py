@@ -81,13 +81,15 @@ class Node:
         clock = self.timekeeper.now
         self.store = JobStore(self.db, node_id=settings.node_id, lease_s=settings.lease_s)
         self.shard_store = ShardStore(self.db)
-        self.history = HistoryStore(self.db)
+        self.history = HistoryStore(self.db, settings.event_grants())
         self.events = EventsConsumer(
             self._amqp_urls(),
             store=self.history,
             metrics=self.metrics,
             connection_name=f"dispatcher-{settings.node_id}-events",
             batch=settings.events_batch,
+            prefetch=settings.events_prefetch,
+            max_message_bytes=settings.events_max_message_bytes,
             stats_interval_s=settings.stats_interval_s,
             dead_connection_s=settings.dead_connection_s,
         )

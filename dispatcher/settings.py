@@ -12,8 +12,9 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers_sdk import broker_urls, validation
-from dispatcher import hosts
+from dispatcher import event_users, hosts
 from dispatcher.api_keys import StaticKey, parse_static
+from dispatcher.event_users import Grant
 
 _LIMITS = validation.DEFAULT_LIMITS  # the SDK's enqueue() checks jobs against the same defaults
 
@@ -219,6 +220,26 @@ class Settings(BaseSettings):
         15.0, gt=0, description="job counts (console, /metrics) and retention run this often"
     )
     events_batch: int = Field(500, ge=1, description="consumer events recorded per round trip")
+    events_prefetch: int = Field(
+        64,
+        ge=1,
+        le=10_000,
+        description="events messages a node holds unacked at once: with events_max_message_bytes, "
+        "what they may take in memory",
+    )
+    events_max_message_bytes: int = Field(
+        256 * 1024,
+        ge=64 * 1024,
+        le=16 * 1024 * 1024,
+        description="an events message larger than this is acked unread and counted in "
+        "dispatcher_events_dropped_total{reason=too_large} (the SDK sends at most 64 KiB)",
+    )
+    event_users: str = Field(
+        "",
+        description="broker users and the jobs each may report on: comma-separated "
+        "user=grant, a grant being *, prefix|prefix, namespace: or namespace:prefix|prefix; "
+        "empty: any publisher may report on any job (one tenant)",
+    )
     metrics_routing_keys: int = Field(
         50, ge=0, description="distinct routing keys labelled in metrics; the rest are 'other'"
     )
@@ -292,6 +313,12 @@ class Settings(BaseSettings):
             raise ValueError(f"DISPATCHER_AMQP_URL: {exc}") from None
         return value
 
+    @field_validator("event_users")
+    @classmethod
+    def _event_users_parse(cls, value: str) -> str:
+        event_users.parse(value)
+        return value
+
     @field_validator("zk_auth")
     @classmethod
     def _zk_auth_is_user_and_password(cls, value: SecretStr) -> SecretStr:
@@ -317,6 +344,9 @@ class Settings(BaseSettings):
 
     def allowed_host_list(self) -> list[hosts.Allowed]:
         return hosts.parse_allowed(self.allowed_hosts)
+
+    def event_grants(self) -> tuple[Grant, ...]:
+        return event_users.parse(self.event_users)
 
     def static_keys(self) -> list[StaticKey]:
         return parse_static(self.api_keys.get_secret_value())

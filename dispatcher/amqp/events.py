@@ -9,6 +9,13 @@ a connection of its own. Deliveries (each an array of events, or one event) are 
 round trip, then acked together: a crash before the ack redelivers them, and recording is
 idempotent on the event id, so at-least-once delivery records each event once. While PostgreSQL is
 unreachable the batch stays unacked and is retried with backoff.
+
+What one node holds is bounded: at most ``prefetch`` messages unacked, each read only when it is
+at most ``max_message_bytes`` (a larger one is acked unread and counted in
+``dispatcher_events_dropped_total{reason}``), so at most ``prefetch`` x ``max_message_bytes`` of
+bodies wait; what is logged of a refused message is cut to ``LOGGED_CHARS``. Each event goes to
+the store with its message's ``user_id`` (RabbitMQ checks it names the publishing user), which
+``DISPATCHER_EVENT_USERS`` grants jobs to.
 """
 
 from __future__ import annotations
@@ -29,6 +36,17 @@ logger = logging.getLogger(__name__)
 
 LINGER_S = 0.05
 RETRY_MAX_S = 5.0
+# A refused message's reason, as logged: a consumer's text (an outcome, a date) may be megabytes.
+LOGGED_CHARS = 200
+
+Reported = tuple[contract.JobEvent, str | None]  # an event and the user that published it
+
+
+def cut(text: str, limit: int = LOGGED_CHARS) -> str:
+    """``text`` within ``limit`` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
 class EventsConsumer:
@@ -40,6 +58,8 @@ class EventsConsumer:
         metrics: metrics.Metrics,
         connection_name: str,
         batch: int = 500,
+        prefetch: int = 64,
+        max_message_bytes: int = 256 * 1024,
         stats_interval_s: float = 15.0,
         dead_connection_s: float | None = None,
     ) -> None:
@@ -50,6 +70,8 @@ class EventsConsumer:
         self._metrics = metrics
         self._connection_name = connection_name
         self._batch = batch
+        self._prefetch = prefetch
+        self._max_message_bytes = max_message_bytes
         self._inbox: asyncio.Queue[AbstractIncomingMessage] = asyncio.Queue()
         self._connection: AbstractRobustConnection | None = None
         self.recorded = 0
@@ -89,7 +111,7 @@ class EventsConsumer:
         )
         try:
             channel = await connection.channel()
-            await channel.set_qos(prefetch_count=self._batch * 2)
+            await channel.set_qos(prefetch_count=self._prefetch)
             # Redeclared as it stands on the robust channel, which restores it after a reconnect.
             queue = await channel.declare_queue(
                 contract.EVENTS_QUEUE, durable=True, arguments=standing[contract.EVENTS_QUEUE]
@@ -130,13 +152,34 @@ class EventsConsumer:
         return count
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:
+        if message.body_size > self._max_message_bytes:
+            await self._drop(message, "too_large")
+            return
         self._inbox.put_nowait(message)  # bounded by the prefetch
 
+    async def _drop(self, message: AbstractIncomingMessage, reason: str) -> None:
+        """Ack a message unread: sent to .dead it would keep its bytes in the broker, and
+        requeued it would come back forever. A batch's multiple ack later passes over it."""
+        self._metrics.events_dropped.labels(reason=reason).inc()
+        logger.warning(
+            "events: dropped a message of %d bytes (%s, at most %d are read) from user %s",
+            message.body_size,
+            reason,
+            self._max_message_bytes,
+            cut(str(message.user_id), 64),
+        )
+        try:
+            await message.ack()
+        except Exception as exc:  # the channel is gone: it comes back, and is dropped again
+            logger.info("events: dropped message not acked (%r)", exc)
+
     async def _next_batch(self) -> list[AbstractIncomingMessage]:
+        # No more messages than the prefetch lets arrive before this batch is acked.
+        most = min(self._batch, self._prefetch)
         batch = [await self._inbox.get()]
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(LINGER_S):
-                while len(batch) < self._batch:
+                while len(batch) < most:
                     batch.append(await self._inbox.get())
         return batch
 
@@ -147,7 +190,8 @@ class EventsConsumer:
             try:
                 events = contract.decode_events(message.body)
             except ValueError as exc:
-                logger.warning("events: refused a message that is not job events: %s", exc)
+                reason = cut(str(exc))
+                logger.warning("events: refused a message that is not job events: %s", reason)
                 refused.append(message)
                 continue
             decoded.extend((message, event) for event in events)
@@ -155,7 +199,9 @@ class EventsConsumer:
         unrecordable: list[contract.JobEvent] = []
         # A message holds up to contract.EVENTS_PER_MESSAGE events: statements stay bounded.
         for start in range(0, len(decoded), self._batch):
-            chunk = [event for _, event in decoded[start : start + self._batch]]
+            chunk = [
+                (event, message.user_id) for message, event in decoded[start : start + self._batch]
+            ]
             stored, refused_events = await self._store_retrying(chunk)
             recorded.extend(stored)
             unrecordable.extend(refused_events)
@@ -201,16 +247,17 @@ class EventsConsumer:
             logger.info("events: batch not settled (%r); it will be redelivered", exc)
 
     async def _store_retrying(
-        self, events: list[contract.JobEvent]
+        self, reported: list[Reported]
     ) -> tuple[list[history.Recorded], list[contract.JobEvent]]:
         """(recorded, refused): retried while PostgreSQL is away. An event PostgreSQL refuses
         would come back forever (and stop every node in turn): the batch is recorded one by one
         without it, and so is one that makes recording fail for any reason but the database
         being away."""
         delay = 0.2
+        events = [event for event, _ in reported]
         while True:
             try:
-                return await self._store.record(events), []
+                return await self._store.record(events, [user for _, user in reported]), []
             except errors.StoreUnavailable as exc:
                 logger.warning("events: not recorded (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
@@ -218,18 +265,18 @@ class EventsConsumer:
             except Exception as exc:  # InvalidEvent, or a bug one event triggers
                 if len(events) == 1:
                     logger.warning(
-                        "events: refused %s (job %s) to %s: %r",
+                        "events: refused %s (job %s) to %s: %s",
                         events[0].event_id,
                         events[0].job_id,
                         topology.EVENTS_DEAD_QUEUE,
-                        exc,
+                        cut(repr(exc)),
                         exc_info=not isinstance(exc, errors.InvalidEvent),
                     )
                     return [], events
                 recorded: list[history.Recorded] = []
                 refused: list[contract.JobEvent] = []
-                for event in events:
-                    one_recorded, one_refused = await self._store_retrying([event])
+                for one in reported:
+                    one_recorded, one_refused = await self._store_retrying([one])
                     recorded.extend(one_recorded)
                     refused.extend(one_refused)
                 return recorded, refused

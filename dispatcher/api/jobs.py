@@ -118,8 +118,10 @@ async def get_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Respo
     job = await deps.jobs.get(
         job_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
     )
-    events = await deps.history.events(job_id)
-    document = schemas.history_document(job, events)
+    history = await deps.history.history(job_id)
+    document = schemas.history_document(
+        job, history.events, ignored_dropped=history.ignored_dropped
+    )
     prerequisites = await deps.jobs.prerequisites(job_id)
     document["after"] = [str(prerequisite) for prerequisite, _ in prerequisites]
     document["pending"] = [str(prerequisite) for prerequisite, done in prerequisites if not done]

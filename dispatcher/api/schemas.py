@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
@@ -225,12 +226,17 @@ class HistoryEntry(BaseModel):
     ignored: str | None = Field(
         None,
         description="why a consumer's event changed nothing: other_round (an earlier dispatch, "
-        "or a guessed round), no_round, routing_key (another than the job's)",
+        "or a guessed round), no_round, routing_key (another than the job's); with "
+        "DISPATCHER_EVENT_USERS, no_user (no AMQP user_id) or publisher (its user may not "
+        "report on this job)",
     )
 
 
 class JobWithHistory(JobOut):
     history: list[HistoryEntry]
+    ignored_dropped: int = Field(
+        0, description="ignored events counted but not kept (the history keeps the first 5)"
+    )
     after: list[uuid.UUID] = Field(default_factory=list, description="the jobs it waits for")
     pending: list[uuid.UUID] = Field(
         default_factory=list, description="those of `after` that have not succeeded yet"
@@ -288,8 +294,11 @@ def job_document(job: models.Job, *, created: bool | None = None) -> dict[str, o
     return document
 
 
-def history_document(job: models.Job, events: list[models.JobEvent]) -> dict[str, object]:
-    """``job_document`` plus ``history`` (``JobWithHistory``), oldest first.
+def history_document(
+    job: models.Job, events: Sequence[models.JobEvent], *, ignored_dropped: int = 0
+) -> dict[str, object]:
+    """``job_document`` plus ``history`` (``JobWithHistory``), oldest first, and
+    ``ignored_dropped``.
 
     The dispatcher's own steps come from the row's timestamps (so the hot paths write no event
     rows), plus a ``dispatched`` event kept by each requeue for the dispatch it replaced. A job is
@@ -324,6 +333,7 @@ def history_document(job: models.Job, events: list[models.JobEvent]) -> dict[str
         steps.append({"event": job.state.value, "at": job.updated_at})
     document = job_document(job)
     document["history"] = steps
+    document["ignored_dropped"] = ignored_dropped
     return document
 
 

@@ -172,6 +172,13 @@ function renderJob(job) {
     tr.cells[4].className = "error";
     body.appendChild(tr);
   }
+  // Past the first few, ignored events are only counted (a flood of forgeries stays small).
+  if (job.ignored_dropped) {
+    const tr = row(["", `${job.ignored_dropped} more ignored events, counted, not kept`, "", "", ""]);
+    tr.className = "ignored";
+    tr.id = "ignored-dropped";
+    body.appendChild(tr);
+  }
   box.replaceChildren(head, ...renderPayload(job), ...renderHeaders(job), el("h3", "History"), table);
 }
 

@@ -11,7 +11,7 @@ from datetime import datetime
 import asyncpg
 
 from consumers_sdk import contract
-from dispatcher import errors, models
+from dispatcher import errors, event_users, models
 from dispatcher.store import queries
 from dispatcher.store.db import Database
 
@@ -19,6 +19,8 @@ from dispatcher.store.db import Database
 BACKGROUND_TIMEOUT_S = 30.0
 # Counting a state of hundreds of millions of jobs takes minutes (it is then done rarely).
 COUNT_TIMEOUT_S = 600.0
+# Ignored events kept in a job's history; the others are only counted (``jobs.ignored_dropped``).
+IGNORED_KEPT = 5
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,22 +54,34 @@ class Recorded:
     """An event newly recorded: counted, or kept in the history with why it was ignored."""
 
     event: contract.JobEvent
-    ignored: str | None  # other_round, no_round, routing_key (see ``queries.RECORD_EVENTS``)
+    # no_user, publisher, other_round, no_round, routing_key (see ``queries.RECORD_EVENTS``)
+    ignored: str | None
 
 
 class HistoryStore:
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    """``grants`` (``DISPATCHER_EVENT_USERS``): who may report on which jobs; empty: anyone."""
 
-    async def record(self, events: Sequence[contract.JobEvent]) -> list[Recorded]:
+    def __init__(self, db: Database, grants: Sequence[event_users.Grant] = ()) -> None:
+        self._db = db
+        self._grants = event_users.columns(grants)
+
+    async def record(
+        self,
+        events: Sequence[contract.JobEvent],
+        publishers: Sequence[str | None] | None = None,
+    ) -> list[Recorded]:
         """Record events (each event id once; events of unknown jobs are dropped) and move their
-        jobs to the final state they report, unless ignored (another dispatch round, none, or
-        another routing key); returns the events newly recorded."""
+        jobs to the final state they report, unless ignored (a publisher without a grant for the
+        job, another dispatch round, none, or another routing key); returns the events newly
+        recorded (or, past ``IGNORED_KEPT`` ignored ones a job, counted). ``publishers``: the
+        broker user that published each event (its message's ``user_id``), None when unknown."""
         if not events:
             return []
+        if publishers is None:
+            publishers = [None] * len(events)
         async with self._db.connection(BACKGROUND_TIMEOUT_S) as connection:
             try:
-                rows = await self._record(connection, events)
+                rows = await self._record(connection, events, publishers)
             except asyncpg.DataError as exc:
                 raise errors.InvalidEvent(str(exc)) from exc
         new = {str(row["event_id"]): row["ignored"] for row in rows}
@@ -78,8 +92,12 @@ class HistoryStore:
         ]
 
     async def _record(
-        self, connection: asyncpg.pool.PoolConnectionProxy, events: Sequence[contract.JobEvent]
+        self,
+        connection: asyncpg.pool.PoolConnectionProxy,
+        events: Sequence[contract.JobEvent],
+        publishers: Sequence[str | None],
     ) -> list[asyncpg.Record]:
+        users, namespaces, prefixes = self._grants
         return await connection.fetch(
             queries.RECORD_EVENTS,
             # Ids as the canonical text decoding checked: asyncpg reads it as uuid in C.
@@ -93,23 +111,35 @@ class HistoryStore:
             [e.at for e in events],
             [e.routing_key for e in events],
             [e.dispatch_round for e in events],
+            list(publishers),
+            users,
+            namespaces,
+            prefixes,
+            IGNORED_KEPT,
+        )
+
+    async def history(self, job_id: uuid.UUID) -> models.JobHistory:
+        """The job's events in the order they happened, and its ignored events not kept."""
+        async with self._db.connection() as connection:
+            rows = await connection.fetch(queries.SELECT_JOB_EVENTS, job_id)
+        return models.JobHistory(
+            events=tuple(
+                models.JobEvent(
+                    outcome=row["outcome"],
+                    attempt=row["attempt"],
+                    group=row["consumer_group"],
+                    consumer=row["consumer"],
+                    error=row["error"],
+                    at=row["at"],
+                    ignored=row["ignored"],
+                )
+                for row in rows
+            ),
+            ignored_dropped=(rows[0]["ignored_dropped"] or 0) if rows else 0,
         )
 
     async def events(self, job_id: uuid.UUID) -> list[models.JobEvent]:
-        async with self._db.connection() as connection:
-            rows = await connection.fetch(queries.SELECT_JOB_EVENTS, job_id)
-        return [
-            models.JobEvent(
-                outcome=row["outcome"],
-                attempt=row["attempt"],
-                group=row["consumer_group"],
-                consumer=row["consumer"],
-                error=row["error"],
-                at=row["at"],
-                ignored=row["ignored"],
-            )
-            for row in rows
-        ]
+        return list((await self.history(job_id)).events)
 
     async def delete_finished(self, *, older_than_s: float, batch: int) -> int:
         """Delete one batch of jobs finished before the retention, with their events."""

@@ -268,10 +268,12 @@ WHERE id = ANY($1::uuid[]) AND state = 'dispatching'
 """
 
 # Events never move a job in 'dispatching', and a fast consumer's may be recorded before the
-# confirm is marked: the jobs MARK_DISPATCHED just marked take the latest final outcome their
-# consumers reported for this round. A statement of its own, after MARK_DISPATCHED locked the
-# rows, so that its snapshot holds every event recorded meanwhile (RECORD_EVENTS locks the job of
-# a final event: it either commits before the mark's lock, or waits and finds it dispatched).
+# confirm is marked: the jobs MARK_DISPATCHED just marked take the final outcome their consumers
+# reported last for this round, in the order received (RECORD_EVENTS; events recorded before
+# migration 0014 have no order and come first, by their own times). A statement of its own, after
+# MARK_DISPATCHED locked the rows, so that its snapshot holds every event recorded meanwhile
+# (RECORD_EVENTS locks the job of a final event: it either commits before the mark's lock, or
+# waits and finds it dispatched).
 # Planned at each run (PLAN_EACH_RUN): a new database's first confirms find no events, and the
 # generic plan PostgreSQL would cache then reads all of job_events, which grows by two rows a job.
 # $1 ids.
@@ -282,7 +284,7 @@ WITH reported AS (
     JOIN job_events e ON e.job_id = j.id AND e.round = j.dispatch_round
     WHERE j.id = ANY($1::uuid[]) AND j.state = 'dispatched'
       AND e.ignored IS NULL AND e.outcome IN ('succeeded', 'dead')
-    ORDER BY e.job_id, e.at DESC
+    ORDER BY e.job_id, e.received DESC NULLS LAST, e.at DESC
 )
 UPDATE jobs j SET state = reported.outcome, last_error = reported.error, updated_at = now()
 FROM reported
@@ -320,70 +322,120 @@ SELECT count(dispatcher_notify_due_v1(id, shard, run_at, routing_key)) FROM rele
 # --- job events and history ---------------------------------------------------------------------
 
 # Record consumers' events once per event id (they arrive at-least-once), only for jobs that exist
-# here, and move each job to the final state its latest new final event names. An event is
-# ignored (kept, with the reason, changing nothing) when it names another dispatch round than the
-# job's (other_round), none while the job has one (no_round: jobs dispatched before migration 0011
-# have none and take events without), or another routing key (routing_key). A job is moved only
-# from 'dispatched' or a final state: one still 'dispatching' takes its consumers' outcome at the
-# confirm (SETTLE_REPORTED). The jobs of final events are locked first, in id order, and judged by
-# their latest version (a confirm or a requeue committed meanwhile is seen), so that no outcome
-# falls between this statement and the confirm's. Returns the events newly recorded and whether
-# each was ignored, for the metrics.
+# here, and move each job to the final state its last new final event names, last in the order
+# received (the batch's order, never the consumer's own "at": it could date one ahead to win). An
+# event is ignored (changing nothing) when, with grants given ($12..$14: DISPATCHER_EVENT_USERS),
+# its message had no user_id (no_user) or its user holds no grant covering the job's namespace
+# and routing key (publisher); when it names another dispatch round than the job's (other_round),
+# none while the job has one (no_round: jobs dispatched before migration 0011 have none and take
+# events without), or another routing key (routing_key). The first $15 ignored events of a job are
+# kept in its history; the others are only counted (jobs.ignored_dropped), so that a flood of
+# forgeries cannot grow a job's history without bound. A job is moved only from 'dispatched' or a
+# final state: one still 'dispatching' takes its consumers' outcome at the confirm
+# (SETTLE_REPORTED). The jobs of final events are locked first, in id order, and judged by their
+# latest version (a confirm or a requeue committed meanwhile is seen), so that no outcome falls
+# between this statement and the confirm's. Returns the events newly recorded or counted, and
+# whether each was ignored, for the metrics.
 # $1 event ids, $2 job ids, $3 outcomes, $4 attempts, $5 groups, $6 consumers, $7 errors, $8 times,
-# $9 routing keys, $10 rounds (NULL: none).
+# $9 routing keys, $10 rounds (NULL: none), $11 publishers (the messages' user_id, NULL: none),
+# $12 grant users, $13 grant namespaces (NULL: any), $14 grant prefixes (NULL: any), $15 ignored
+# events kept per job.
 RECORD_EVENTS: Final = """
 WITH batch AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::text[],
-                         $7::text[], $8::timestamptz[], $9::text[], $10::uuid[])
+                         $7::text[], $8::timestamptz[], $9::text[], $10::uuid[], $11::text[])
+        WITH ORDINALITY
         AS e(event_id, job_id, outcome, attempt, consumer_group, consumer, error, at,
-             routing_key, round)
+             routing_key, round, publisher, position)
+), grants AS (
+    SELECT * FROM unnest($12::text[], $13::text[], $14::text[]) AS g(publisher, namespace, prefix)
 ), locked AS (
-    SELECT id, state, routing_key, dispatch_round FROM jobs
+    SELECT id, state, routing_key, dispatch_round, namespace FROM jobs
     WHERE id IN (SELECT job_id FROM batch WHERE outcome IN ('succeeded', 'dead'))
     ORDER BY id
     FOR NO KEY UPDATE
 ), current AS (
     SELECT * FROM locked
     UNION ALL
-    SELECT id, state, routing_key, dispatch_round FROM jobs
+    SELECT id, state, routing_key, dispatch_round, namespace FROM jobs
     WHERE id IN (SELECT job_id FROM batch) AND id NOT IN (SELECT id FROM locked)
-), incoming AS (
-    SELECT b.event_id, b.job_id, b.outcome, b.attempt, b.consumer_group, b.consumer, b.error,
-           b.at, b.round,
+), judged AS (
+    SELECT b.*,
            CASE
+               WHEN cardinality($12::text[]) > 0 AND b.publisher IS NULL THEN 'no_user'
+               WHEN cardinality($12::text[]) > 0 AND NOT EXISTS (
+                   SELECT 1 FROM grants g
+                   WHERE g.publisher = b.publisher
+                     AND (g.namespace IS NULL OR g.namespace = j.namespace)
+                     AND (g.prefix IS NULL OR starts_with(j.routing_key, g.prefix))
+               ) THEN 'publisher'
                WHEN b.round IS NULL AND j.dispatch_round IS NOT NULL THEN 'no_round'
                WHEN b.round IS DISTINCT FROM j.dispatch_round THEN 'other_round'
                WHEN b.routing_key IS DISTINCT FROM j.routing_key THEN 'routing_key'
-           END AS ignored,
-           j.state
+           END AS ignored
     FROM batch b JOIN current j ON j.id = b.job_id
+), ranked AS (
+    -- An ignored event is kept while its job has fewer than $15 (only ignored ones count the
+    -- job's stored events: an index range per ignored event, none per counted one).
+    SELECT judged.*,
+           CASE WHEN ignored IS NULL THEN true
+                ELSE row_number() OVER (PARTITION BY job_id, ignored IS NULL ORDER BY position)
+                     + (SELECT count(*) FROM job_events e
+                        WHERE e.job_id = judged.job_id AND e.ignored IS NOT NULL) <= $15
+           END AS kept
+    FROM judged
 ), inserted AS (
     INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at,
-                            round, ignored)
-    SELECT event_id, job_id, outcome, attempt, consumer_group, consumer, error, at, round, ignored
-    FROM incoming
+                            round, ignored, received)
+    -- nextval after the sort: the batch's order becomes the order received.
+    SELECT event_id, job_id, outcome, attempt, consumer_group, consumer, error, at, round, ignored,
+           nextval('job_events_received')
+    FROM ranked WHERE kept
+    ORDER BY position
     ON CONFLICT (event_id) DO NOTHING
-    RETURNING event_id, job_id, outcome, error, at, ignored
+    RETURNING event_id, job_id, outcome, error, ignored, received
+), dropped AS (
+    -- Not kept, and not a copy of one kept before (a redelivery is counted once).
+    SELECT event_id, job_id, ignored FROM ranked r
+    WHERE NOT kept AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.event_id = r.event_id)
 ), final AS (
     SELECT DISTINCT ON (i.job_id) i.job_id, i.outcome, i.error FROM inserted i
     JOIN locked ON locked.id = i.job_id
     WHERE i.ignored IS NULL AND i.outcome IN ('succeeded', 'dead')
       AND locked.state IN ('dispatched', 'succeeded', 'dead')
-    ORDER BY i.job_id, i.at DESC
+    ORDER BY i.job_id, i.received DESC
+), changes AS (
+    -- One update a job (a statement cannot change a row twice): its outcome and its count.
+    SELECT coalesce(f.job_id, d.job_id) AS job_id, f.outcome, f.error,
+           coalesce(d.events, 0) AS dropped
+    FROM final f
+    FULL JOIN (SELECT job_id, count(*) AS events FROM dropped GROUP BY job_id) d
+        ON d.job_id = f.job_id
 ), moved AS (
     -- No test of the state here: the scan's snapshot may predate the version locked above.
     UPDATE jobs j
-    SET state = final.outcome, last_error = final.error, lease_until = NULL,
-        dispatched_at = coalesce(j.dispatched_at, now()), updated_at = now()
-    FROM final
-    WHERE j.id = final.job_id
+    SET state = coalesce(c.outcome, j.state),
+        last_error = CASE WHEN c.outcome IS NULL THEN j.last_error ELSE c.error END,
+        lease_until = CASE WHEN c.outcome IS NULL THEN j.lease_until END,
+        dispatched_at = CASE WHEN c.outcome IS NULL THEN j.dispatched_at
+                             ELSE coalesce(j.dispatched_at, now()) END,
+        updated_at = CASE WHEN c.outcome IS NULL THEN j.updated_at ELSE now() END,
+        ignored_dropped = j.ignored_dropped + c.dropped
+    FROM changes c
+    WHERE j.id = c.job_id
 )
 SELECT event_id, ignored FROM inserted
+UNION ALL
+SELECT event_id, ignored FROM dropped
 """
 
-# A job's events in the order they happened. $1 job id.
+# A job's events in the order they happened (by their consumers' clocks), each with how many of
+# the job's ignored events were only counted (the same on every row; with none kept, none were).
+# $1 job id.
 SELECT_JOB_EVENTS: Final = """
-SELECT outcome, attempt, consumer_group, consumer, error, at, ignored FROM job_events
+SELECT outcome, attempt, consumer_group, consumer, error, at, ignored,
+       (SELECT ignored_dropped FROM jobs WHERE id = $1) AS ignored_dropped
+FROM job_events
 WHERE job_id = $1 ORDER BY at, attempt, outcome <> 'started'
 """
 

@@ -7,6 +7,7 @@ A screenshot is saved to test-artifacts/console.png."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -91,6 +92,9 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
         until(lambda dead=dead: http.get(f"/v1/jobs/{dead}").json()["state"] == "dispatched")
         asyncio.run(report_dead(amqp_url, database_url, dead))  # as a consumer that gave up would
         until(lambda dead=dead: http.get(f"/v1/jobs/{dead}").json()["state"] == "dead")
+    # Forgeries of the twin's end: a few are kept in its history, the rest only counted.
+    asyncio.run(report_forged(amqp_url, twin_id, 8))
+    until(lambda: http.get(f"/v1/jobs/{twin_id}").json()["ignored_dropped"] == 3)
 
     # The console re-renders its panels on every poll: an element found a moment ago may be gone.
     wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
@@ -116,6 +120,11 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     )
 
     search = browser.find_element(By.ID, "search")
+    search.send_keys(twin_id)
+    browser.find_element(By.ID, "search-go").click()
+    wait.until(lambda b: "3 more ignored events" in text_of(b, "#ignored-dropped"))
+    assert text_of(browser, "#history").count("(ignored: other_round)") == 5
+    search.clear()
     search.send_keys("order-7")  # by idempotency key
     browser.find_element(By.ID, "search-go").click()
     wait.until(lambda b: job_id in b.find_element(By.ID, "job").text)
@@ -214,4 +223,19 @@ async def report_dead(amqp_url: str, database_url: str, job_id: str) -> None:
     events.report(
         job_id=job_id, attempt=1, outcome="dead", error="RuntimeError: order 7 is locked", **own
     )
+    await events.close(10)
+
+
+async def report_forged(amqp_url: str, job_id: str, count: int) -> None:
+    """Dead events about JOB_ID naming rounds no delivery carried."""
+    events = reporter.EventReporter(amqp_url, group="mallory", consumer="mallory-1")
+    events.open()
+    for _ in range(count):
+        events.report(
+            job_id=job_id,
+            routing_key="orders.expire",
+            attempt=1,
+            outcome="dead",
+            dispatch_round=str(uuid.uuid4()),
+        )
     await events.close(10)

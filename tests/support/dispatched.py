@@ -14,7 +14,12 @@ ROUTING_KEY = "billing.charge"
 
 
 async def insert_dispatched(
-    database_url: str, *, state: str = "dispatched", with_round: bool = True
+    database_url: str,
+    *,
+    state: str = "dispatched",
+    with_round: bool = True,
+    routing_key: str = ROUTING_KEY,
+    namespace: str | None = None,
 ) -> tuple[uuid.UUID, uuid.UUID | None]:
     """A job in ``state`` with its round (None: stored and dispatched before migration 0011);
     returns (id, round)."""
@@ -23,12 +28,13 @@ async def insert_dispatched(
     try:
         dispatch_round: uuid.UUID | None = await connection.fetchval(
             "INSERT INTO jobs (id, shard, state, routing_key, payload, run_at, dispatched_at, "
-            "dispatch_round) VALUES ($1, 0, $2, $3, '{}', now(), now(), "
-            "CASE WHEN $4 THEN gen_random_uuid() END) RETURNING dispatch_round",
+            "dispatch_round, namespace) VALUES ($1, 0, $2, $3, '{}', now(), now(), "
+            "CASE WHEN $4 THEN gen_random_uuid() END, $5) RETURNING dispatch_round",
             job_id,
             state,
-            ROUTING_KEY,
+            routing_key,
             with_round,
+            namespace,
         )
     finally:
         await connection.close()
@@ -66,8 +72,9 @@ def event(
     dispatch_round: uuid.UUID | str | None,
     routing_key: str = ROUTING_KEY,
     error: str | None = None,
+    at: datetime | None = None,
 ) -> contract.JobEvent:
-    """An event as a consumer of group ``billing`` would report it, now."""
+    """An event as a consumer of group ``billing`` would report it, now (or dated ``at``)."""
     return contract.JobEvent(
         event_id=str(uuid.uuid4()),
         job_id=str(job_id),
@@ -77,6 +84,6 @@ def event(
         attempt=1,
         outcome=outcome,
         error=error,
-        at=datetime.now(UTC),
+        at=at or datetime.now(UTC),
         dispatch_round=None if dispatch_round is None else str(dispatch_round),
     )
