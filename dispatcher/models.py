@@ -184,6 +184,7 @@ class JobHistory:
 
     events: tuple[JobEvent, ...]
     ignored_dropped: int = 0
+    events_omitted: int = 0  # older reported events left out of a bounded history
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -278,6 +278,9 @@ class Settings(BaseSettings):
         description="payload bytes a page of GET /v1/jobs or /v1/schedules may hold (it ends"
         " early past them; one item at least)",
     )
+    max_history_events: int = Field(
+        500, ge=1, description="events a job's history shows (the newest; it says how many more)"
+    )
     max_schedules_per_namespace: int = Field(
         1000, ge=1, description="schedules one namespace may hold (409 beyond)"
     )

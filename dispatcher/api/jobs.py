@@ -118,9 +118,12 @@ async def get_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Respo
     job = await deps.jobs.get(
         job_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
     )
-    history = await deps.history.history(job_id)
+    history = await deps.history.history(job_id, limit=deps.settings.max_history_events)
     document = schemas.history_document(
-        job, history.events, ignored_dropped=history.ignored_dropped
+        job,
+        history.events,
+        ignored_dropped=history.ignored_dropped,
+        events_omitted=history.events_omitted,
     )
     prerequisites = await deps.jobs.prerequisites(job_id)
     document["after"] = [str(prerequisite) for prerequisite, _ in prerequisites]

@@ -237,6 +237,11 @@ class JobWithHistory(JobOut):
     ignored_dropped: int = Field(
         0, description="ignored events counted but not kept (the history keeps the first 5)"
     )
+    events_omitted: int = Field(
+        0,
+        description="older events consumers reported, left out of `history` (it shows the newest"
+        " DISPATCHER_MAX_HISTORY_EVENTS)",
+    )
     after: list[uuid.UUID] = Field(default_factory=list, description="the jobs it waits for")
     pending: list[uuid.UUID] = Field(
         default_factory=list, description="those of `after` that have not succeeded yet"
@@ -295,7 +300,11 @@ def job_document(job: models.Job, *, created: bool | None = None) -> dict[str, o
 
 
 def history_document(
-    job: models.Job, events: Sequence[models.JobEvent], *, ignored_dropped: int = 0
+    job: models.Job,
+    events: Sequence[models.JobEvent],
+    *,
+    ignored_dropped: int = 0,
+    events_omitted: int = 0,
 ) -> dict[str, object]:
     """``job_document`` plus ``history`` (``JobWithHistory``), oldest first, and
     ``ignored_dropped``.
@@ -334,6 +343,7 @@ def history_document(
     document = job_document(job)
     document["history"] = steps
     document["ignored_dropped"] = ignored_dropped
+    document["events_omitted"] = events_omitted
     return document
 
 

@@ -163,6 +163,12 @@ function renderJob(job) {
   table.id = "history";
   table.appendChild(el("thead")).appendChild(row(["when", "step", "attempt", "consumer", "error"]));
   const body = table.appendChild(el("tbody"));
+  // A long history shows its newest events; the older ones are counted.
+  if (job.events_omitted) {
+    const tr = row(["", `${job.events_omitted} older events not shown`, "", "", ""]);
+    tr.id = "events-omitted";
+    body.appendChild(tr);
+  }
   for (const step of job.history) {
     // An event that changed nothing (another dispatch round, a forgery) says so in its step.
     const name = step.ignored ? `${step.event} (ignored: ${step.ignored})` : step.event;

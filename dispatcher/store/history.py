@@ -118,10 +118,11 @@ class HistoryStore:
             IGNORED_KEPT,
         )
 
-    async def history(self, job_id: uuid.UUID) -> models.JobHistory:
-        """The job's events in the order they happened, and its ignored events not kept."""
+    async def history(self, job_id: uuid.UUID, *, limit: int = 2**31 - 1) -> models.JobHistory:
+        """The job's events in the order they happened, at most ``limit`` reported ones (the
+        newest; the dispatcher's own steps always), and its ignored events not kept."""
         async with self._db.connection() as connection:
-            rows = await connection.fetch(queries.SELECT_JOB_EVENTS, job_id)
+            rows = await connection.fetch(queries.SELECT_JOB_EVENTS, job_id, limit)
         return models.JobHistory(
             events=tuple(
                 models.JobEvent(
@@ -136,6 +137,7 @@ class HistoryStore:
                 for row in rows
             ),
             ignored_dropped=(rows[0]["ignored_dropped"] or 0) if rows else 0,
+            events_omitted=max((rows[0]["reported"] if rows else 0) - limit, 0),
         )
 
     async def events(self, job_id: uuid.UUID) -> list[models.JobEvent]:

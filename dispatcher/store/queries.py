@@ -430,13 +430,22 @@ SELECT event_id, ignored FROM dropped
 """
 
 # A job's events in the order they happened (by their consumers' clocks), each with how many of
-# the job's ignored events were only counted (the same on every row; with none kept, none were).
-# $1 job id.
+# the job's ignored events were only counted (the same on every row; with none kept, none were):
+# the dispatcher's own steps (a requeue and the dispatch it replaced: they frame the rounds) and
+# the $2 newest of the others, with how many others there are. $1 job id, $2 the most reported
+# events shown.
 SELECT_JOB_EVENTS: Final = """
-SELECT outcome, attempt, consumer_group, consumer, error, at, ignored,
-       (SELECT ignored_dropped FROM jobs WHERE id = $1) AS ignored_dropped
-FROM job_events
-WHERE job_id = $1 ORDER BY at, attempt, outcome <> 'started'
+SELECT outcome, attempt, consumer_group, consumer, error, at, ignored, ignored_dropped, reported
+FROM (
+  SELECT e.*, (SELECT ignored_dropped FROM jobs WHERE id = $1) AS ignored_dropped,
+         count(*) FILTER (WHERE outcome NOT IN ('dispatched', 'requeued')) OVER () AS reported,
+         row_number() OVER (PARTITION BY outcome IN ('dispatched', 'requeued')
+                            ORDER BY at DESC, attempt DESC) AS newest
+  FROM job_events e
+  WHERE job_id = $1
+) AS history
+WHERE outcome IN ('dispatched', 'requeued') OR newest <= $2
+ORDER BY at, attempt, outcome <> 'started'
 """
 
 # Put a dead job back on the schedule, due now, on a shard this node owns (so it fires from here),

@@ -1,11 +1,14 @@
 """What one request may make a node build: a page of jobs or schedules ends once its payloads
 pass ``DISPATCHER_MAX_PAGE_BYTES`` (one item at least), and ``next_after`` leads on to the rest,
-so a page of large payloads is never a thousand of them."""
+so a page of large payloads is never a thousand of them; a job's history shows its newest
+``DISPATCHER_MAX_HISTORY_EVENTS`` reported events and counts the others."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 
 from dispatcher.node import Node
@@ -13,6 +16,7 @@ from tests.support.nodes import WRITE, client, running_node
 
 PAGE_BYTES = 25_000
 PAYLOAD = {"blob": "x" * 10_000}  # about 10 KB a job: three start under the bound
+HISTORY_EVENTS = 5
 
 
 @pytest.fixture
@@ -23,6 +27,7 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
         node_id="bounds",
         shard_count=4,
         max_page_bytes=PAGE_BYTES,
+        max_history_events=HISTORY_EVENTS,
     ) as running:
         yield running
 
@@ -59,3 +64,34 @@ async def test_a_page_of_schedules_ends_past_its_bytes_too(node: Node) -> None:
         rest = (await http.get(f"/v1/schedules?after={first['next_after']}")).json()
     assert [s["name"] for s in first["schedules"]] == ["s0", "s1", "s2"]
     assert ([s["name"] for s in rest["schedules"]], rest["next_after"]) == (["s3"], None)
+
+
+async def test_a_jobs_history_shows_its_newest_events_and_counts_the_older_ones(
+    node: Node, database_url: str
+) -> None:
+    later = {"routing_key": "orders.remind", "payload": 1, "delay_ms": 600_000}
+    async with client(node) as http:
+        job_id = (await http.post("/v1/jobs", json=later, headers=WRITE)).json()["id"]
+        await report_attempts(database_url, job_id, attempts=HISTORY_EVENTS + 7)
+        got = (await http.get(f"/v1/jobs/{job_id}")).json()
+    attempts = [step["attempt"] for step in got["history"] if step["event"] == "failed"]
+    assert attempts == list(range(8, HISTORY_EVENTS + 8))  # the newest, oldest first
+    assert got["events_omitted"] == 7
+    assert got["history"][0]["event"] == "scheduled"
+
+
+async def report_attempts(database_url: str, job_id: str, *, attempts: int) -> None:
+    """As many failed attempts as a consumer could report, a second apart."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group,"
+            " consumer, error, at)"
+            " SELECT gen_random_uuid(), $1, 'failed', n, 'billing', 'w1', 'boom',"
+            "        now() + make_interval(secs => n)"
+            " FROM generate_series(1, $2) AS n",
+            uuid.UUID(job_id),
+            attempts,
+        )
+    finally:
+        await connection.close()
