@@ -45,7 +45,16 @@ def parse_allowed(text: str) -> list[Allowed]:
     return allowed
 
 
-def is_allowed(host: str, allowed: list[Allowed]) -> bool:
+# What an open node (no key) answers to when DISPATCHER_ALLOWED_HOSTS names nothing: its own
+# machine's names. A DNS-rebinding page reaches it under the attacker's name, never these.
+LOOPBACK: tuple[Allowed, ...] = (
+    Allowed("localhost", None),
+    Allowed("127.0.0.1", None),
+    Allowed("::1", None),
+)
+
+
+def is_allowed(host: str, allowed: list[Allowed] | tuple[Allowed, ...]) -> bool:
     """Whether a Host header value is listed (always, when the list is empty)."""
     if not allowed:
         return True

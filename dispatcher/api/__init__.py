@@ -72,7 +72,12 @@ def create_api(deps: ApiDeps) -> Api:
     cap = settings.http_max_requests
     guarded = RequestCap(guarded, max_requests=cap, counted=rules.needs_key, refused=refused)
     guarded = Timing(guarded, metrics=deps.metrics)
-    guarded = BrowserGuard(guarded, allowed_hosts=settings.allowed_host_list(), refused=refused)
+    guarded = BrowserGuard(
+        guarded,
+        allowed_hosts=settings.allowed_host_list(),
+        refused=refused,
+        auth_on=deps.keyring.enabled,
+    )
     return Api(app, guarded)
 
 

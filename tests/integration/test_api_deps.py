@@ -42,7 +42,7 @@ def deps(database_url: str, db: Database, checks: Checks) -> ApiDeps:
 @pytest.fixture
 async def http(deps: ApiDeps) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=api.create_api(deps))
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         yield client
 
 

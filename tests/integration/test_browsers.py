@@ -1,16 +1,20 @@
 """A browser cannot be used against an in-process node: cross-site form posts change nothing,
 body-less writes need a JSON type or a bearer key, DISPATCHER_ALLOWED_HOSTS refuses other Host
-names, and an open node says so in its log."""
+names (an open node serves loopback names only), an open node says so in its log, and every
+answer forbids framing and sniffing."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
+from dispatcher import api_keys
 from dispatcher.node import Node
+from dispatcher.store.api_keys import KeyStore
 from tests.support.nodes import WRITE, jobs_stored, running_node
 
 JOB = b'{"routing_key": "orders.expire", "payload": 1, "delay_ms": 600000}'
@@ -107,3 +111,68 @@ async def test_an_open_node_logs_that_it_is_open_and_warns_again_off_loopback(
     ]
     assert f"the API is OPEN at http://{host}:8080" in said[0]
     assert len([message for message in said if "open" in message.lower()]) == warnings
+
+
+@pytest.fixture
+async def open_node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
+    """No key and no DISPATCHER_ALLOWED_HOSTS: every caller is an admin."""
+    async with running_node(
+        database_url=database_url, amqp_url=amqp_url, node_id="open", shard_count=4
+    ) as running:
+        yield running
+
+
+async def test_an_open_node_serves_loopback_names_only_until_a_key_exists(
+    open_node: Node, database_url: str
+) -> None:
+    """Probed: a page that rebinds its name to 127.0.0.1 got full read and write of an open
+    node. Open, it answers its own machine's names only; with keys, the key decides."""
+    async with anonymous(open_node, host="rebound.example") as http:
+        read = await http.get("/v1/jobs")
+        write = await http.post("/v1/jobs", content=JOB, headers=WRITE)
+        health = await http.get("/healthz")
+    served = []
+    for host in ("127.0.0.1:8080", "localhost", "LOCALHOST:1", "[::1]:8080"):
+        async with anonymous(open_node, host=host) as http:
+            served.append((await http.get("/v1/jobs")).status_code)
+    for refused in (read, write):
+        assert refused.status_code == 400, refused.text
+        assert [f["field"] for f in refused.json()["fields"]] == ["host"]
+        assert "DISPATCHER_ALLOWED_HOSTS" in refused.json()["message"]
+    assert health.status_code == 200
+    assert served == [200] * 4
+    assert await jobs_stored(database_url) == 0
+    _, token = await KeyStore(open_node.db).create(scope=api_keys.Scope.PRODUCER)
+    async with anonymous(open_node, host="rebound.example") as http:
+        until = asyncio.get_running_loop().time() + 5
+        while (answer := await http.get("/v1/jobs")).status_code == 400:
+            assert asyncio.get_running_loop().time() < until, answer.text
+            await asyncio.sleep(0.05)
+        keyed = await http.get("/v1/jobs", headers={"authorization": f"Bearer {token}"})
+    assert answer.status_code == 401  # auth is on: the key, not the name, decides
+    assert keyed.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "policy"),
+    [
+        ("/v1/jobs", "default-src 'none'; frame-ancestors 'none'"),
+        ("/healthz", "default-src 'none'; frame-ancestors 'none'"),
+        ("/console/", "default-src 'self';"),
+        ("/console/console.js", "default-src 'self';"),
+        ("/docs", "script-src 'self' 'unsafe-inline'"),
+        ("/redoc", "frame-ancestors 'none'"),
+        ("/v1/jobs/not-an-id", "default-src 'none'"),  # an error answer too
+    ],
+)
+async def test_every_answer_forbids_framing_and_sniffing(
+    open_node: Node, path: str, policy: str
+) -> None:
+    """Probed: the console and /docs sent no framing headers, so any site could frame an open
+    node's console and trick a click on Requeue or Pause."""
+    async with anonymous(open_node, host="127.0.0.1") as http:
+        answer = await http.get(path)
+    assert answer.headers["x-frame-options"] == "DENY"
+    assert answer.headers["x-content-type-options"] == "nosniff"
+    assert policy in answer.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]

@@ -78,7 +78,7 @@ def admitted(deps: ApiDeps, route: Route) -> Admitted:
 @pytest.fixture
 async def http(admitted: Admitted) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=admitted)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         yield client
 
 

@@ -50,7 +50,7 @@ WRITE = {"content-type": "application/json"}
 
 def client(node: Node) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=node.app), base_url="http://node", headers=WRITE
+        transport=httpx.ASGITransport(app=node.app), base_url="http://127.0.0.1", headers=WRITE
     )
 
 
