@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from dispatcher.api import problems
@@ -141,7 +141,10 @@ def protocol_class(limits: Limits) -> type[GuardedProtocol]:
 
 class RequestCap:
     """503 with Retry-After past ``max_requests`` requests in progress; requests ``counted``
-    says no to (/healthz, the open routes) always pass, so probes see a busy node as alive."""
+    says no to (/healthz, the open routes) always pass, so probes see a busy node as alive.
+
+    A request is in progress until its answer starts: a client slow to take its answer holds its
+    connection (bounded by the write deadline and the unsent budget), not a place here."""
 
     def __init__(
         self, app: ASGIApp, *, max_requests: int, counted: Callable[[Scope], bool], refused: Refused
@@ -164,7 +167,20 @@ class RequestCap:
             )
             return
         self._in_progress += 1
+        done = False
+
+        def finish() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                self._in_progress -= 1
+
+        async def send_started(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                finish()
+            await send(message)
+
         try:
-            await self._app(scope, receive, send)
+            await self._app(scope, receive, send_started)
         finally:
-            self._in_progress -= 1
+            finish()
