@@ -158,8 +158,14 @@ class Metrics:
         self.http_refused = Counter(
             "dispatcher_http_refused",
             "Requests and connections the HTTP edge refused, by reason (unauthenticated,"
-            " forbidden, body_too_large, header_timeout, too_many_connections, ...)",
+            " forbidden, body_too_large, header_timeout, too_many_connections, write_timeout,"
+            " write_budget, ...)",
             ["reason"],
+            registry=r,
+        )
+        self.http_unsent_bytes = Gauge(
+            "dispatcher_http_unsent_bytes",
+            "Answer bytes the HTTP connections hold that their clients have not taken yet",
             registry=r,
         )
         self.schedules_parked = Counter(

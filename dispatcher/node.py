@@ -335,10 +335,17 @@ class Node:
         if self._stop.is_set():
             return  # asked to stop before it ran: nothing to serve, no server to tell
         settings = self.settings
+        unsent = connections.unsent_budget(
+            settings.http_max_unsent_bytes, settings.http_write_timeout_s
+        )
+        self.metrics.http_unsent_bytes.set_function(lambda: unsent.total_bytes)
         limits = connections.Limits(
             max_connections=settings.http_max_connections,
             header_timeout_s=settings.http_header_timeout_s,
             body_timeout_s=settings.http_body_timeout_s,
+            write_timeout_s=settings.http_write_timeout_s,
+            send_buffer_bytes=settings.http_send_buffer_bytes,
+            unsent=unsent,
             refused=self.metrics.refusal,
         )
         config = uvicorn.Config(

@@ -75,6 +75,19 @@ class Settings(BaseSettings):
         30.0, gt=0, description="a request's body must arrive within this (from its headers)"
     )
     http_keepalive_s: int = Field(5, ge=1, description="an idle keep-alive connection is closed")
+    http_write_timeout_s: float = Field(
+        30.0, gt=0, description="a connection whose client takes no byte of an answer is closed"
+    )
+    http_send_buffer_bytes: int = Field(
+        128 * 1024,
+        ge=0,
+        description="the kernel's send buffer per connection (0: its autotuning, up to 4 MiB)",
+    )
+    http_max_unsent_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="answer bytes all connections may hold unsent (503 or closed past it)",
+    )
     allowed_hosts: str = Field(
         "", description="comma list of Host names (name or name:port); empty: any (400 otherwise)"
     )
