@@ -76,7 +76,7 @@ def create_api(deps: ApiDeps) -> Api:
         guarded,
         allowed_hosts=settings.allowed_host_list(),
         refused=refused,
-        auth_on=deps.keyring.enabled,
+        auth_on=lambda: deps.keyring.enabled(),  # reached per request: building needs no keyring
     )
     return Api(app, guarded)
 
