@@ -23,7 +23,7 @@ USER = re.compile(r"^[^\s=,]{1,255}$")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Grant:
     """One (user, namespace, prefix): the user may report on jobs of that namespace (None: any)
-    whose routing key starts with that prefix (None: any)."""
+    whose routing key is under that prefix, word by word (None: any)."""
 
     user: str
     namespace: str | None = None
@@ -66,7 +66,10 @@ def _grants(user: str, grant: str) -> list[Grant]:
     )
     if not checked:
         return [Grant(user=user, namespace=namespace)]
-    return [Grant(user=user, namespace=namespace, prefix=prefix) for prefix in checked]
+    # Whole words, as for API keys (``api_keys.within``): ``billing.`` never reaches ``billingx``.
+    return [
+        Grant(user=user, namespace=namespace, prefix=api_keys.words(prefix)) for prefix in checked
+    ]
 
 
 def columns(

@@ -131,6 +131,7 @@ class Node:
             self.notices,
             offer=self.loader.offer,
             on_connect=lambda: self.loader.rewind(settings.sweep_grace_s),
+            shard_count=settings.shard_count,
         )
         self.keyring.listen(self.notices)
         self.firer = Firer(

@@ -367,7 +367,8 @@ WITH batch AS (
                    SELECT 1 FROM grants g
                    WHERE g.publisher = b.publisher
                      AND (g.namespace IS NULL OR g.namespace = j.namespace)
-                     AND (g.prefix IS NULL OR starts_with(j.routing_key, g.prefix))
+                     AND (g.prefix IS NULL OR j.routing_key = g.prefix
+                          OR starts_with(j.routing_key, g.prefix || '.'))
                ) THEN 'publisher'
                WHEN b.round IS NULL AND j.dispatch_round IS NOT NULL THEN 'no_round'
                WHEN b.round IS DISTINCT FROM j.dispatch_round THEN 'other_round'

@@ -246,3 +246,29 @@ async def test_reschedule_and_cancel_racing_with_firing_have_one_answer_each(
             tally["cancelled"] += 1
     print(f"race over {count} jobs: {tally}")
     assert sum(tally.values()) == count
+
+
+async def test_forged_due_notices_from_any_database_role_reach_no_heap(
+    node: Node, collector: Collector, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any role on the database may NOTIFY the due channel: times no clock carries, shards the
+    cluster has not and routing keys that are none are refused; the node fires on."""
+    job_id = uuid.uuid4()
+    forged = [
+        f"{job_id},1,-inf",
+        f"{job_id},1,nan",
+        f"{job_id},1,1e308",
+        f"{job_id},99,17.5",
+        f"{job_id},1,17.5,a.#",
+    ]
+    connection = await asyncpg.connect(database_url)
+    try:
+        for payload in forged:
+            await connection.execute("SELECT pg_notify('dispatcher_due', $1)", payload)
+    finally:
+        await connection.close()
+    real = await submit(node, payload="after", delay_ms=300)
+    assert await collector.wait_for([str(real["id"])], 20) == set()
+    refused = [r for r in caplog.records if r.getMessage().startswith("ignoring a due notice")]
+    assert len(refused) == len(forged), [r.getMessage() for r in refused]
+    assert not node.supervisor.degraded()

@@ -19,18 +19,18 @@ def test_each_entry_grants_prefixes_a_namespace_both_or_everything() -> None:
         " ops=*, acme-consumer=acme:, acme-consumer=acme:acme.jobs.|acme.mail."
     )
     assert grants == (
-        Grant(user="billing-consumer", prefix="billing."),
-        Grant(user="payments-consumer", prefix="payments."),
-        Grant(user="payments-consumer", prefix="refunds."),
+        Grant(user="billing-consumer", prefix="billing"),
+        Grant(user="payments-consumer", prefix="payments"),
+        Grant(user="payments-consumer", prefix="refunds"),
         Grant(user="ops"),
         Grant(user="acme-consumer", namespace="acme"),
-        Grant(user="acme-consumer", namespace="acme", prefix="acme.jobs."),
-        Grant(user="acme-consumer", namespace="acme", prefix="acme.mail."),
+        Grant(user="acme-consumer", namespace="acme", prefix="acme.jobs"),
+        Grant(user="acme-consumer", namespace="acme", prefix="acme.mail"),
     )
     assert event_users.columns(grants[:2]) == (
         ["billing-consumer", "payments-consumer"],
         [None, None],
-        ["billing.", "payments."],
+        ["billing", "payments"],
     )
 
 
@@ -41,7 +41,7 @@ def test_unset_grants_nothing_and_restricts_nobody() -> None:
 
 
 def test_a_prefix_holding_a_colon_takes_the_leading_colon_of_any_namespace() -> None:
-    assert event_users.parse("u=:a:b.") == (Grant(user="u", prefix="a:b."),)
+    assert event_users.parse("u=:a:b.") == (Grant(user="u", prefix="a:b"),)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_a_bad_entry_is_named_by_position(text: str, says: str) -> None:
 
 def test_the_setting_is_checked_at_start_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DISPATCHER_EVENT_USERS", "billing-consumer=billing.")
-    assert Settings().event_grants() == (Grant(user="billing-consumer", prefix="billing."),)
+    assert Settings().event_grants() == (Grant(user="billing-consumer", prefix="billing"),)
     monkeypatch.setenv("DISPATCHER_EVENT_USERS", "billing-consumer")
     with pytest.raises(ValidationError, match="event_users"):
         Settings()
