@@ -310,15 +310,19 @@ class JobStore:
         for entry in entries:  # a job in two entries is due at the later one (a reschedule)
             due[entry.id] = max(entry.run_at_s, due.get(entry.id, entry.run_at_s))
         shards = list(epochs)
+        # In id order, as every statement that locks several jobs takes them (``= ANY`` walks the
+        # index in order): two claims of one job (a re-fired claim also due in the heap) or a
+        # claim beside a confirm's mark wait for each other instead of deadlocking.
+        ids = sorted(due)
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
                 queries.CLAIM_JOBS,
-                list(due),
+                ids,
                 shards,
                 [epochs[shard] for shard in shards],
                 self._node_id,
                 self._lease_s,
-                list(due.values()),
+                [due[job_id] for job_id in ids],
                 ahead_s,
             )
         jobs = [claimed_from_row(row) for row in rows if row[2] is not None]
@@ -336,7 +340,7 @@ class JobStore:
     async def mark_dispatched(self, ids: Iterable[uuid.UUID]) -> None:
         """Dispatched, or the final outcome their consumers reported already for this round
         (two statements in one transaction: see ``queries.SETTLE_REPORTED``)."""
-        marked = list(ids)
+        marked = sorted(ids)  # in id order: see ``claim``
         if not marked:
             return
         async with (

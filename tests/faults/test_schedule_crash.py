@@ -17,7 +17,7 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.faults
 
-SECONDS = 30
+SECONDS = 20
 
 
 @pytest.fixture
