@@ -30,6 +30,10 @@ from dispatcher.store.listen import ChannelListener
 
 # Notified by queries.INSERT_API_KEY and queries.REVOKE_API_KEY.
 KEYS_CHANNEL: Final = "dispatcher_keys"
+# How long a request waits for a load of the keys (which goes on without it): a node cut from
+# PostgreSQL answers 503 (or, open, goes on open) in a second, not after the pool's timeout;
+# /readyz above all must answer while the database is away.
+LOAD_WAIT_S: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +132,10 @@ class Keyring:
         if self._loading is None:
             self._loading = asyncio.ensure_future(self._load())
             self._loading.add_done_callback(self._loaded_one)
-        return await asyncio.shield(self._loading)
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._loading), LOAD_WAIT_S)
+        except TimeoutError:
+            raise errors.StoreUnavailable("the API keys could not be read in time") from None
 
     def _loaded_one(self, loading: asyncio.Future[Loaded]) -> None:
         self._loading = None

@@ -212,3 +212,25 @@ async def test_a_load_that_a_notice_overtook_is_used_once_then_loaded_again(db: 
     with pytest.raises(errors.Unauthenticated):
         await ring.authenticate(token)
     assert store.loads == 2
+
+
+async def test_a_request_waits_for_the_keys_a_second_at_most(db: Database) -> None:
+    """A node cut from PostgreSQL: the load of the keys hangs until the pool gives up, but a
+    request (its /readyz above all) is answered within a second: 503, or open if it was open."""
+
+    class HangingStore(KeyStore):
+        async def live(self) -> tuple[dict[bytes, api_keys.ApiKey], bool]:
+            await asyncio.sleep(30)  # as a statement whose packets are dropped
+            raise AssertionError("never answers")
+
+    ring = keyring_module.Keyring(static=(), store=HangingStore(db), cache_s=0)
+    started = time.monotonic()
+    with pytest.raises(errors.StoreUnavailable):
+        await ring.authenticate(f"dk_{uuid.uuid4().hex}")
+    assert time.monotonic() - started < keyring_module.LOAD_WAIT_S + 0.5
+    was_open = keyring_module.Keyring(static=(), store=KeyStore(db), cache_s=0)
+    assert not await was_open.enabled()  # no key stored: open
+    was_open._store = HangingStore(db)
+    started = time.monotonic()
+    assert not await was_open.enabled()  # open it was, open it stays
+    assert time.monotonic() - started < keyring_module.LOAD_WAIT_S + 0.5
