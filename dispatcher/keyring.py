@@ -30,9 +30,11 @@ from dispatcher.store.listen import ChannelListener
 
 # Notified by queries.INSERT_API_KEY and queries.REVOKE_API_KEY.
 KEYS_CHANNEL: Final = "dispatcher_keys"
-# How long a request waits for a load of the keys (which goes on without it): a node cut from
-# PostgreSQL answers 503 (or, open, goes on open) in a second, not after the pool's timeout;
-# /readyz above all must answer while the database is away.
+# How long after a load of the keys began requests wait for it (it goes on without them): a node
+# cut from PostgreSQL answers 503 (or, open, goes on open) within a second, not after the pool's
+# timeout, and a request arriving later while the load still hangs (the browser guard's and the
+# gate's looks at one request, the next /readyz) waits no more; /readyz above all must answer
+# while the database is away.
 LOAD_WAIT_S: Final = 1.0
 
 
@@ -63,6 +65,7 @@ class Keyring:
         self._keys_exist = False  # once seen true, true for good
         self._loaded: Loaded | None = None
         self._loading: asyncio.Future[Loaded] | None = None  # the load every caller shares
+        self._loading_since = 0.0  # on the keyring's clock
         # Bumped by ``forget``: a load that started before is not trusted past its first use.
         self._generation = 0
 
@@ -132,8 +135,10 @@ class Keyring:
         if self._loading is None:
             self._loading = asyncio.ensure_future(self._load())
             self._loading.add_done_callback(self._loaded_one)
+            self._loading_since = self._clock()
+        wait_s = max(0.0, self._loading_since + LOAD_WAIT_S - self._clock())
         try:
-            return await asyncio.wait_for(asyncio.shield(self._loading), LOAD_WAIT_S)
+            return await asyncio.wait_for(asyncio.shield(self._loading), wait_s)
         except TimeoutError:
             raise errors.StoreUnavailable("the API keys could not be read in time") from None
 

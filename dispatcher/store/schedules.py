@@ -50,16 +50,7 @@ async def _check_quota(
     rows = await connection.fetch(
         queries.ACTIVE_NAMESPACE_TIMINGS, namespace or "", leave_out if leave_out else 0
     )
-    others = sum(
-        Timing(
-            cron=row["cron"],
-            timezone=row["timezone"],
-            interval_s=row["interval_s"],
-            start_at=row["start_at"],
-            end_at=row["end_at"],
-        ).jobs_per_hour()
-        for row in rows
-    )
+    others = sum(_jobs_per_hour(timing_from_row(row)) for row in rows)
     total = (others + timing.jobs_per_hour()) / 60
     if total > jobs_per_minute:
         raise errors.ScheduleQuotaReached(
@@ -69,21 +60,34 @@ async def _check_quota(
         )
 
 
-def schedule_from_row(row: asyncpg.Record) -> Schedule:
+def _jobs_per_hour(timing: Timing) -> float:
+    """A stored schedule's share of the quota; one this node cannot read (a cron expression an
+    older node accepted) counts as busy as a cron expression can be, never as a failed request."""
+    try:
+        return timing.jobs_per_hour()
+    except ValueError:  # CronError
+        return 60.0
+
+
+def timing_from_row(row: asyncpg.Record) -> Timing:
     start_at = _aware(row["start_at"])
     assert start_at is not None  # NOT NULL
+    return Timing(
+        cron=row["cron"],
+        timezone=row["timezone"],
+        interval_s=row["interval_s"],
+        start_at=start_at,
+        end_at=_aware(row["end_at"]),
+    )
+
+
+def schedule_from_row(row: asyncpg.Record) -> Schedule:
     return Schedule(
         id=row["id"],
         namespace=row["namespace"],
         spec=ScheduleSpec(
             name=row["name"],
-            timing=Timing(
-                cron=row["cron"],
-                timezone=row["timezone"],
-                interval_s=row["interval_s"],
-                start_at=start_at,
-                end_at=_aware(row["end_at"]),
-            ),
+            timing=timing_from_row(row),
             template=Template(
                 routing_key=row["routing_key"],
                 payload=bytes(row["payload"]),

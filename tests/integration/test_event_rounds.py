@@ -23,7 +23,7 @@ from tests.integration.test_consumer import TIERS
 from tests.support import dispatched
 from tests.support.consumers import running
 from tests.support.nodes import client, running_node
-from tests.support.waiting import eventually, job_when, until
+from tests.support.waiting import eventually, ignored_steps, job_when, until
 
 # The outcome depends on the broker's version: run again on RabbitMQ 4.x (make test).
 pytestmark = pytest.mark.rabbitmq_version
@@ -48,19 +48,6 @@ async def forge(amqp_url: str, job_id: str, reports: list[dict[str, Any]]) -> No
         forger.report(job_id=job_id, attempt=1, outcome="dead", error="forged", **report)
     await forger.close(20)
     assert forger.pending == 0
-
-
-async def ignored_steps(http: httpx.AsyncClient, job_id: str, count: int) -> list[tuple[str, str]]:
-    """The (event, reason) of the job's ignored history steps, once there are ``count``."""
-    found: list[tuple[str, str]] = []
-
-    async def enough() -> bool:
-        history = (await http.get(f"/v1/jobs/{job_id}")).json()["history"]
-        found[:] = [(step["event"], step["ignored"]) for step in history if step.get("ignored")]
-        return len(found) >= count
-
-    await until(enough, 30)
-    return found
 
 
 async def submit(http: httpx.AsyncClient, **fields: object) -> str:

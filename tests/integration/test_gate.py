@@ -228,6 +228,10 @@ async def test_a_request_waits_for_the_keys_a_second_at_most(db: Database) -> No
     with pytest.raises(errors.StoreUnavailable):
         await ring.authenticate(f"dk_{uuid.uuid4().hex}")
     assert time.monotonic() - started < keyring_module.LOAD_WAIT_S + 0.5
+    started = time.monotonic()  # the load still hangs: a later request does not wait again
+    with pytest.raises(errors.StoreUnavailable):
+        await ring.authenticate(f"dk_{uuid.uuid4().hex}")
+    assert time.monotonic() - started < 0.2
     was_open = keyring_module.Keyring(static=(), store=KeyStore(db), cache_s=0)
     assert not await was_open.enabled()  # no key stored: open
     was_open._store = HangingStore(db)

@@ -570,3 +570,23 @@ async def test_a_namespaces_schedules_make_at_most_its_quota_of_jobs(floored_nod
         assert slower.status_code == 200, slower.text  # half a job a minute freed
         assert await post(every_minute("m4")) == 409  # 2.5 + 1 > 3
         assert await post(schedule("hourly", cron="0 * * * *")) == 201  # 2.5 + 1/60
+
+
+async def test_a_stored_cron_this_node_cannot_read_counts_as_busiest_not_as_an_error(
+    floored_node: Node, database_url: str
+) -> None:
+    async with client(floored_node) as http:
+        made = await http.post("/v1/schedules", json=schedule("old"), headers=bearer(TEAM_A))
+        assert made.status_code == 201, made.text
+        connection = await asyncpg.connect(database_url)
+        try:  # as an older node might have accepted it
+            await connection.execute("UPDATE schedules SET cron = 'bogus' WHERE name = 'old'")
+        finally:
+            await connection.close()
+        body = schedule("m", cron=None, interval_s=60)
+        answers = [
+            await http.post("/v1/schedules", json={**body, "name": name}, headers=bearer(TEAM_A))
+            for name in ("m1", "m2", "m3")
+        ]
+    # The unreadable one counts a job a minute (every minute of an hour): two more fit, not three.
+    assert [answer.status_code for answer in answers] == [201, 201, 409], answers[-1].text

@@ -22,7 +22,7 @@ from tests.integration.test_consumer import TIERS
 from tests.support import dispatched
 from tests.support.consumers import running
 from tests.support.nodes import client, running_node
-from tests.support.waiting import eventually, job_when, until
+from tests.support.waiting import eventually, ignored_steps, job_when
 
 # The outcome depends on the broker's version: run again on RabbitMQ 4.x (make test).
 pytestmark = pytest.mark.rabbitmq_version
@@ -233,15 +233,3 @@ async def submit(http: httpx.AsyncClient, routing_key: str) -> str:
     answer = await http.post("/v1/jobs", json={"routing_key": routing_key, "payload": 1})
     assert answer.status_code == 201, answer.text
     return str(answer.json()["id"])
-
-
-async def ignored_steps(http: httpx.AsyncClient, job_id: str, count: int) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
-
-    async def enough() -> bool:
-        history = (await http.get(f"/v1/jobs/{job_id}")).json()["history"]
-        found[:] = [(step["event"], step["ignored"]) for step in history if step.get("ignored")]
-        return len(found) >= count
-
-    await until(enough, 30)
-    return found

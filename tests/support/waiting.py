@@ -40,3 +40,16 @@ async def job_when(
         while not await check():  # noqa: ASYNC110 - state in another process
             await asyncio.sleep(0.1)
     return found
+
+
+async def ignored_steps(http: httpx.AsyncClient, job_id: str, count: int) -> list[tuple[str, str]]:
+    """The (event, reason) of the job's ignored history steps, once there are ``count``."""
+    found: list[tuple[str, str]] = []
+
+    async def enough() -> bool:
+        history = (await http.get(f"/v1/jobs/{job_id}")).json()["history"]
+        found[:] = [(step["event"], step["ignored"]) for step in history if step.get("ignored")]
+        return len(found) >= count
+
+    await until(enough, 30)
+    return found
