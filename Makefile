@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.runtime
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dist run cluster cluster-ha down test test-rabbitmq4 rabbitmq4-chroot test-unit lint imports fmt typecheck docs docs-build check bench soak screenshots clean
+.PHONY: help venv dist run cluster cluster-ha down test test-rabbitmq4 rabbitmq4-chroot test-unit schema lint imports fmt typecheck docs docs-build check bench soak screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -90,6 +90,9 @@ test-rabbitmq4: $(STAMP) rabbitmq4-chroot ## only the broker-facing tests, again
 
 test-unit: $(STAMP) ## the fast tests that need no service
 	$(BIN)/pytest -q tests/unit
+
+schema: $(STAMP) ## rewrite sql/schema.sql (the schema the migrations build) after a new migration
+	DISPATCHER_WRITE_SCHEMA=1 $(BIN)/pytest -q -p no:randomly tests/integration/test_schema_file.py
 
 lint: $(STAMP) ## ruff check and format check
 	$(BIN)/ruff check .

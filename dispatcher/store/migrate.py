@@ -67,10 +67,19 @@ def checksum(sql: str) -> str:
     return hashlib.sha256(sql.encode()).hexdigest()
 
 
+# Beside the migrations, the schema they build, for reading: not run, kept equal to them by
+# tests/integration/test_schema_file.py.
+SCHEMA_FILE = "schema.sql"
+
+
 def migration_files() -> list[Migration]:
     """Every migration shipped with this release, in order."""
     files = sorted(
-        (entry for entry in _folder().iterdir() if entry.name.endswith(".sql")),
+        (
+            entry
+            for entry in _folder().iterdir()
+            if entry.name.endswith(".sql") and entry.name != SCHEMA_FILE
+        ),
         key=lambda entry: entry.name,
     )
     migrations = []

@@ -1,0 +1,341 @@
+-- The schema the migrations in this folder build, applied in order to an empty database: for
+-- reading, never run by the service. Written by `make schema` (pg_dump --schema-only);
+-- tests/integration/test_schema_file.py fails when it differs from the migrations.
+
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET client_encoding = 'UTF8';
+SET standard_conforming_strings = on;
+SELECT pg_catalog.set_config('search_path', '', false);
+SET check_function_bodies = false;
+SET xmloption = content;
+SET client_min_messages = warning;
+SET row_security = off;
+
+CREATE FUNCTION public.dispatcher_enqueue_v1(job_ids uuid[], job_shards integer[], id_hashes bigint[], routing_keys text[], payloads bytea[], job_headers jsonb[], priorities smallint[], ttls_ms bigint[], idempotency_keys text[], run_ats timestamp with time zone[], namespaces text[], notify boolean) RETURNS TABLE(id uuid, created_at timestamp with time zone, run_at timestamp with time zone)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+RETURN QUERY
+WITH inserted AS (
+    INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms, idempotency_key,
+                      run_at, namespace)
+    SELECT n.id, coalesce(n.shard, (n.id_hash % (SELECT count(*) FROM shard_epochs))::integer),
+           n.routing_key, n.payload, n.headers, n.priority, n.ttl_ms, n.idempotency_key,
+           n.run_at, n.namespace
+    FROM unnest(job_ids, job_shards, id_hashes, routing_keys, payloads, job_headers, priorities,
+                ttls_ms, idempotency_keys, run_ats, namespaces)
+         AS n(id, shard, id_hash, routing_key, payload, headers, priority, ttl_ms,
+              idempotency_key, run_at, namespace)
+    ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
+    RETURNING jobs.id, jobs.shard, jobs.run_at, jobs.routing_key, jobs.created_at
+), noticed AS (  -- one row, joined below: a CTE nobody reads would not run
+    SELECT count(dispatcher_notify_due_v1(i.id, i.shard, i.run_at, i.routing_key))
+    FROM inserted i WHERE notify
+)
+SELECT i.id, i.created_at, i.run_at FROM inserted i, noticed;
+END
+$$;
+
+CREATE FUNCTION public.dispatcher_follow_dependents(prerequisite uuid, reached text, reached_at timestamp with time zone, after_job uuid, batch_size integer) RETURNS TABLE(followed bigint, last_job_id uuid, released bigint, cancelled bigint)
+    LANGUAGE sql
+    AS $$
+WITH edges AS (
+    SELECT job_id FROM job_dependencies
+    WHERE prerequisite_id = prerequisite AND job_id > after_job
+    ORDER BY job_id
+    LIMIT batch_size
+), satisfied AS (
+    UPDATE job_dependencies d SET satisfied = true
+    FROM edges
+    WHERE reached = 'succeeded' AND d.prerequisite_id = prerequisite AND d.job_id = edges.job_id
+      AND NOT d.satisfied
+    RETURNING d.job_id
+), released AS (
+    UPDATE jobs j
+    SET waiting_for = j.waiting_for - 1,
+        state = CASE WHEN j.waiting_for = 1 THEN 'scheduled' ELSE j.state END,
+        updated_at = now()
+    FROM satisfied
+    WHERE j.id = satisfied.job_id AND j.state = 'waiting'
+    RETURNING j.id, j.shard, j.run_at, j.state, j.routing_key
+), cancelled AS (
+    UPDATE jobs j
+    SET state = 'cancelled', last_error = 'prerequisite ' || prerequisite || ' ' || reached,
+        updated_at = now()
+    FROM edges
+    WHERE reached <> 'succeeded' AND j.id = edges.job_id AND j.state = 'waiting'
+      AND j.created_at <= reached_at
+    RETURNING j.id
+)
+SELECT (SELECT count(*) FROM edges),
+       (SELECT job_id FROM edges ORDER BY job_id DESC LIMIT 1),
+       (SELECT count(dispatcher_notify_due_v1(released.id, released.shard, released.run_at,
+                                              released.routing_key))
+        FROM released WHERE released.state = 'scheduled'),
+       (SELECT count(*) FROM cancelled)
+$$;
+
+CREATE FUNCTION public.dispatcher_notify_due_v1(job_id uuid, job_shard integer, job_run_at timestamp with time zone, job_routing_key text) RETURNS void
+    LANGUAGE sql
+    AS $$
+SELECT pg_notify('dispatcher_due',
+                 job_id::text || ',' || job_shard || ',' || extract(epoch FROM job_run_at)
+                 || coalesce(',' || job_routing_key, ''))
+$$;
+
+CREATE FUNCTION public.jobs_follow_prerequisite() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    budget constant integer := 1000;  -- dependents followed inline per transaction
+    max_depth constant integer := 16;  -- nested triggers: a cancel's cascade, inline
+    -- What this transaction has followed inline so far: a transaction-local setting, gone at
+    -- commit or rollback (pooled connections keep no state).
+    used integer := coalesce(
+        nullif(current_setting('dispatcher.dependents_followed', true), ''), '0')::integer;
+    edges integer;
+BEGIN
+    SELECT count(*) INTO edges FROM (
+        SELECT 1 FROM job_dependencies WHERE prerequisite_id = NEW.id LIMIT budget - used + 1
+    ) AS counted;
+    IF edges = 0 THEN
+        RETURN NULL;
+    END IF;
+    -- Queued when it would pass the budget or the depth, or when a follow-up of this
+    -- prerequisite is queued already (they are worked in order).
+    IF edges > budget - used OR pg_trigger_depth() > max_depth
+       OR EXISTS (SELECT 1 FROM dependency_followups WHERE prerequisite_id = NEW.id) THEN
+        INSERT INTO dependency_followups (prerequisite_id, state) VALUES (NEW.id, NEW.state);
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('dispatcher.dependents_followed', (used + edges)::text, true);
+    PERFORM dispatcher_follow_dependents(
+        NEW.id, NEW.state, now(), '00000000-0000-0000-0000-000000000000', budget);
+    RETURN NULL;
+END
+$$;
+
+SET default_tablespace = '';
+
+SET default_table_access_method = heap;
+
+CREATE TABLE public.api_keys (
+    id bigint NOT NULL,
+    token_sha256 bytea NOT NULL,
+    name text DEFAULT ''::text NOT NULL,
+    scope text NOT NULL,
+    namespace text,
+    routing_key_prefixes text[] DEFAULT '{}'::text[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    revoked_at timestamp with time zone,
+    CONSTRAINT api_keys_scope_known CHECK ((scope = ANY (ARRAY['producer'::text, 'monitor'::text, 'admin'::text])))
+);
+
+ALTER TABLE public.api_keys ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.api_keys_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.dependency_followups (
+    id bigint NOT NULL,
+    prerequisite_id uuid NOT NULL,
+    state text NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    cursor uuid DEFAULT '00000000-0000-0000-0000-000000000000'::uuid NOT NULL
+);
+
+ALTER TABLE public.dependency_followups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.dependency_followups_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.job_counts (
+    state text NOT NULL,
+    routing_keys text[] NOT NULL,
+    jobs bigint[] NOT NULL,
+    other_jobs bigint NOT NULL,
+    counted_at timestamp with time zone NOT NULL,
+    count_s double precision NOT NULL
+);
+
+CREATE TABLE public.job_dependencies (
+    job_id uuid NOT NULL,
+    prerequisite_id uuid NOT NULL,
+    "position" smallint NOT NULL,
+    satisfied boolean DEFAULT false NOT NULL,
+    CONSTRAINT job_dependencies_not_self CHECK ((job_id <> prerequisite_id))
+);
+
+CREATE TABLE public.job_events (
+    event_id uuid NOT NULL,
+    job_id uuid NOT NULL,
+    outcome text NOT NULL,
+    attempt integer NOT NULL,
+    consumer_group text NOT NULL,
+    consumer text NOT NULL,
+    error text,
+    at timestamp with time zone NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    round uuid,
+    ignored text,
+    received bigint,
+    CONSTRAINT job_events_outcome_known CHECK ((outcome = ANY (ARRAY['started'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'requeued'::text, 'dispatched'::text])))
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
+
+CREATE SEQUENCE public.job_events_received
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+CREATE TABLE public.jobs (
+    id uuid NOT NULL,
+    shard integer NOT NULL,
+    state text DEFAULT 'scheduled'::text NOT NULL,
+    routing_key text NOT NULL,
+    payload bytea NOT NULL,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority smallint,
+    ttl_ms bigint,
+    idempotency_key text,
+    run_at timestamp with time zone NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    dispatched_at timestamp with time zone,
+    lease_until timestamp with time zone,
+    claim_epoch bigint,
+    claimed_by text,
+    publish_attempts integer DEFAULT 0 NOT NULL,
+    namespace text,
+    last_error text,
+    waiting_for integer DEFAULT 0 NOT NULL,
+    has_dependents boolean DEFAULT false NOT NULL,
+    dispatch_round uuid DEFAULT gen_random_uuid(),
+    ignored_dropped bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT jobs_state_known CHECK ((state = ANY (ARRAY['scheduled'::text, 'dispatching'::text, 'dispatched'::text, 'cancelled'::text, 'expired'::text, 'succeeded'::text, 'dead'::text, 'waiting'::text])))
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
+
+CREATE TABLE public.schedules (
+    id bigint NOT NULL,
+    namespace text,
+    name text NOT NULL,
+    cron text,
+    timezone text DEFAULT 'UTC'::text NOT NULL,
+    interval_s bigint,
+    routing_key text NOT NULL,
+    payload bytea NOT NULL,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    priority smallint,
+    ttl_ms bigint,
+    start_at timestamp with time zone NOT NULL,
+    end_at timestamp with time zone,
+    missed text DEFAULT 'latest'::text NOT NULL,
+    grace_s double precision DEFAULT 60 NOT NULL,
+    paused boolean DEFAULT false NOT NULL,
+    next_at timestamp with time zone,
+    last_fired_at timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    error text,
+    CONSTRAINT schedules_missed_known CHECK ((missed = ANY (ARRAY['all'::text, 'latest'::text, 'skip'::text]))),
+    CONSTRAINT schedules_timing CHECK (((cron IS NULL) <> (interval_s IS NULL)))
+);
+
+ALTER TABLE public.schedules ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.schedules_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+CREATE TABLE public.schema_migrations (
+    version text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL,
+    checksum text
+);
+
+CREATE TABLE public.shard_epochs (
+    shard integer NOT NULL,
+    epoch bigint DEFAULT 0 NOT NULL,
+    owner text,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+ALTER TABLE ONLY public.api_keys
+    ADD CONSTRAINT api_keys_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.api_keys
+    ADD CONSTRAINT api_keys_token_sha256_key UNIQUE (token_sha256);
+
+ALTER TABLE ONLY public.dependency_followups
+    ADD CONSTRAINT dependency_followups_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.job_counts
+    ADD CONSTRAINT job_counts_pkey PRIMARY KEY (state);
+
+ALTER TABLE ONLY public.job_dependencies
+    ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (job_id, prerequisite_id);
+
+ALTER TABLE public.job_events
+    ADD CONSTRAINT job_events_ignored_known CHECK ((ignored = ANY (ARRAY['other_round'::text, 'no_round'::text, 'routing_key'::text, 'no_user'::text, 'publisher'::text]))) NOT VALID;
+
+ALTER TABLE ONLY public.job_events
+    ADD CONSTRAINT job_events_pkey PRIMARY KEY (event_id);
+
+ALTER TABLE ONLY public.jobs
+    ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.schedules
+    ADD CONSTRAINT schedules_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.schema_migrations
+    ADD CONSTRAINT schema_migrations_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY public.shard_epochs
+    ADD CONSTRAINT shard_epochs_pkey PRIMARY KEY (shard);
+
+CREATE INDEX dependency_followups_prerequisite ON public.dependency_followups USING btree (prerequisite_id, id);
+
+CREATE INDEX job_dependencies_prerequisite_job ON public.job_dependencies USING btree (prerequisite_id, job_id);
+
+CREATE INDEX job_events_job ON public.job_events USING btree (job_id, at);
+
+CREATE INDEX jobs_due ON public.jobs USING btree (run_at, id) INCLUDE (shard, routing_key) WHERE (state = 'scheduled'::text);
+
+CREATE INDEX jobs_finished ON public.jobs USING btree (updated_at) WHERE (state = ANY (ARRAY['dispatched'::text, 'succeeded'::text, 'dead'::text, 'cancelled'::text, 'expired'::text]));
+
+CREATE UNIQUE INDEX jobs_idempotency_key_namespace ON public.jobs USING btree (idempotency_key, COALESCE(namespace, ''::text)) WHERE (idempotency_key IS NOT NULL);
+
+CREATE INDEX jobs_key ON public.jobs USING btree (routing_key, id) INCLUDE (state, namespace);
+
+CREATE INDEX jobs_leased ON public.jobs USING btree (lease_until) INCLUDE (shard, run_at) WHERE (state = 'dispatching'::text);
+
+CREATE INDEX jobs_namespace ON public.jobs USING btree (namespace, id) WHERE (namespace IS NOT NULL);
+
+CREATE INDEX jobs_state ON public.jobs USING btree (state, id) INCLUDE (namespace, routing_key);
+
+CREATE INDEX schedules_due ON public.schedules USING btree (next_at) WHERE ((NOT paused) AND (next_at IS NOT NULL));
+
+CREATE UNIQUE INDEX schedules_name ON public.schedules USING btree (COALESCE(namespace, ''::text), name);
+
+CREATE TRIGGER jobs_follow_prerequisite AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN ((new.has_dependents AND (new.state IS DISTINCT FROM old.state) AND (new.state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'expired'::text])))) EXECUTE FUNCTION public.jobs_follow_prerequisite();
+
+ALTER TABLE ONLY public.job_dependencies
+    ADD CONSTRAINT job_dependencies_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
