@@ -30,9 +30,9 @@ from bench import harness
 from bench.harness import Services, medians, services, summary, write
 from bench.lateness import received
 from consumers_sdk.ids import JobIds
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
 from dispatcher.store.migrate import apply_migrations
-from tests.support.process import DispatcherProcess
 
 SHARDS = 256
 # $1 routing key.

@@ -20,8 +20,8 @@ from bench import harness
 from bench.harness import median, services_with_node, started, stopped, write
 from bench.throughput import ceiling_consume
 from consumers_sdk import contract, topology
+from devstack.jobs_out import job
 from dispatcher.amqp.publisher import message_properties
-from tests.support.jobs_out import job
 
 ROUTING_KEY = "bench.noop"
 CHUNK = 2000  # publishes in flight at once while filling

@@ -16,7 +16,7 @@ from bench import harness
 from bench.cpu import tree_seconds
 from bench.harness import Services, medians, services_with_node, started, stopped, summary, write
 from bench.lateness import drained, rates_and_runs, received, steady
-from tests.support.process import DispatcherProcess
+from devstack.dispatcher_process import DispatcherProcess
 
 ROUTING_KEY = "bench.e2e"
 

@@ -21,8 +21,8 @@ import httpx
 
 from bench import harness
 from bench.harness import median, services, summary, write
-from tests.support.cluster import Cluster
-from tests.support.collector import Collector
+from devstack.collector import Collector
+from devstack.node_cluster import Cluster
 
 
 @dataclass

@@ -24,9 +24,9 @@ from bench import harness
 from bench.backlog import copy_jobs, finish_when_drained, receiver
 from bench.harness import Services, medians, services, summary, write
 from bench.lateness import received
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
 from dispatcher.store.migrate import apply_migrations
-from tests.support.process import DispatcherProcess
 
 TRICKLE_EVERY_S = 0.02
 

@@ -19,10 +19,10 @@ from typing import Any
 import httpx
 
 from bench.harness import services, summary, write
-from tests.support import firewall
-from tests.support.cluster import Cluster
-from tests.support.collector import Collector
-from tests.support.schedule import run_at_s, submit_spread
+from devstack import firewall
+from devstack.collector import Collector
+from devstack.node_cluster import Cluster
+from devstack.spread import run_at_s, submit_spread
 
 
 def readyz(url: str) -> tuple[int, str]:

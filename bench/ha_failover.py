@@ -24,11 +24,11 @@ from pathlib import Path
 from bench import harness
 from bench.failover import Load, lateness, longest_pause
 from bench.harness import summary, write
+from devstack.collector import Collector
+from devstack.node_cluster import Cluster
 from devstack.postgres_standby import PrimaryWithStandby
 from devstack.rabbitmq_cluster import RabbitCluster
 from devstack.zookeeper_ensemble import ZooKeeperEnsemble
-from tests.support.cluster import Cluster
-from tests.support.collector import Collector
 
 PHASE_S = 15.0  # after each kill: long enough for a RabbitMQ node's restart to matter
 DATABASE = "dispatcher"

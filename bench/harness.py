@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 import uvloop
 
 from devstack.base import service_root
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
 from devstack.postgres import QUEUE_SETTINGS, PostgresServer
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
-from tests.support.process import DispatcherProcess
 
 RESULTS = Path(__file__).parent / "results"
 

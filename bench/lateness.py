@@ -16,7 +16,7 @@ import httpx
 
 from bench import harness
 from bench.harness import medians, services_with_node, started, stopped, summary, write
-from tests.support.process import DispatcherProcess
+from devstack.dispatcher_process import DispatcherProcess
 
 
 async def steady(

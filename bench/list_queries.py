@@ -1,4 +1,4 @@
-"""GET /v1/jobs list queries and the job counts at a million jobs (tests/support/million.py's table:
+"""GET /v1/jobs list queries and the job counts at a million jobs (devstack/million.py's table:
 the newest jobs scheduled or in flight, 500 routing keys, ten tenants).
 
     .venv/bin/python -m bench.list_queries [--rows 1000000] [--calls 50] [--runs 3]
@@ -28,12 +28,12 @@ import asyncpg
 from bench import harness
 from bench.harness import median, percentile, services, write
 from consumers_sdk import ids as job_ids
+from devstack import million
 from dispatcher import metrics, models
 from dispatcher.housekeeping import Housekeeper
 from dispatcher.store import migrate, queries
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
-from tests.support import million
 
 # The statements before 0009, for comparison.
 PREVIOUS_LIST_JOBS = """

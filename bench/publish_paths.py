@@ -16,10 +16,10 @@ from typing import get_args
 
 from bench import harness, throughput
 from bench.harness import services, write
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
 from dispatcher.amqp.publisher import PublishPath
 from dispatcher.store.migrate import apply_migrations
-from tests.support.process import DispatcherProcess
 
 PATHS = [path for path in get_args(PublishPath) if path != "auto"]
 

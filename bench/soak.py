@@ -23,8 +23,8 @@ import httpx
 
 from bench import harness
 from bench.harness import percentile, services, write
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
-from tests.support.process import DispatcherProcess
 
 BATCH = 1000
 # RSS counts as flat when, after the warm-up, it moves by less than this (or 10 %).

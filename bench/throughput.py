@@ -38,12 +38,12 @@ from bench.harness import median, services, write
 from consumers_sdk import contract
 from consumers_sdk.ids import JobIds
 from devstack import packages
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
 from dispatcher.amqp.publisher import Publisher, PublishPath
 from dispatcher.metrics import Metrics
 from dispatcher.models import Claimed
 from dispatcher.store.migrate import apply_migrations
-from tests.support.process import DispatcherProcess
 
 
 async def ceiling_copy(dsn: str, rows: int) -> float:

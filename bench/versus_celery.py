@@ -29,8 +29,8 @@ from bench import harness
 from bench.backlog import rss_mb
 from bench.harness import Services, median, services, summary, write
 from bench.lateness import received
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
-from tests.support.process import DispatcherProcess
 
 
 def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -17,10 +17,10 @@ from pathlib import Path
 from bench import harness
 from bench.failover import Load, lateness, longest_pause
 from bench.harness import services, summary, write
+from devstack.collector import Collector
+from devstack.node_cluster import Cluster
+from devstack.zk_ownership import ownership
 from devstack.zookeeper_ensemble import ZooKeeperEnsemble
-from tests.support.cluster import Cluster
-from tests.support.collector import Collector
-from tests.support.zk_ensemble import ownership
 
 PHASE_S = 12.0
 

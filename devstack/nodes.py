@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -86,20 +87,29 @@ def serve(root: Path, urls: Urls, name: str, http_port: int) -> NoReturn:
     )
 
 
-def start(root: Path, urls: Urls, name: str, http_port: int) -> NodeProcess:
-    """Start one node detached from this command; its pid file is what `stop_all` reads."""
-    nodes = folder(root)
-    nodes.mkdir(parents=True, exist_ok=True)
-    log = nodes / f"{name}.log"
-    env = node_env(urls, name, http_port)
+def spawn(
+    env: Mapping[str, str], log: Path, *, group: int | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m dispatcher serve`` in a session of its own (signalled as a group, detached
+    from the terminal), its output appended to ``log``; GROUP: the group id it runs under (a
+    firewall rule on its packets can then cut it from one service: ``firewall``)."""
     with log.open("ab") as out:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "dispatcher", "serve"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            group=group,
         )
+
+
+def start(root: Path, urls: Urls, name: str, http_port: int) -> NodeProcess:
+    """Start one node detached from this command; its pid file is what `stop_all` reads."""
+    nodes = folder(root)
+    nodes.mkdir(parents=True, exist_ok=True)
+    log = nodes / f"{name}.log"
+    process = spawn(node_env(urls, name, http_port), log)
     record(root, name, process.pid, http_port)
     return NodeProcess(name=name, http_port=http_port, pid=process.pid, log=log)
 

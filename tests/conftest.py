@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from devstack.collector import Collector
+from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
+from devstack.node_cluster import SESSION_S, SHARDS, Cluster
 from dispatcher.store.db import Database
-from tests.support.cluster import SESSION_S, SHARDS, Cluster
-from tests.support.collector import Collector
-from tests.support.process import FAST_LEASE, DispatcherProcess, served
+from tests.support.process import served
 
 pytest_plugins = [
     "tests.support.reaping",

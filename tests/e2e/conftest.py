@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from selenium import webdriver
 
+from devstack.dispatcher_process import DispatcherProcess
 from tests.support import browser as chromium
-from tests.support.process import DispatcherProcess, served
+from tests.support.process import served
 
 
 @pytest.fixture

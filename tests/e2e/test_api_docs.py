@@ -10,8 +10,8 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from devstack.dispatcher_process import DispatcherProcess
 from tests.support import browser as chromium
-from tests.support.process import DispatcherProcess
 
 pytestmark = pytest.mark.e2e
 # What the page fetched, as it recorded it: scripts, styles and the OpenAPI document. (Redoc's

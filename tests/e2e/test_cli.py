@@ -15,11 +15,12 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, topology
+from devstack.dispatcher_process import DispatcherProcess
+from devstack.jobs_out import job, publish
 from devstack.rabbitmq import RabbitServer
 from dispatcher.cli import http as cli_http
 from dispatcher.cli import main as dispatcher_main
-from tests.support.jobs_out import job, publish
-from tests.support.process import DispatcherProcess, served
+from tests.support.process import served
 from tests.support.queues import depth_reaches
 from tests.support.waiting import eventually, until
 

@@ -9,11 +9,11 @@ from datetime import datetime
 import httpx
 import pytest
 
+from devstack.collector import Collector
+from devstack.node_cluster import SHARDS, Cluster, start_nodes
+from devstack.spread import schedule_spread
 from dispatcher.cluster.assignment import moved
-from tests.support.cluster import SHARDS, Cluster, start_nodes
-from tests.support.collector import Collector
 from tests.support.nodes import WRITE
-from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e

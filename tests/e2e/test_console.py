@@ -20,10 +20,11 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from consumers_sdk import reporter
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.rabbitmq import RabbitServer
 from tests.support.browser import click, settled, text_of, until
 from tests.support.dispatched import dispatch_round as round_of
-from tests.support.process import DispatcherProcess, served
+from tests.support.process import served
 
 pytestmark = pytest.mark.e2e
 ADMIN = "console-admin-0123456789abcdef"

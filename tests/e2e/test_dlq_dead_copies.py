@@ -15,9 +15,10 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, topology
+from devstack.dispatcher_process import DispatcherProcess
+from devstack.jobs_out import job, publish
 from tests.support.consumers import running
-from tests.support.jobs_out import job, publish
-from tests.support.process import DispatcherProcess, served
+from tests.support.process import served
 from tests.support.queues import depth_reaches, queue_depth
 from tests.support.waiting import eventually, job_when
 

@@ -16,8 +16,9 @@ import pytest
 
 from consumers_sdk import contract
 from consumers_sdk.enqueue import EnqueuedJob, enqueue, enqueue_sync
-from tests.support.collector import Collector
-from tests.support.process import FAST_LEASE, DispatcherProcess, served
+from devstack.collector import Collector
+from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
+from tests.support.process import served
 
 pytestmark = pytest.mark.e2e
 

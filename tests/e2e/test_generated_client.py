@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.process import DispatcherProcess
+from devstack.dispatcher_process import DispatcherProcess
 
 pytestmark = pytest.mark.e2e
 GENERATOR = Path(sys.executable).parent / "openapi-python-client"

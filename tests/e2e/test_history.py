@@ -7,9 +7,9 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job
+from devstack.dispatcher_process import DispatcherProcess
 from tests.integration.test_consumer import TIERS, fixed, running
 from tests.support.nodes import WRITE
-from tests.support.process import DispatcherProcess
 from tests.support.waiting import job_when
 
 pytestmark = pytest.mark.e2e

@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, Reject
+from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
 from tests.support.consumers import running
 from tests.support.nodes import WRITE
-from tests.support.process import FAST_LEASE, DispatcherProcess, served
+from tests.support.process import served
 from tests.support.waiting import eventually, job_when
 
 pytestmark = pytest.mark.e2e

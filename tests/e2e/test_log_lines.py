@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.process import DispatcherProcess, served
+from devstack.dispatcher_process import DispatcherProcess
+from tests.support.process import served
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e

@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.process import DispatcherProcess, served, spawn
+from devstack.dispatcher_process import DispatcherProcess
+from tests.support.process import served, spawn
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e

@@ -17,9 +17,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from consumers_sdk import Consumer, Job
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.rabbitmq import RabbitServer
 from tests.support.browser import text_of
-from tests.support.process import DispatcherProcess
 from tests.support.queues import wait_for_queue
 from tests.support.waiting import job_when
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.process import DispatcherProcess, spawn
+from devstack.dispatcher_process import DispatcherProcess
+from tests.support.process import spawn
 from tests.support.queues import wait_for_consumer
 from tests.support.waiting import eventually, job_when
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from devstack.collector import Collector
+from devstack.dispatcher_process import DispatcherProcess
 from tests.support import occurrences
-from tests.support.collector import Collector
-from tests.support.process import DispatcherProcess, served
+from tests.support.process import served
 
 # Twenty occurrences, made into jobs 3 s ahead (the default is 10 s): the run crosses that window
 # six times, more than a minute at the default did, in a third of the time.

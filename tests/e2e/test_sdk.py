@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from consumers_sdk import Consumer, Job
+from devstack.dispatcher_process import DispatcherProcess
+from devstack.jobs_out import job, publish
 from devstack.rabbitmq import RabbitServer
-from tests.support.jobs_out import job, publish
-from tests.support.process import DispatcherProcess, spawn
+from tests.support.process import spawn
 from tests.support.queues import wait_for_consumer
 from tests.support.waiting import eventually
 

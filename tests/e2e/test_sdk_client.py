@@ -36,8 +36,9 @@ from consumers_sdk import (
 )
 from consumers_sdk.client import job_body
 from consumers_sdk.testing import RecordingClient
+from devstack.dispatcher_process import DispatcherProcess
 from tests.support.consumers import running
-from tests.support.process import DispatcherProcess, served
+from tests.support.process import served
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.e2e

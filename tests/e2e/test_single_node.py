@@ -8,9 +8,9 @@ import asyncio
 import asyncpg
 import pytest
 
-from tests.support.collector import Collector
-from tests.support.process import DispatcherProcess
-from tests.support.schedule import schedule_spread
+from devstack.collector import Collector
+from devstack.dispatcher_process import DispatcherProcess
+from devstack.spread import schedule_spread
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.e2e

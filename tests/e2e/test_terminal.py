@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from devstack.dispatcher_process import DispatcherProcess
 from tests.e2e import test_cli
 from tests.support import terminal
-from tests.support.process import DispatcherProcess
 
 pytestmark = pytest.mark.e2e
 ADMIN = test_cli.ADMIN

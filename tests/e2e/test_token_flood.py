@@ -14,10 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from devstack.dispatcher_process import DispatcherProcess
 from dispatcher import api_keys
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database
-from tests.support.process import DispatcherProcess, served
+from tests.support.process import served
 
 # serial: it times answers while a flood of requests weighs on the node.
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]

@@ -18,9 +18,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from consumers_sdk import Consumer, DispatcherClient, Job
 from consumers_sdk.enqueue import enqueue
+from devstack.dispatcher_process import DispatcherProcess
+from devstack.jobs_out import job, publish
 from tests.support.consumers import running
-from tests.support.jobs_out import job, publish
-from tests.support.process import DispatcherProcess
 from tests.support.queues import wait_for_consumer
 from tests.support.waiting import eventually
 

@@ -9,11 +9,11 @@ import time
 import httpx
 import pytest
 
+from devstack.collector import Collector
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.rabbitmq import RabbitServer
-from tests.support.collector import Collector
+from devstack.spread import schedule_spread
 from tests.support.nodes import WRITE
-from tests.support.process import DispatcherProcess
-from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
 pytestmark = [

@@ -17,13 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
+from devstack.collector import Collector
+from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
+from devstack.node_cluster import Cluster, start_nodes
 from devstack.ports import reserve_port
-from tests.support.cluster import Cluster, start_nodes
-from tests.support.collector import Collector
+from devstack.spread import schedule_spread
 from tests.support.faketime import FakeClock
 from tests.support.nodes import WRITE
-from tests.support.process import FAST_LEASE, DispatcherProcess
-from tests.support.schedule import schedule_spread
 
 pytestmark = pytest.mark.faults
 

@@ -10,10 +10,10 @@ import time
 import asyncpg
 import pytest
 
+from devstack.collector import Collector
+from devstack.node_cluster import SESSION_S, Cluster, start_nodes
+from devstack.spread import schedule_spread
 from devstack.zookeeper import ZooKeeperServer
-from tests.support.cluster import SESSION_S, Cluster, start_nodes
-from tests.support.collector import Collector
-from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.faults

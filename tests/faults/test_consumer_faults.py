@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from consumers_sdk import Consumer, topology
+from devstack.collector import classify
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.rabbitmq import RabbitServer
-from tests.support.collector import classify
+from devstack.spread import schedule_spread
 from tests.support.consumers import fail_once_and_reject, running
-from tests.support.process import DispatcherProcess, spawn
+from tests.support.process import spawn
 from tests.support.queues import depth_reaches, drain_dead, wait_for_consumer
-from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.faults, pytest.mark.rabbitmq_version]

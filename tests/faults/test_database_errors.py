@@ -15,12 +15,12 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
+from devstack.collector import Collector
+from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
 from devstack.ports import reserve_port
 from devstack.postgres import PostgresServer
-from tests.support.collector import Collector
-from tests.support.process import FAST_LEASE, DispatcherProcess
+from devstack.spread import schedule_spread
 from tests.support.recovery import assert_serving_again
-from tests.support.schedule import schedule_spread
 
 pytestmark = pytest.mark.faults
 

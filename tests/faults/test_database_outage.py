@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from devstack.collector import Collector
+from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
 from devstack.ports import reserve_port
 from devstack.postgres import PostgresServer
-from tests.support.collector import Collector
-from tests.support.process import FAST_LEASE, DispatcherProcess
+from devstack.spread import schedule_spread
 from tests.support.producers import Submissions, submit_steadily
-from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.faults

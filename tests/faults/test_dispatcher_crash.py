@@ -16,10 +16,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from tests.support.cluster import SESSION_S, Cluster
-from tests.support.collector import Collector
-from tests.support.process import DispatcherProcess, served
-from tests.support.schedule import run_at_s, schedule_spread, submit_spread
+from devstack.collector import Collector
+from devstack.dispatcher_process import DispatcherProcess
+from devstack.node_cluster import SESSION_S, Cluster
+from devstack.spread import run_at_s, schedule_spread, submit_spread
+from tests.support.process import served
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.faults

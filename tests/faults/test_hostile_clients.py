@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.collector import ON_TIME_S, Collector
-from tests.support.process import DispatcherProcess, served
-from tests.support.schedule import schedule_spread
+from devstack.collector import ON_TIME_S, Collector
+from devstack.dispatcher_process import DispatcherProcess
+from devstack.spread import schedule_spread
+from tests.support.process import served
 from tests.support.waiting import until
 
 # serial: it times the node's connection deadlines from the client's side, which a loaded

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from devstack.collector import Collector, Ledger
+from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
+from devstack.node_cluster import SESSION_S, Cluster, start_nodes
 from devstack.ports import reserve_port
 from devstack.postgres_standby import PrimaryWithStandby
-from tests.support.cluster import SESSION_S, Cluster, start_nodes
-from tests.support.collector import Collector, Ledger
-from tests.support.process import FAST_LEASE, DispatcherProcess
+from devstack.spread import schedule_spread
 from tests.support.producers import Submissions, submit_steadily
 from tests.support.recovery import assert_serving_again
-from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually, until
 
 pytestmark = pytest.mark.faults

@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 
 from consumers_sdk import Consumer, broker_urls, topology
+from devstack.collector import Collector, classify
+from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
 from devstack.rabbitmq import RabbitServer
 from devstack.rabbitmq_cluster import RabbitCluster
-from tests.support.collector import Collector, classify
+from devstack.spread import schedule_spread
 from tests.support.consumers import fail_once_and_reject, running
-from tests.support.process import FAST_LEASE, DispatcherProcess, served
+from tests.support.process import served
 from tests.support.queues import depth_reaches, drain_dead
-from tests.support.schedule import schedule_spread
 from tests.support.waiting import eventually
 
 pytestmark = [

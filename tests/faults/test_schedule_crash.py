@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from devstack.collector import Collector
+from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
 from tests.support import occurrences
-from tests.support.collector import Collector
-from tests.support.process import FAST_LEASE, DispatcherProcess, served
+from tests.support.process import served
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.faults

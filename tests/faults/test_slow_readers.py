@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.process import DispatcherProcess, served
+from devstack.dispatcher_process import DispatcherProcess
+from tests.support.process import served
 
 # serial: it times answers while hundreds of connections weigh on the node.
 pytestmark = [pytest.mark.faults, pytest.mark.serial]

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from devstack.zookeeper_ensemble import EnsembleMember, ZooKeeperEnsemble
-from tests.support.cluster import Cluster, start_nodes
-from tests.support.collector import Collector
-from tests.support.schedule import schedule_spread
-from tests.support.waiting import eventually
-from tests.support.zk_ensemble import (
+from devstack.collector import Collector
+from devstack.node_cluster import Cluster, start_nodes
+from devstack.spread import schedule_spread
+from devstack.zk_ownership import (
     ENSEMBLE_SESSION_S,
     ensemble_cluster,
     ownership,
     sessions,
     started_ensemble,
 )
+from devstack.zookeeper_ensemble import EnsembleMember, ZooKeeperEnsemble
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.faults
 

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.postgres import PostgresServer
 from devstack.rabbitmq import RabbitServer
-from tests.support.process import DispatcherProcess, served
+from tests.support.process import served
 
 EXAMPLES = 150  # per run of the whole API: well under a minute on two shared cores
 WRITES = {"POST", "PUT", "PATCH", "DELETE"}

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 from consumers_sdk import contract, validation
 from consumers_sdk.enqueue import enqueue
 from consumers_sdk.reporter import EventReporter
+from devstack.collector import Collector, Delivery
 from dispatcher.node import Node
-from tests.support.collector import Collector, Delivery
 from tests.support.nodes import running_node
 from tests.support.probe import Probe
 

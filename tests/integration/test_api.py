@@ -13,8 +13,8 @@ import pytest
 import pytest_asyncio
 
 from consumers_sdk import contract
+from devstack.collector import ON_TIME_S, Collector
 from dispatcher.node import Node
-from tests.support.collector import ON_TIME_S, Collector
 from tests.support.nodes import ON_THE_MODULES_NODE, client, jobs_stored, running_node
 
 NODE = {"node_id": "api-test", "shard_count": 16}

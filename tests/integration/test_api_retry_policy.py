@@ -12,8 +12,8 @@ import pytest
 import pytest_asyncio
 
 from consumers_sdk import DispatcherClient, contract
+from devstack.collector import Collector
 from dispatcher.node import Node
-from tests.support.collector import Collector
 from tests.support.nodes import ON_THE_MODULES_NODE, client, running_node
 
 NODE = {"node_id": "policy-test", "shard_count": 8}

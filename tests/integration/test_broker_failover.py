@@ -15,13 +15,13 @@ import aio_pika
 import pytest
 
 from consumers_sdk import broker_urls, contract
+from devstack.collector import Collector
+from devstack.jobs_out import job
 from devstack.ports import reserve_port
 from devstack.rabbitmq import RabbitServer
 from devstack.rabbitmq_cluster import RabbitCluster
 from dispatcher import metrics, models
 from dispatcher.amqp.publisher import Publisher
-from tests.support.collector import Collector
-from tests.support.jobs_out import job
 from tests.support.waiting import eventually
 
 NAME = "test-publisher"

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from devstack.collector import Collector
 from dispatcher.node import Node
-from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
 
 SPREAD = 40  # jobs, one a millisecond: all within one claim's reach

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.support.collector import Collector
+from devstack.collector import Collector
 from tests.support.nodes import client, running_node
 from tests.support.waiting import eventually
 

@@ -17,10 +17,10 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, MemoryDeduplicator, Reject, Retry, contract, topology
+from devstack.jobs_out import job, new_id, publish, publish_raw
 from devstack.ports import reserve_port
 from devstack.rabbitmq import RabbitServer
 from tests.support.consumers import running
-from tests.support.jobs_out import job, new_id, publish, publish_raw
 from tests.support.queues import depth_reaches, queue_depth
 from tests.support.waiting import eventually
 

@@ -11,8 +11,8 @@ import aio_pika
 import pytest
 
 from consumers_sdk import Consumer, Job, topology
+from devstack.jobs_out import job, publish
 from tests.support.consumers import running
-from tests.support.jobs_out import job, publish
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.serial

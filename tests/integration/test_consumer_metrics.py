@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from consumers_sdk import Consumer, Job, Reject, reporter
 from consumers_sdk.metrics import ConsumerMetrics
+from devstack.jobs_out import job, publish
 from tests.support.consumers import running
-from tests.support.jobs_out import job, publish
 from tests.support.waiting import eventually
 
 GROUP = "billing"

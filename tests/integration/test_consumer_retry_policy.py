@@ -12,9 +12,9 @@ import aio_pika
 import pytest
 
 from consumers_sdk import Consumer, Job, contract, topology
+from devstack.jobs_out import job, publish
 from dispatcher import models
 from tests.support.consumers import running
-from tests.support.jobs_out import job, publish
 from tests.support.queues import depth_reaches
 from tests.support.waiting import eventually
 

@@ -7,9 +7,9 @@ import pytest
 
 from consumers_sdk import Consumer, Job, dlq, dlq_check, topology
 from consumers_sdk.errors import DlqError
+from devstack.jobs_out import job, publish
 from devstack.ports import reserve_port
 from tests.support.consumers import running
-from tests.support.jobs_out import job, publish
 from tests.support.queues import depth_reaches, queue_depth
 
 WORK = "billing.orders.expire"

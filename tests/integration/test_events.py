@@ -16,12 +16,12 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, contract, reporter, topology
+from devstack.jobs_out import job, publish
 from devstack.rabbitmq import RabbitServer
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from tests.integration.test_consumer import TIERS, WORK, depth_reaches, fixed, queue_depth, running
 from tests.support import dispatched
-from tests.support.jobs_out import job, publish
 from tests.support.nodes import client, running_node
 from tests.support.queues import consumers_reach
 from tests.support.waiting import eventually

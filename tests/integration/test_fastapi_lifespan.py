@@ -15,8 +15,8 @@ from fastapi import FastAPI
 
 from consumers_sdk import Consumer, Job, retry, topology
 from consumers_sdk.integrations.fastapi import consumer_lifespan
+from devstack.jobs_out import job, publish
 from devstack.ports import reserve_port
-from tests.support.jobs_out import job, publish
 from tests.support.queues import queue_depth
 from tests.support.waiting import eventually, until
 

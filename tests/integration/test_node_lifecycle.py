@@ -11,13 +11,13 @@ import shutil
 import asyncpg
 
 from devstack.base import service_root
+from devstack.collector import Collector
 from devstack.ports import reserve_port
 from devstack.postgres import PostgresServer
 from devstack.zookeeper import ZooKeeperServer
 from dispatcher import lifecycle
 from dispatcher.node import Node
 from dispatcher.settings import Settings
-from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
 from tests.support.overdue import insert_overdue
 from tests.support.waiting import eventually, until

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from consumers_sdk import contract, ids
-from tests.support.collector import Collector
+from devstack.collector import Collector
 from tests.support.nodes import client, running_node
 
 IDS = ids.JobIds()

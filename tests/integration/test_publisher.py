@@ -17,10 +17,10 @@ import aiormq
 import pytest
 
 from consumers_sdk import contract
+from devstack.jobs_out import job
 from dispatcher import errors, metrics, models
 from dispatcher.amqp import frames
 from dispatcher.amqp.publisher import Outcome, Publisher, PublishPath
-from tests.support.jobs_out import job
 
 # The outcome depends on the broker's version: run again on RabbitMQ 4.x (make test).
 pytestmark = pytest.mark.rabbitmq_version

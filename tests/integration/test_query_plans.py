@@ -14,12 +14,12 @@ from typing import Any
 import asyncpg
 import pytest
 
+from devstack import million
 from devstack.postgres import PostgresServer
 from dispatcher import models
 from dispatcher.store import queries
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
-from tests.support import million
 
 # The states in flight, and a rare finished one. The bulk of finished jobs is half the table: any
 # plan reads much of it, and that count is the one spaced out (see dispatcher/housekeeping.py).

@@ -8,9 +8,9 @@ import uuid
 
 import asyncpg
 
+from devstack.collector import Collector
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
-from tests.support.collector import Collector
 from tests.support.nodes import running_node
 from tests.support.overdue import insert_overdue
 

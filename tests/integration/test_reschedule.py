@@ -15,11 +15,11 @@ import asyncpg
 import orjson
 import pytest
 
+from devstack.collector import Collector
 from dispatcher import models
 from dispatcher.node import Node
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
-from tests.support.collector import Collector
 from tests.support.nodes import client, running_node
 
 # The safety sweep would also find a job moved into the loaded window, 15 s late; with it this

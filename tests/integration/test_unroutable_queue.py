@@ -11,10 +11,10 @@ import aio_pika
 import pytest
 
 from consumers_sdk import broker_urls, contract
+from devstack.jobs_out import job
 from devstack.rabbitmq import RabbitServer
 from dispatcher import metrics
 from dispatcher.amqp.publisher import Publisher
-from tests.support.jobs_out import job
 
 PARKED = "dispatcher.unroutable"
 

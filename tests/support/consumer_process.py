@@ -8,7 +8,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.support.jobs_out import job, publish
+from devstack.jobs_out import job, publish
 from tests.support.queues import wait_for_consumer
 from tests.support.waiting import eventually
 

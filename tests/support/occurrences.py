@@ -9,7 +9,7 @@ from datetime import datetime
 import httpx
 
 from consumers_sdk import contract
-from tests.support.collector import Collector, Ledger, classify
+from devstack.collector import Collector, Ledger, classify
 from tests.support.nodes import WRITE
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from devstack.spread import run_at_s
 from tests.support.nodes import WRITE
-from tests.support.schedule import run_at_s
 
 
 @dataclass

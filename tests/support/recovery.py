@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.support.collector import Collector
+from devstack.collector import Collector
 from tests.support.nodes import WRITE
 
 

@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
-from devstack import reaper
+from devstack import dispatcher_process, reaper
 
 ROOT = Path(__file__).parents[2]
 PRELOADED = ("dispatcher.cli", "dispatcher.node", "consumers_sdk.__main__", "consumers_sdk")
@@ -124,16 +124,19 @@ _marks: list[str | None] = []
 def pytest_configure(config: object) -> None:
     # After tests/support/reaping.py's: the environment carries this pytest process's mark.
     _marks.append(reaper.current())
+    dispatcher_process.fork_with(fork_node)  # the benchmarks start their nodes by exec
 
 
 def pytest_unconfigure(config: object) -> None:
+    dispatcher_process.fork_with(None)
     while _zygotes:
         _zygotes.pop().close()
 
 
-def available() -> bool:
-    """Inside a pytest run with this plugin (the benchmarks start their nodes by exec)."""
-    return bool(_marks)
+def fork_node(env: Mapping[str, str], log: Path) -> Forked | None:
+    """A node forked from this run's zygote; None under libfaketime (the zygote's clock is
+    the true one): such a node is spawned."""
+    return zygote().fork("dispatcher", ["serve"], env, log) if forkable(env) else None
 
 
 def zygote() -> Zygote:

@@ -55,3 +55,16 @@ def test_every_package_and_module_is_named_in_the_layout() -> None:
         sorted(str(path.relative_to(ROOT)) for path in code - {ROOT / p for p in named_paths()})
         == []
     )
+
+
+def test_the_benchmarks_and_devstack_never_import_the_tests() -> None:
+    """One launcher: the benchmarks start nodes and services through devstack, as the tests do,
+    never through the test suite's own helpers."""
+    importing = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for folder in ("bench", "devstack")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for line in path.read_text().splitlines()
+        if re.match(r"\s*(from|import) tests\b", line)
+    ]
+    assert importing == []

@@ -9,8 +9,6 @@ from typing import Any
 
 import httpx
 
-from tests.support.nodes import WRITE
-
 
 async def submit_spread(
     urls: str | Sequence[str],
@@ -27,7 +25,10 @@ async def submit_spread(
     nodes = [urls] if isinstance(urls, str) else list(urls)
     base = time.time() + start_in_s
     accepted: list[dict[str, Any]] = []
-    headers = {**WRITE, **({"authorization": f"Bearer {api_key}"} if api_key else {})}
+    headers = {
+        "content-type": "application/json",
+        **({"authorization": f"Bearer {api_key}"} if api_key else {}),
+    }
     async with httpx.AsyncClient(timeout=30, headers=headers) as http:
         for number, first in enumerate(range(0, count, batch)):
             jobs = [

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
+from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
-from tests.support.process import DispatcherProcess
 
 SESSION_S = 3.0  # ZooKeeper session timeout for test clusters: failover within seconds
 SHARDS = 32

@@ -7,8 +7,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from devstack.node_cluster import SHARDS, Cluster
 from devstack.zookeeper_ensemble import ZooKeeperEnsemble
-from tests.support.cluster import SHARDS, Cluster
 
 # The nodes' session: a leader election (a second or two, more on a loaded machine) fits well
 # inside it, so losing one server must cost the nodes nothing but a pause.
