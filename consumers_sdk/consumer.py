@@ -39,6 +39,7 @@ from consumers_sdk import metrics as metrics_mod
 logger = logging.getLogger(__name__)
 
 RABBITMQ_CONSUMER_TIMEOUT_S = 1800.0  # RabbitMQ's default delivery acknowledgement timeout
+RECONNECT_FIRST_S = 0.2
 RECONNECT_MAX_S = 5.0
 
 
@@ -270,7 +271,7 @@ class Consumer:
 
     async def _connect(self) -> AbstractRobustConnection | None:
         """The first connection, retried until the broker answers; later losses aio-pika heals."""
-        delay = 0.2
+        backoff = retry.Doubling(first_s=RECONNECT_FIRST_S, max_s=RECONNECT_MAX_S)
         while not self._stop.is_set():
             try:
                 return await failover.connect_robust(
@@ -279,11 +280,11 @@ class Consumer:
             except aiormq.exceptions.ProbableAuthenticationError:
                 raise
             except (OSError, TimeoutError, aiormq.exceptions.AMQPConnectionError) as exc:
+                delay = backoff.next()
                 logger.warning("RabbitMQ not reachable (%r); retrying in %.1fs", exc, delay)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._stop.wait()
-            delay = min(delay * 2, RECONNECT_MAX_S)
         return None
 
     async def _consume(self, connection: AbstractRobustConnection) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 import orjson
 
-from consumers_sdk import calls, errors, records
+from consumers_sdk import calls, errors, records, retry
 
 T = TypeVar("T")
 Outcome = httpx.Response | httpx.TransportError
@@ -62,8 +62,8 @@ def attempts(call: calls.Call[T], *, retries: int, rng: random.Random | None = N
     """Yields the seconds to wait before each send (0 before the first) and is sent what each
     send gave (a response, or the transport error); yields ``Done`` with the call's record last,
     or raises its typed error."""
-    draw = (rng or random.Random()).random
-    pause = FIRST_PAUSE_S
+    # Jittered: clients do not come back in step.
+    pauses = retry.Doubling(first_s=FIRST_PAUSE_S, max_s=MAX_PAUSE_S, rng=rng or random.Random())
     outcome = yield 0.0
     for attempt in range(retries + 1):
         last = attempt == retries
@@ -75,8 +75,7 @@ def attempts(call: calls.Call[T], *, retries: int, rng: random.Random | None = N
             return
         elif outcome.status_code != 503 or last:
             raise error(outcome, call.subject)
-        outcome = yield pause * (1 + draw())  # jittered: clients do not come back in step
-        pause = min(pause * 2, MAX_PAUSE_S)
+        outcome = yield pauses.next()
     raise AssertionError("unreachable")
 
 

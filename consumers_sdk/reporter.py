@@ -27,7 +27,7 @@ from typing import cast
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from consumers_sdk import broker_urls, contract, failover, ids, topology
+from consumers_sdk import broker_urls, contract, failover, ids, retry, topology
 from consumers_sdk.errors import TopologyMismatch
 
 logger = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ BATCH = 500  # events per round: a message per outcome among them, confirmed tog
 # events instead of one or two, for the consumer, RabbitMQ and the dispatcher alike.
 LINGER_S = 0.02
 PERSISTENT = 2  # delivery_mode
+RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
 
 
@@ -130,8 +131,8 @@ class EventReporter:
             await task
 
     async def _run(self) -> None:
-        delay = 0.2
-        failures = 0
+        backoff = retry.Doubling(first_s=RETRY_FIRST_S, max_s=RETRY_MAX_S)
+        failures = 0  # connections lost so far: the next one starts at the next node
         while True:
             connection: AbstractConnection | None = None
             try:
@@ -158,18 +159,18 @@ class EventReporter:
                 amqp = cast(aiormq.Channel, await channel.get_underlay_channel())
                 while True:
                     await self._publish_buffer(amqp)
-                    delay = 0.2
+                    backoff.reset()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 failures += 1
+                delay = backoff.next()
                 logger.warning("job events not reported (%r); retrying in %.1fs", exc, delay)
             finally:
                 if connection is not None:
                     with contextlib.suppress(Exception):
                         await connection.close()
             await asyncio.sleep(delay)
-            delay = min(delay * 2, RETRY_MAX_S)
 
     async def _publish_buffer(self, amqp: aiormq.Channel) -> None:
         if not self._buffer:

@@ -1,5 +1,6 @@
-"""Backoff, delay tiers and what follows a failed attempt. Pure: randomness comes from the
-caller's ``random.Random``."""
+"""Backoff, delay tiers and what follows a failed attempt, and ``Doubling``: the pauses between
+tries of a connection or a request that keeps failing. Pure: randomness comes from the caller's
+``random.Random``."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ import math
 import random
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from consumers_sdk import contract
 
 Backoff = Callable[[int], float]
+
+# Past this many doublings every pause is the cap (and 2**n stays a float).
+_MAX_DOUBLINGS = 64
 
 # Wait-queue delays, in seconds: about 1 s to 1 h. A delay is rounded up to the next tier.
 DEFAULT_TIERS: tuple[float, ...] = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -83,3 +88,27 @@ def next_delay(
     if policy.backoff_s:
         return policy.backoff_s[min(attempt, len(policy.backoff_s)) - 1]
     return backoff(attempt)
+
+
+@dataclass(slots=True)
+class Doubling:
+    """Pauses between tries of one thing that keeps failing (a connection, a request the
+    dispatcher answered 503): ``first_s`` after the first failure, doubling up to ``max_s``;
+    ``reset`` after a success. With ``rng`` each pause is stretched by a random 0 to 100 %, so
+    that clients failing together do not come back in step. Every reconnecting loop of the SDK
+    paces itself with one (a handler's ``Backoff`` is another thing: a job's retry delays)."""
+
+    first_s: float
+    max_s: float
+    rng: random.Random | None = None
+    failures: int = 0  # in a row, since the last reset
+
+    def next(self) -> float:
+        """Count one more failure: the pause to wait after it."""
+        self.failures += 1
+        doublings = min(self.failures - 1, _MAX_DOUBLINGS)
+        pause = min(self.first_s * 2.0**doublings, self.max_s)
+        return pause if self.rng is None else pause * (1 + self.rng.random())
+
+    def reset(self) -> None:
+        self.failures = 0

@@ -88,6 +88,10 @@ class FramedPublishUnsupported(Fatal):
     """Framed publishing was required, but the installed aiormq does not support it."""
 
 
+class BrokerUnavailable(DispatcherError):
+    """RabbitMQ is unreachable."""
+
+
 class PublishFailed(DispatcherError):
     """RabbitMQ did not confirm the publish."""
 
@@ -127,5 +131,6 @@ class ScheduleQuotaReached(DispatcherError):
 TRANSIENT: tuple[type[DispatcherError], ...] = (
     StoreUnavailable,
     CoordinationUnavailable,
+    BrokerUnavailable,
     PublishFailed,
 )

@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from dispatcher import supervision
+
 logger = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 10.0
 
 Body = Callable[[], Coroutine[Any, Any, None]]
-Supervise = Callable[[str, Body], Coroutine[Any, Any, None]]
+Supervise = Callable[[str, Body, supervision.Backoff | None], Coroutine[Any, Any, None]]
 
 
 class Phase(IntEnum):
@@ -51,6 +53,7 @@ class Task:
     phase: Phase = Phase.CANCEL
     stop: Callable[[], Awaitable[None] | None] | None = None  # tells the task to finish
     supervised: bool = True  # restarted after a failure (``supervision``); else it ends the node
+    backoff: supervision.Backoff | None = None  # its restarts' pace; None: ``restarts()``
 
 
 class Tasks:
@@ -66,7 +69,7 @@ class Tasks:
 
     def start(self, group: asyncio.TaskGroup) -> None:
         for row in self._table:
-            body = self._supervise(row.name, row.run) if row.supervised else row.run()
+            body = self._supervise(row.name, row.run, row.backoff) if row.supervised else row.run()
             self._running[row.name] = group.create_task(body, name=row.name)
 
     async def stop(self) -> None:

@@ -18,6 +18,7 @@ import uvicorn
 
 from consumers_sdk import broker_urls
 from dispatcher import api, errors, lifecycle, metrics, supervision
+from dispatcher.amqp import events, publisher
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
 from dispatcher.api import connections
@@ -35,7 +36,7 @@ from dispatcher.lifecycle import Phase, Task
 from dispatcher.materialiser import Materialiser
 from dispatcher.settings import Settings
 from dispatcher.stewardship import Steward
-from dispatcher.store import due_notices, migrate
+from dispatcher.store import due_notices, listen, migrate
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.clock import ClockStore
 from dispatcher.store.db import Database
@@ -265,19 +266,24 @@ class Node:
         connections, the loader and the rest are cancelled last, in reverse."""
         # A server that stops on its own ends the node: it is not restarted.
         http = Task("http", self._serve_http, Phase.SERVE, self._stop_http, supervised=False)
+        # Loops whose service errors reach the supervisor restart at the pace they retried at.
+        pace = supervision.Backoff
+        reconnect = pace(first_s=publisher.RECONNECT_FIRST_S, max_s=publisher.RECONNECT_MAX_S)
+        relisten = pace(first_s=listen.RECONNECT_FIRST_S, max_s=listen.RECONNECT_MAX_S)
+        events_retry = pace(first_s=events.RETRY_FIRST_S, max_s=events.RETRY_MAX_S)
         return [
             Task("clock", self.timekeeper.run),
             Task("standing", self.steward.run),
-            Task("amqp-connect", self.publisher.run),
-            Task("amqp-connect-live", self.live_publisher.run),
+            Task("amqp-connect", self.publisher.run, backoff=reconnect),
+            Task("amqp-connect-live", self.live_publisher.run, backoff=reconnect),
             Task("ownership", self.ownership.run, Phase.LEAVE, self.ownership.stop),
             Task("intake", self.intake.run),
             Task("ownership-watch", self._watch_ownership),
             Task("loader", self.loader.run),
             Task("sweeper", self.loader.run_sweeps),
-            Task("notices", self.notices.run),
+            Task("notices", self.notices.run, backoff=relisten),
             Task("firing", self.firer.run, Phase.DRAIN, self.firer.stop),
-            Task("events", self.events.run),
+            Task("events", self.events.run, backoff=events_retry),
             Task("housekeeping", self.housekeeper.run),
             Task("schedules", self.materialiser.run, Phase.DRAIN, self.materialiser.stop),
             Task("dependents", self.dependents.run, Phase.DRAIN, self.dependents.stop),
@@ -309,7 +315,7 @@ class Node:
     async def _start(self) -> bool:
         """Open the pool, migrate, join: retried while a service is away (a node started before
         its database, say); False when asked to stop meanwhile."""
-        failures = 0
+        backoff = supervision.restarts()
         while not self._stop.is_set():
             try:
                 await self.db.open()
@@ -322,8 +328,7 @@ class Node:
                 await self.ownership.start()
                 return True
             except errors.TRANSIENT as exc:
-                failures += 1
-                delay = supervision.backoff_s(failures)
+                delay = backoff.next()
                 logger.warning(
                     "starting: %s; trying again in %.1fs", exc, delay, extra={"action": "start"}
                 )

@@ -8,7 +8,10 @@ a connection of its own. Deliveries (each an array of events, or one event) are 
 ``batch`` of them, or whatever arrived within ``LINGER_S``), their events recorded ``batch`` to a
 round trip, then acked together: a crash before the ack redelivers them, and recording is
 idempotent on the event id, so at-least-once delivery records each event once. While PostgreSQL is
-unreachable the batch stays unacked and is retried with backoff.
+unreachable the batch stays unacked and is retried with backoff inside (a restart would have the
+broker redeliver it, counting against the queue's delivery limit), and the loop reports itself
+degraded to its supervisor meanwhile. A broker not there at connect (nothing held yet) reaches the
+supervisor as ``BrokerUnavailable`` instead.
 
 What one node holds is bounded: at most ``prefetch`` messages unacked, each read only when it is
 at most ``max_message_bytes`` (a larger one is acked unread and counted in
@@ -29,12 +32,14 @@ import aiormq
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from consumers_sdk import contract, failover, topology
-from dispatcher import errors, metrics
+from dispatcher import errors, metrics, supervision
 from dispatcher.store import history
 
 logger = logging.getLogger(__name__)
 
 LINGER_S = 0.05
+# Recording retried while PostgreSQL is away; also the pace of the loop's restarts (its task row).
+RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
 # A refused message's reason, as logged: a consumer's text (an outcome, a date) may be megabytes.
 LOGGED_CHARS = 200
@@ -77,16 +82,12 @@ class EventsConsumer:
         self.recorded = 0
 
     async def run(self) -> None:
-        """Connect (retrying until the broker answers; aio-pika heals later losses), consume and
-        record until cancelled."""
-        delay = 0.2
-        while self._connection is None:
-            try:
-                self._connection = await self._connect()
-            except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as exc:
-                logger.warning("events: RabbitMQ not reachable (%r); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+        """Connect (aio-pika heals later losses), consume and record until cancelled. Raises
+        ``BrokerUnavailable`` when the broker does not answer: the supervisor runs it again."""
+        try:
+            self._connection = await self._connect()
+        except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as exc:
+            raise errors.BrokerUnavailable(f"RabbitMQ not reachable ({exc!r})") from exc
         counting = asyncio.create_task(self._count_dead_letters_every(), name="events-dead-count")
         try:
             while True:
@@ -253,30 +254,43 @@ class EventsConsumer:
         would come back forever (and stop every node in turn): the batch is recorded one by one
         without it, and so is one that makes recording fail for any reason but the database
         being away."""
-        delay = 0.2
         events = [event for event, _ in reported]
-        while True:
-            try:
-                return await self._store.record(events, [user for _, user in reported]), []
-            except errors.StoreUnavailable as exc:
-                logger.warning("events: not recorded (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
-            except Exception as exc:  # InvalidEvent, or a bug one event triggers
-                if len(events) == 1:
-                    logger.warning(
-                        "events: refused %s (job %s) to %s: %s",
-                        events[0].event_id,
-                        events[0].job_id,
-                        topology.EVENTS_DEAD_QUEUE,
-                        cut(repr(exc)),
-                        exc_info=not isinstance(exc, errors.InvalidEvent),
-                    )
-                    return [], events
-                recorded: list[history.Recorded] = []
-                refused: list[contract.JobEvent] = []
-                for one in reported:
-                    one_recorded, one_refused = await self._store_retrying([one])
-                    recorded.extend(one_recorded)
-                    refused.extend(one_refused)
-                return recorded, refused
+        try:
+            return await self._record_when_up(events, [user for _, user in reported]), []
+        except Exception as exc:  # InvalidEvent, or a bug one event triggers
+            if len(events) == 1:
+                logger.warning(
+                    "events: refused %s (job %s) to %s: %s",
+                    events[0].event_id,
+                    events[0].job_id,
+                    topology.EVENTS_DEAD_QUEUE,
+                    cut(repr(exc)),
+                    exc_info=not isinstance(exc, errors.InvalidEvent),
+                )
+                return [], events
+            recorded: list[history.Recorded] = []
+            refused: list[contract.JobEvent] = []
+            for one in reported:
+                one_recorded, one_refused = await self._store_retrying([one])
+                recorded.extend(one_recorded)
+                refused.extend(one_refused)
+            return recorded, refused
+
+    async def _record_when_up(
+        self, events: list[contract.JobEvent], users: list[str | None]
+    ) -> list[history.Recorded]:
+        """``store.record``, retried while PostgreSQL is away: the loop reports itself degraded
+        meanwhile, and recovered once PostgreSQL answers (records, or refuses: raised)."""
+        backoff = supervision.Backoff(first_s=RETRY_FIRST_S, max_s=RETRY_MAX_S)
+        try:
+            while True:
+                try:
+                    return await self._store.record(events, users)
+                except errors.StoreUnavailable as exc:
+                    delay = backoff.next()
+                    supervision.report_degraded("recording", exc)
+                    logger.warning("events: not recorded (%s); retrying in %.1fs", exc, delay)
+                    await asyncio.sleep(delay)
+        finally:
+            if backoff.failures:
+                supervision.report_recovered("recording")

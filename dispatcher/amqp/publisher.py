@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 MIN_EXPIRATION = timedelta(milliseconds=1)
 PERSISTENT = 2  # delivery_mode
+# The pace of the supervisor's restarts while the broker does not answer (the loop's task row).
+RECONNECT_FIRST_S = 0.4
 RECONNECT_MAX_S = 5.0
 # auto: framed batches when ``frames.supported`` says so, else one publish per message.
 PublishPath = Literal["auto", "framed", "per_message"]
@@ -104,16 +106,13 @@ class Publisher:
         self.fallback_reason: str | None = None
 
     async def run(self) -> None:
-        """Connect, retrying until the broker answers; afterwards aio-pika reconnects by itself."""
-        failures = 0
-        while self._connection is None:
+        """Connect; afterwards aio-pika reconnects by itself. Raises ``BrokerUnavailable`` when
+        the broker does not answer (nothing is held yet): the supervisor runs it again."""
+        if self._connection is None:
             try:
                 await self._connect()
             except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as exc:
-                failures += 1
-                delay = min(0.2 * 2**failures, RECONNECT_MAX_S)
-                logger.warning("RabbitMQ not reachable (%s); retrying in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
+                raise errors.BrokerUnavailable(f"RabbitMQ not reachable ({exc})") from exc
         self._opened.set()
 
     async def _connect(self) -> None:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 
-from dispatcher import errors, metrics
+from dispatcher import errors, metrics, supervision
 from dispatcher.cluster import zk
 from dispatcher.cluster.assignment import assign, eligible
 from dispatcher.cluster.bridge import ThreadToLoop
@@ -44,6 +44,9 @@ logger = logging.getLogger(__name__)
 _UNKNOWN = object()  # this node's standing as written to ZooKeeper: not known (a new session)
 # How often the leader looks whether a member that stepped out may have its shards dealt out.
 STANDINGS_TICK_S = 0.5
+# Taking shards retried while PostgreSQL is away.
+BUMP_FIRST_S = 0.2
+BUMP_MAX_S = 5.0
 
 
 class ShardState(StrEnum):
@@ -403,14 +406,22 @@ class ZkOwnership:
         self._changes.put_nowait(OwnershipChange(gained=epochs))
 
     async def _bump(self, shards: list[int]) -> dict[int, int]:
-        delay = 0.2
+        """The shards' new epochs, retried while PostgreSQL is away: the shards wait in
+        ``ACQUIRING`` meanwhile (a restart would lose them), and the loop reports itself
+        degraded to its supervisor."""
+        backoff = supervision.Backoff(first_s=BUMP_FIRST_S, max_s=BUMP_MAX_S)
         while True:
             try:
-                return await self._shard_store.bump(shards, self._node_id)
+                epochs = await self._shard_store.bump(shards, self._node_id)
             except errors.StoreUnavailable as exc:
+                delay = backoff.next()
+                supervision.report_degraded("taking shards", exc)
                 logger.warning("cannot take shards yet (%s); retrying in %.1fs", exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                continue
+            if backoff.failures:
+                supervision.report_recovered("taking shards")
+            return epochs
 
     def _release(self, shards: set[int]) -> None:
         if not shards:

@@ -3,7 +3,9 @@
 A firing worker hands its confirmed ids over and takes its next batch at once instead of waiting
 for an UPDATE; one task marks whatever has gathered meanwhile in one statement. A mark that cannot
 be written (PostgreSQL down) is retried with backoff: the job stays ``dispatching`` meanwhile, and
-if the process dies first its lease runs out and it is published again (at-least-once).
+if the process dies first its lease runs out and it is published again (at-least-once). The marks
+still to write would be lost to a restart, so the task retries inside and reports itself
+degraded to its supervisor (``/readyz`` shows it) until a mark is written again.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 
-from dispatcher import errors
+from dispatcher import errors, supervision
 
 logger = logging.getLogger(__name__)
 
+FIRST_BACKOFF_S = 0.2
 MAX_BACKOFF_S = 5.0
 MAX_BATCH = 5000
 
@@ -41,7 +44,7 @@ class DispatchMarks:
         self._work.set()
 
     async def run(self) -> None:
-        failures = 0
+        backoff = supervision.Backoff(first_s=FIRST_BACKOFF_S, max_s=MAX_BACKOFF_S)
         while True:
             await self._work.wait()
             if not self._pending:
@@ -53,16 +56,18 @@ class DispatchMarks:
             try:
                 await self._mark_isolated(batch)
             except errors.StoreUnavailable as exc:
-                failures += 1
-                if self._closing and failures > 3:
+                delay = backoff.next()
+                supervision.report_degraded("marks", exc)
+                if self._closing and backoff.failures > 3:
                     logger.error("%d confirmed jobs stay leased; they will fire again", len(batch))
                     del self._pending[: len(batch)]
                     continue
-                delay = min(0.1 * 2**failures, MAX_BACKOFF_S)
                 logger.warning("marking %d jobs dispatched failed: %s", len(batch), exc)
                 await asyncio.sleep(delay)
                 continue
-            failures = 0
+            if backoff.failures:
+                backoff.reset()
+                supervision.report_recovered("marks")
             self.flushes += 1
             del self._pending[: len(batch)]
 

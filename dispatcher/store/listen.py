@@ -5,9 +5,10 @@ what was sent while the connection was down is lost, so the connect callback is 
 subscriber catches up (the loader moves its window back, the keyring drops its caches). It runs
 after every LISTEN is in place, so nothing sent afterwards is missed.
 
-``run`` reconnects with backoff while PostgreSQL is away and runs supervised (``node.py``): a
-connect callback that raises restarts the loop (and with it every subscriber's catch-up); a
-notice callback that raises is logged with its traceback and the next notice is delivered.
+``run`` runs supervised (``node.py``): while PostgreSQL is away its error reaches the supervisor,
+which shows the loop degraded in ``/readyz`` and runs it again with backoff; a connect callback
+that raises restarts the loop too (and with it every subscriber's catch-up); a notice callback
+that raises is logged with its traceback and the next notice is delivered.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dispatcher import errors
 from dispatcher.store import db, queries
 from dispatcher.store.db import Database
 
 logger = logging.getLogger(__name__)
 
+# The pace of the supervisor's restarts while PostgreSQL is away (the loop's task row).
+RECONNECT_FIRST_S = 0.5
 RECONNECT_MAX_S = 5.0
 PING_EVERY_S = 5.0  # a connection that died without a word (no FIN) is noticed this fast
 
@@ -48,16 +50,12 @@ class ChannelListener:
         self._channels[channel] = _Subscription(on_notice, on_connect)
 
     async def run(self) -> None:
-        failures = 0
+        """Listen, reconnecting at once after a lost connection. ``StoreUnavailable`` (no
+        connection to be had) reaches the supervisor, which shows the loop degraded and runs it
+        again after a pause (``RECONNECT_FIRST_S`` doubling to ``RECONNECT_MAX_S``): nothing here
+        outlives a connection."""
         while True:
-            try:
-                await self._listen()
-                failures = 0
-            except errors.StoreUnavailable as exc:
-                failures += 1
-                delay = min(0.25 * 2**failures, RECONNECT_MAX_S)
-                logger.warning("notices: %s; reconnecting in %.1fs", exc, delay)
-                await asyncio.sleep(delay)
+            await self._listen()
 
     async def _listen(self) -> None:
         """Listen until the connection is lost."""

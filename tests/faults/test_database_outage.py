@@ -1,21 +1,27 @@
 """PostgreSQL crashed and restarted while producers submit and the dispatcher fires: POSTs during
 the outage answer 503 within the database timeout, every job answered 2xx is delivered, and
-firing resumes by itself."""
+firing resumes by itself. Meanwhile ``/readyz`` names the loops the outage holds up, whether
+their error reached the supervisor (the LISTEN connection) or they keep retrying inside and
+report it (events held unacked until they are recorded), and stops naming them after."""
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
+from consumers_sdk.reporter import EventReporter
 from devstack.collector import Collector
 from devstack.dispatcher_process import FAST_LEASE, DispatcherProcess
 from devstack.ports import reserve_port
 from devstack.postgres import PostgresServer
 from devstack.spread import schedule_spread
 from tests.support.producers import Submissions, submit_steadily
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, until
 
 pytestmark = pytest.mark.faults
 
@@ -63,5 +69,63 @@ async def test_postgres_restart_during_submission_and_firing_loses_no_accepted_j
         assert ledger.lost == []
         assert ledger.early == []
     finally:
+        print(process.logs(40))
+        process.stop()
+
+
+async def readyz(http: httpx.AsyncClient) -> tuple[int, dict[str, Any]]:
+    response = await http.get("/readyz")
+    return response.status_code, response.json()
+
+
+async def test_loops_held_up_by_postgres_show_degraded_in_readyz_until_it_is_back(
+    tmp_path: Path, own_postgres: PostgresServer, amqp_url: str
+) -> None:
+    process = DispatcherProcess(
+        tmp_path,
+        port=reserve_port(),
+        env={
+            "DISPATCHER_DATABASE_URL": own_postgres.dsn("dispatcher"),
+            "DISPATCHER_AMQP_URL": amqp_url,
+            "DISPATCHER_DB_TIMEOUT_S": str(DB_TIMEOUT_S),
+        },
+    )
+    process.start()
+    reporter = EventReporter(amqp_url, group="outage", consumer="test")
+    answers: list[tuple[int, dict[str, Any]]] = []
+    held_up = {"notices", "events"}
+    try:
+        async with httpx.AsyncClient(base_url=process.url, timeout=10) as http:
+
+            async def degraded() -> dict[str, str]:
+                answers.append(await readyz(http))
+                return dict(answers[-1][1].get("degraded", {}))
+
+            async def all_held_up() -> bool:
+                return held_up <= (await degraded()).keys()
+
+            async def all_well() -> bool:
+                return not held_up & (await degraded()).keys() and answers[-1][0] == 200
+
+            assert await all_well()
+            assert "degraded" not in answers[-1][1]
+            await asyncio.to_thread(own_postgres.stop)
+            # An event to record: the events loop holds it unacked and retries inside.
+            reporter.open()
+            reporter.report(
+                job_id=str(uuid.uuid4()), routing_key="outage.test", attempt=1, outcome="succeeded"
+            )
+            await until(all_held_up, 30)
+            status, answer = answers[-1]
+            assert status == 503
+            assert "StoreUnavailable" in answer["degraded"]["notices"]  # reached the supervisor
+            assert answer["degraded"]["events"].startswith("recording: StoreUnavailable")
+
+            await asyncio.to_thread(own_postgres.start)
+            await until(all_well, 60)
+            assert answers[-1][1]["checks"]["loops"] is True
+    finally:
+        await reporter.close(timeout_s=1)
+        print(f"last /readyz answers: {answers[-3:]}")
         print(process.logs(40))
         process.stop()

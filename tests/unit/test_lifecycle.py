@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from dispatcher import lifecycle
+from dispatcher import lifecycle, supervision
 from dispatcher.lifecycle import Phase, Task
 
 
@@ -45,7 +45,9 @@ class Recorder:
         return stop
 
 
-async def unsupervised(name: str, body: Callable[[], Awaitable[None]]) -> None:
+async def unsupervised(
+    name: str, body: Callable[[], Awaitable[None]], backoff: supervision.Backoff | None
+) -> None:
     await body()
 
 

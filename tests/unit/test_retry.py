@@ -61,3 +61,24 @@ def test_the_default_tiers_span_a_second_to_an_hour() -> None:
 def test_invalid_tiers_are_refused(tiers: list[float]) -> None:
     with pytest.raises(ValueError, match="retry_tiers"):
         validate_tiers(tiers)
+
+
+def test_doubling_pauses_double_from_the_first_up_to_the_cap_and_start_over_on_reset() -> None:
+    pauses = retry.Doubling(first_s=0.2, max_s=5.0)
+    assert [pauses.next() for _ in range(7)] == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    assert pauses.failures == 7
+    pauses.reset()
+    assert pauses.next() == 0.2
+
+
+def test_doubling_stays_at_the_cap_however_long_it_fails() -> None:
+    pauses = retry.Doubling(first_s=0.2, max_s=5.0)
+    assert [pauses.next() for _ in range(5000)][-1] == 5.0
+
+
+def test_doubling_with_a_random_source_stretches_each_pause_by_up_to_its_length() -> None:
+    plain = retry.Doubling(first_s=0.2, max_s=5.0)
+    jittered = retry.Doubling(first_s=0.2, max_s=5.0, rng=random.Random(3))
+    pairs = [(plain.next(), jittered.next()) for _ in range(8)]
+    assert all(pause <= stretched <= 2 * pause for pause, stretched in pairs)
+    assert len({stretched / pause for pause, stretched in pairs}) == len(pairs)  # not in step

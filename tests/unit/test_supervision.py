@@ -11,9 +11,24 @@ from dispatcher import errors, metrics, supervision
 from dispatcher.store import db
 
 
-def test_backoff_doubles_from_half_a_second_up_to_thirty() -> None:
-    assert [supervision.backoff_s(n) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 4.0]
-    assert supervision.backoff_s(50) == supervision.MAX_BACKOFF_S
+def test_restarts_double_from_half_a_second_up_to_thirty() -> None:
+    backoff = supervision.restarts()
+    assert [backoff.next() for _ in range(4)] == [0.5, 1.0, 2.0, 4.0]
+    assert [backoff.next() for _ in range(50)][-1] == supervision.MAX_BACKOFF_S
+
+
+def test_a_backoff_keeps_its_first_pause_and_cap_and_starts_over_on_reset() -> None:
+    backoff = supervision.Backoff(first_s=0.2, max_s=5.0)
+    assert backoff.pause_s() == 0.2  # before any failure: the first pause
+    assert [backoff.next() for _ in range(7)] == [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    assert backoff.failures == 7
+    backoff.reset()
+    assert (backoff.failures, backoff.next()) == (0, 0.2)
+
+
+def test_a_backoff_failing_for_hours_stays_at_its_cap() -> None:
+    backoff = supervision.Backoff(first_s=0.1, max_s=5.0)
+    assert [backoff.next() for _ in range(5000)][-1] == 5.0  # 0.1 * 2**4999 would overflow
 
 
 @pytest.fixture
@@ -64,6 +79,92 @@ async def test_a_transient_failure_is_counted_as_such() -> None:
     await supervisor.supervise("loader", body)
     rendered = supervisor._metrics.render().decode()
     assert 'dispatcher_loop_failures_total{kind="transient",loop="loader"} 1.0' in rendered
+
+
+async def test_a_loop_restarts_at_the_pace_its_row_gives() -> None:
+    supervisor = supervision.Supervisor(metrics.Metrics())
+    calls = 0
+
+    async def body() -> None:
+        nonlocal calls
+        calls += 1
+        if calls <= 3:
+            raise errors.BrokerUnavailable("not yet")
+
+    pace = supervision.Backoff(first_s=0.01, max_s=0.02)
+    # The default pace (0.5 s, 1 s, 2 s) would take 3.5 s for these three restarts.
+    await asyncio.wait_for(supervisor.supervise("amqp-connect", body, pace), 1)
+    assert calls == 4
+    assert pace.failures == 0  # the row's backoff is a pattern: each loop counts on a copy
+    rendered = supervisor._metrics.render().decode()
+    assert 'dispatcher_loop_failures_total{kind="transient",loop="amqp-connect"} 3.0' in rendered
+
+
+@pytest.mark.usefixtures("fast")
+async def test_a_running_loop_reports_itself_degraded_and_recovered_without_a_restart() -> None:
+    supervisor = supervision.Supervisor(metrics.Metrics())
+    runs = 0
+    said = asyncio.Event()
+    go_on = asyncio.Event()
+    release = asyncio.Event()
+
+    async def marks() -> None:  # a task the body starts reports for the body's loop
+        supervision.report_degraded("marks", errors.StoreUnavailable("connection refused"))
+        said.set()
+        await go_on.wait()
+        supervision.report_recovered("marks")
+        said.set()
+
+    async def body() -> None:
+        nonlocal runs
+        runs += 1
+        async with asyncio.TaskGroup() as group:
+            group.create_task(marks())
+            await release.wait()
+
+    task = asyncio.create_task(supervisor.supervise("firing", body))
+    await asyncio.wait_for(said.wait(), 5)
+    said.clear()
+    await asyncio.sleep(0.1)  # the run outlasts HEALTHY_AFTER_S: the report still stands
+    assert supervisor.degraded() == {"firing": "marks: StoreUnavailable: connection refused"}
+    gauge = 'dispatcher_loop_degraded{loop="firing"}'
+    assert f"{gauge} 1.0" in supervisor._metrics.render().decode()
+    go_on.set()
+    await asyncio.wait_for(said.wait(), 5)
+    assert supervisor.degraded() == {}
+    assert f"{gauge} 0.0" in supervisor._metrics.render().decode()
+    release.set()
+    await task
+    assert runs == 1  # never restarted
+
+
+@pytest.mark.usefixtures("fast")
+async def test_what_a_run_reported_ends_with_it() -> None:
+    supervisor = supervision.Supervisor(metrics.Metrics())
+    runs = 0
+    second = asyncio.Event()
+    release = asyncio.Event()
+
+    async def body() -> None:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            supervision.report_degraded("recording", errors.StoreUnavailable("down"))
+            raise ZeroDivisionError("a bug")
+        second.set()
+        await release.wait()
+
+    task = asyncio.create_task(supervisor.supervise("events", body))
+    await asyncio.wait_for(second.wait(), 5)
+    await asyncio.sleep(0.1)  # the second run outlasts HEALTHY_AFTER_S
+    assert supervisor.degraded() == {}
+    release.set()
+    await task
+
+
+def test_a_report_outside_any_supervised_loop_does_nothing() -> None:
+    supervision.report_degraded("marks", errors.StoreUnavailable("down"))
+    supervision.report_recovered("marks")
 
 
 async def test_a_fatal_error_leaves_the_loop() -> None:
