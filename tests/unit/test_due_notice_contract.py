@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from dispatcher.store import migrate
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFINING_MIGRATION = 12
 CHANNEL_OWNER = ROOT / "dispatcher" / "store" / "due_notices.py"
@@ -28,10 +30,11 @@ def migration_number(path: Path) -> int:
 
 
 def sql_files() -> list[Path]:
+    """The migrations; not sql/schema.sql, which is what they build (the function included)."""
     found = {path.resolve() for path in (ROOT / "sql").glob("*.sql")}
     for package in ("dispatcher", "consumers_sdk"):  # any packaged copy of the migrations
         found |= {path.resolve() for path in (ROOT / package).rglob("*.sql")}
-    return sorted(found)
+    return sorted(path for path in found if path.name != migrate.SCHEMA_FILE)
 
 
 def python_files() -> list[Path]:
