@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 from consumers_sdk import ids
 from dispatcher import metrics, models
 from dispatcher.cluster import ownership
-from dispatcher.firing.loader import Loader
 from dispatcher.group_commit import GroupCommit
 from dispatcher.store.jobs import JobStore
 
@@ -26,12 +26,20 @@ async def take_turn(index: int) -> None:
         await asyncio.sleep(0)  # jobs falling due meanwhile are fired between chunks
 
 
+class LoadedWindow(Protocol):
+    """The jobs this node holds in memory to fire (``firing.loader.Loader``): intake offers it
+    every scheduled job it stored."""
+
+    def offer(self, entries: Iterable[models.DueEntry]) -> None:
+        """Keep the entries no load will pick up (inside the loaded window); ignore the others."""
+
+
 class Intake:
     def __init__(
         self,
         *,
         store: JobStore,
-        loader: Loader,
+        window: LoadedWindow,
         ownership: ownership.Ownership,
         metrics: metrics.Metrics,
         shard_count: int,
@@ -40,7 +48,7 @@ class Intake:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
-        self._loader = loader
+        self._window = window
         self._ownership = ownership
         self._metrics = metrics
         self._all_shards = list(range(shard_count))
@@ -96,7 +104,7 @@ class Intake:
         for start in range(0, len(scheduled), YIELD_EVERY):
             if start:
                 await asyncio.sleep(0)
-            self._loader.offer(scheduled[start : start + YIELD_EVERY])
+            self._window.offer(scheduled[start : start + YIELD_EVERY])
         self._metrics.count_by_key(self._metrics.jobs_submitted, created)
         return results
 
@@ -107,5 +115,5 @@ class Intake:
         job = await self._store.requeue(
             job_id, shard=ids.shard_for(job_id.bytes, owned), namespace=namespace
         )
-        self._loader.offer([models.DueEntry.of(job)])
+        self._window.offer([models.DueEntry.of(job)])
         return job

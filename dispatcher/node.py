@@ -25,9 +25,9 @@ from dispatcher.api import connections
 from dispatcher.api.deps import ApiDeps
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.dependents import DependentsFollower
-from dispatcher.firing.firer import Firer
-from dispatcher.firing.heap import Backlog, DueHeap
-from dispatcher.firing.loader import Loader
+from dispatcher.firing import lanes, pacing
+from dispatcher.firing.firer import Firer, Publishers
+from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
 from dispatcher.health import Health, Service, Standing
 from dispatcher.housekeeping import Housekeeper
 from dispatcher.intake import Intake
@@ -111,20 +111,24 @@ class Node:
         self.ownership: ownership_mod.Ownership = self._build_ownership()
         self.publisher = self._build_publisher("publisher")
         self.live_publisher = self._build_publisher("live-publisher")
-        self.heap = DueHeap()
-        self.backlog = Backlog()
+        # The due lanes: the loader fills them, the firer takes from them.
+        self.lanes = lanes.Lanes(
+            catchup_share=settings.catchup_share,
+            pace=pacing.Pace(settings.catchup_max_rate, batch=settings.fire_batch),
+        )
         self.loader = Loader(
             self.store,
-            self.heap,
-            self.backlog,
-            lookahead_s=settings.lookahead_s,
-            heap_cap=settings.heap_cap,
-            load_batch=settings.load_batch,
-            lease_sweep_s=min(settings.lease_s / 2, 5.0),
-            sweep_grace_s=settings.sweep_grace_s,
-            live_lag_s=settings.live_lag_s,
+            self.lanes,
+            window=WindowLimits(
+                lookahead_s=settings.lookahead_s,
+                heap_cap=settings.heap_cap,
+                load_batch=settings.load_batch,
+                live_lag_s=settings.live_lag_s,
+            ),
+            sweeps=SweepTimes(
+                every_s=min(settings.lease_s / 2, 5.0), grace_s=settings.sweep_grace_s
+            ),
             clock=clock,
-            on_due=self._on_due,
         )
         # One LISTEN connection for every notice: due jobs for the loader, key changes for auth.
         self.notices = ChannelListener(self.db, name=f"dispatcher-{settings.node_id}-notices")
@@ -137,22 +141,17 @@ class Node:
         self.keyring.listen(self.notices)
         self.firer = Firer(
             store=self.store,
-            publisher=self.publisher,
-            live_publisher=self.live_publisher,
+            publishers=Publishers(shared=self.publisher, live=self.live_publisher),
             ownership=self.ownership,
-            heap=self.heap,
-            backlog=self.backlog,
-            loader=self.loader,
+            due_lanes=self.lanes,
             metrics=self.metrics,
             batch=settings.fire_batch,
             workers=settings.fire_workers,
-            catchup_share=settings.catchup_share,
-            catchup_max_rate=settings.catchup_max_rate,
             clock=self.timekeeper,
         )
         self.intake = Intake(
             store=self.store,
-            loader=self.loader,
+            window=self.loader,
             ownership=self.ownership,
             metrics=self.metrics,
             shard_count=settings.shard_count,
@@ -185,7 +184,7 @@ class Node:
             probes={Service.POSTGRES: self.db.probe, Service.RABBITMQ: self.publisher.probe},
             distrust_clock=self.timekeeper.distrust,
         )
-        self.metrics.heap_size.set_function(lambda: len(self.heap))
+        self.metrics.heap_size.set_function(lambda: self.lanes.live_count)
         self.metrics.window_horizon.set_function(self._horizon_s)
         self.app = api.create_api(self._api_deps())
         self._http: _HttpServer | None = None
@@ -212,7 +211,7 @@ class Node:
                 "fallback_reason": self.publisher.fallback_reason,
             },
             counts=lambda: self.housekeeper.snapshot,
-            heap_size=lambda: len(self.heap),
+            heap_size=lambda: self.lanes.live_count,
             cluster=self.ownership.describe,
         )
 
@@ -247,9 +246,6 @@ class Node:
         from dispatcher.cluster import zk_ownership  # kazoo is imported in cluster mode only
 
         return zk_ownership.ZkOwnership(self.settings, self.shard_store, self.metrics)
-
-    def _on_due(self) -> None:
-        self.firer.notify()
 
     def _horizon_s(self) -> float:
         horizon = self.loader.horizon

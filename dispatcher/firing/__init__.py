@@ -1,1 +1,2 @@
-"""In-memory scheduling: the due heap, the loader that fills it, the firing loop that empties it."""
+"""In-memory scheduling: the due lanes, the loader that fills them, the firing loop that takes from
+them."""

@@ -6,10 +6,11 @@ confirms: the broker's confirm path, not a round trip, bounds the rate. Confirme
 publish because a publish cannot be fenced; a claim whose publish is never confirmed is released,
 or its lease runs out and the loader hands it back (at-least-once, never lost).
 
-A claim is made ahead: once the earliest job is ``CLAIM_LEAD_S`` from due, the jobs due in the
-next ``CLAIM_AHEAD_S`` are claimed in the same statement and each is published when it is due,
-never before. The claim's round trip is then off the path from due to published, and at a steady
-rate one statement serves tens of jobs instead of two or three.
+The workers take their batches from the due lanes (``lanes.Lanes``), which decide what a batch
+holds. A claim is made ahead: once the earliest job is ``lanes.CLAIM_LEAD_S`` from due, the jobs
+due in the next ``lanes.CLAIM_AHEAD_S`` are claimed in the same statement and each is published
+when it is due, never before. The claim's round trip is then off the path from due to
+published, and at a steady rate one statement serves tens of jobs instead of two or three.
 
 Never early, whatever this node's clock. A claimed job is published once either of two clocks
 says it is due, each carried on the monotonic clock: the node's time (PostgreSQL's clock,
@@ -32,31 +33,25 @@ import time
 import uuid
 from asyncio import FIRST_COMPLETED
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
 from dispatcher import errors, metrics, models
 from dispatcher.amqp.publisher import Publisher
 from dispatcher.cluster.ownership import Ownership
-from dispatcher.firing.heap import Backlog, DueHeap
-from dispatcher.firing.loader import Loader
+from dispatcher.firing import lanes
 from dispatcher.firing.marks import DispatchMarks
-from dispatcher.firing.pacing import Pace
 from dispatcher.firing.quarantine import Quarantine
 from dispatcher.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 5.0
-# Claim this long before the earliest job is due: a claim's round trip, with room under load.
-CLAIM_LEAD_S = 0.010
-# With it, claim what falls due this much later. Claims are leased (seconds) and fenced, and
-# each job is published at its due time, so holding them this long changes no guarantee.
-CLAIM_AHEAD_S = 0.050
 # The claim's clock fence: how far before its run_at (by PostgreSQL's clock) a job may be claimed.
 # What this node claims ahead, and 5 ms for its own time being off (its estimate's error is half a
 # round trip, under a millisecond here): a job is still published no earlier than its run_at.
-CLAIM_FENCE_S = CLAIM_LEAD_S + CLAIM_AHEAD_S + 0.005
+CLAIM_FENCE_S = lanes.CLAIM_LEAD_S + lanes.CLAIM_AHEAD_S + 0.005
 # How far the node's time may run ahead of the claim's own reading of PostgreSQL's clock, beyond
 # its error, before that reading decides when the claimed jobs are published.
 CLOCK_CHECK_S = 0.002
@@ -78,41 +73,39 @@ class Clock(Protocol):
     async def resync(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class Publishers:
+    """The live worker publishes on a connection of its own: on the shared one its jobs would
+    queue behind the backlog batches in flight (one socket, one reader at the broker)."""
+
+    shared: Publisher
+    live: Publisher
+
+
 class Firer:
     def __init__(
         self,
         *,
         store: JobStore,
-        publisher: Publisher,
-        live_publisher: Publisher,
+        publishers: Publishers,
         ownership: Ownership,
-        heap: DueHeap,
-        backlog: Backlog,
-        loader: Loader,
+        due_lanes: lanes.Lanes,
         metrics: metrics.Metrics,
         batch: int,
         workers: int,
-        catchup_share: float,
-        catchup_max_rate: float = 0.0,
         clock: Clock,
         mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
-        self._publisher = publisher
-        self._live_publisher = live_publisher
+        self._publishers = publishers
         self._ownership = ownership
-        self._heap = heap
-        self._backlog = backlog
-        self._loader = loader
+        self._lanes = due_lanes
         self._metrics = metrics
         self._batch = batch
         self._workers = workers
-        self._catchup_share = catchup_share
-        self._catchup_pace = Pace(catchup_max_rate, batch=batch)
         self._time = clock
         self._clock = clock.now
         self._mono = mono
-        self._wake = asyncio.Event()
         self._stop = asyncio.Event()
         self._marks = DispatchMarks(store.mark_dispatched)
         self._quarantine = Quarantine()
@@ -120,10 +113,6 @@ class Firer:
         # When (monotonic) a claim last came back and a publish was last confirmed: /readyz.
         self.claimed_at: float | None = None
         self.confirmed_at: float | None = None
-
-    def notify(self) -> None:
-        """Something became due earlier than the loop was waiting for."""
-        self._wake.set()
 
     async def run(self) -> None:
         """Run the workers until ``stop``; returns once every batch in flight has settled."""
@@ -144,18 +133,16 @@ class Firer:
         self._stop.set()
 
     async def _work(self, live_only: bool) -> None:
-        # The live worker publishes on a connection of its own: on the shared one its jobs would
-        # queue behind the backlog batches in flight (one socket, one reader at the broker).
-        publisher = self._live_publisher if live_only else self._publisher
+        publisher = self._publishers.live if live_only else self._publishers.shared
         failures = 0
         while (entries := await self._take(live_only, publisher)) is not None:
             try:
-                if not await self._fire(entries, publisher):
+                if await self._fire(entries, publisher):
                     failures = 0
                     continue
                 reason: Exception = RuntimeError("a batch failed unexpectedly (logged above)")
             except errors.StoreUnavailable as exc:
-                self._loader.put_back(entries)  # unclaimed, or claimed and leased: either is safe
+                self._lanes.put_back(entries)  # unclaimed, or claimed and leased: either is safe
                 reason = exc
             except errors.PublishFailed as exc:
                 reason = exc  # _fire already released and put back what was not confirmed
@@ -193,69 +180,31 @@ class Firer:
                 self._time.wait_trusted()
             ):
                 return None
-            entries = self._pop(self._clock(), live_only)
+            entries = self._lanes.take(self._clock(), self._batch, live_only=live_only)
             if entries:
-                self._loader.heap_drained()
                 return entries
-            now_s = self._clock()
-            paced_backlog = bool(len(self._backlog)) and not live_only
-            timeout = wake_in_s(self._heap.next_due_s(), now_s, claims_ahead=not paced_backlog)
-            if paced_backlog:  # held back by the catch-up pace
-                paced = self._catchup_pace.wait_s(now_s, len(self._backlog))
-                timeout = paced if timeout is None else min(timeout, paced)
-            self._wake.clear()
-            await self._unless_stopped(self._wake.wait(), timeout)
+            timeout = self._lanes.next_wake_s(self._clock(), live_only=live_only)
+            self._lanes.due.clear()
+            await self._unless_stopped(self._lanes.due.wait(), timeout)
         return None
 
-    def _pop(self, now_s: float, live_only: bool) -> list[models.DueEntry]:
-        """A batch: live jobs due now, with a share kept for the overdue backlog if there is one
-        (as much of it as the catch-up pace allows)."""
-        if live_only:
-            return self._pop_live(now_s, self._batch)
-        # Recovered claims and stragglers first, unpaced, in a share of the batch: their own
-        # budget, whatever the backlog and its pace.
-        recovered = self._loader.take_recovered(max(1, self._batch // 4))
-        if recovered:
-            return recovered + self._heap.pop_due(now_s, self._batch - len(recovered))
-        waiting = len(self._backlog)
-        if not waiting:
-            return self._pop_live(now_s, self._batch)
-        share = min(waiting, max(1, int(self._batch * self._catchup_share)), self._batch - 1)
-        overdue = self._catchup_pace.take(now_s, share)
-        entries = self._heap.pop_due(now_s, self._batch - overdue)
-        room = min(self._batch - len(entries), waiting) - overdue
-        if room > 0:  # few live jobs due: the backlog may have the rest of the batch
-            overdue += self._catchup_pace.take(now_s, room)
-        entries.extend(self._backlog.pop(overdue))
-        return entries
-
-    def _pop_live(self, now_s: float, limit: int) -> list[models.DueEntry]:
-        """The live jobs due now and, once the next is within the claim's lead, those falling due
-        in the next ``CLAIM_AHEAD_S`` (claimed together, each published when due). A batch with
-        overdue jobs takes none ahead: its worker would hold the backlog while it waits."""
-        entries = self._heap.pop_due(now_s, limit)
-        next_due = self._heap.next_due_s()
-        if len(entries) < limit and next_due is not None and next_due <= now_s + CLAIM_LEAD_S:
-            entries.extend(self._heap.pop_due(now_s + CLAIM_AHEAD_S, limit - len(entries)))
-        return entries
-
     async def _fire(self, entries: list[models.DueEntry], publisher: Publisher) -> bool:
-        """Fire a batch, the suspects among it (see ``quarantine``) each alone; True when a part
-        failed unexpectedly (the worker then backs off)."""
-        failed = False
+        """Fire a batch, the suspects among it (see ``quarantine``) each alone; whether every part
+        went without an unexpected failure (False: the worker backs off)."""
+        clean = True
         if len(self._quarantine):
             suspects = [entry for entry in entries if entry.id in self._quarantine]
             if suspects:
                 entries = [entry for entry in entries if entry.id not in self._quarantine]
                 for entry in suspects:
-                    failed = await self._fire_isolated([entry], publisher) or failed
+                    clean = await self._fire_isolated([entry], publisher) and clean
         if entries:
-            failed = await self._fire_isolated(entries, publisher) or failed
-        return failed
+            clean = await self._fire_isolated(entries, publisher) and clean
+        return clean
 
     async def _fire_isolated(self, entries: list[models.DueEntry], publisher: Publisher) -> bool:
         """``_fire_batch``; a failure that is not a service being away is held against the batch's
-        jobs, not the firing loop. True when that happened."""
+        jobs, not the firing loop. False when that happened."""
         try:
             await self._fire_batch(entries, publisher)
         except errors.TRANSIENT:
@@ -265,8 +214,8 @@ class Firer:
                 "firing %d jobs failed; firing them alone", len(entries), extra={"action": "fire"}
             )
             await self._strike(entries, f"firing failed: {exc!r}", progress=self._confirmed)
-            return True
-        return False
+            return False
+        return True
 
     async def _strike(
         self, entries: list[models.DueEntry], reason: str, *, progress: int | None = None
@@ -305,7 +254,7 @@ class Firer:
             return
         await self._store.release(entry.id for entry in entries)
         now_s = self._clock()
-        self._loader.put_back(
+        self._lanes.put_back(
             entry._replace(run_at_s=max(entry.run_at_s, now_s + self._quarantine.delay_s(entry.id)))
             for entry in entries
         )
@@ -407,7 +356,7 @@ class Firer:
             self._clock() - claim.answered_at_s,
             extra={"action": "fence"},
         )
-        self._loader.put_back(early)
+        self._lanes.put_back(early)
         return True
 
     async def _publish_claimed(
@@ -437,7 +386,7 @@ class Firer:
         if not self._ownership.can_fire():
             # Self-fenced between claim and publish (ownership in doubt): give the claims back.
             await self._store.release(job.id for job in live)
-            self._loader.put_back(_entries(live))
+            self._lanes.put_back(_entries(live))
             return
         outcome = await publisher.publish_many(live)
         if outcome.confirmed:
@@ -467,23 +416,13 @@ class Firer:
             await self._store.release((job.id for job in moved), announce=True)
         if kept:
             await self._store.release(job.id for job in kept)
-            self._loader.put_back(_entries(kept))
+            self._lanes.put_back(_entries(kept))
 
     def _observe(self, jobs: list[models.Claimed]) -> None:
         now_s = self._clock()
         self._metrics.count_by_key(self._metrics.jobs_dispatched, jobs)
         for job in jobs:
             self._metrics.fire_lateness.observe(max(0.0, now_s - job.run_at.timestamp()))
-
-
-def wake_in_s(next_due_s: float | None, now_s: float, *, claims_ahead: bool) -> float | None:
-    """How long a worker with nothing to take sleeps (None: until woken): until the next live job
-    is ``CLAIM_LEAD_S`` from due when its batch would claim ahead; until the job is due when the
-    worker has overdue jobs to take, which claim nothing ahead (woken sooner, it would find
-    nothing to take and wake again at once until then)."""
-    if next_due_s is None:
-        return None
-    return max(0.0, next_due_s - (CLAIM_LEAD_S if claims_ahead else 0.0) - now_s)
 
 
 def _entries(jobs: list[models.Claimed]) -> list[models.DueEntry]:

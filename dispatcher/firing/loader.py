@@ -18,6 +18,9 @@ the claims a previous owner of a shard left (made under an earlier epoch: it die
 shard), found by a sweep run as soon as the shard is taken: they fire again at once, not a lease
 later.
 
+The lanes themselves, and how a firing batch is made of them, are ``lanes.Lanes``: the loader
+fills them, the firer takes from them.
+
 Memory is bounded: the heap holds at most ``heap_cap`` entries (plus the submissions pushed
 between two loads, trimmed back to the cap), the backlog at most ``backlog_cap``, the recovery
 lane what one sweep finds (``load_batch``) that is not fired yet.
@@ -29,14 +32,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from consumers_sdk import validation
 from dispatcher import errors
-from dispatcher.firing.heap import Backlog, DueHeap
+from dispatcher.firing import lanes
 from dispatcher.models import DueEntry
 from dispatcher.store.jobs import JobStore
 
@@ -46,6 +48,29 @@ MIN_ID = uuid.UUID(int=0)
 MAX_ID = uuid.UUID(int=(1 << 128) - 1)
 BEGINNING = validation.EARLIEST_DUE  # no job is due before it (the API's bound)
 TRIM_SLACK = 1.1  # trim once submissions have pushed the heap this far past its cap
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowLimits:
+    """How far ahead the live lane is loaded, how much memory the lanes may hold, how many rows
+    a query reads, and how late the live lane may fall before its late jobs go to the backlog."""
+
+    lookahead_s: float
+    heap_cap: int
+    load_batch: int
+    live_lag_s: float = 2.0
+
+    @property
+    def backlog_cap(self) -> int:
+        return max(self.load_batch, self.heap_cap // 4)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SweepTimes:
+    """How often the sweep runs, and how overdue a job no load picked up must be to be swept."""
+
+    every_s: float
+    grace_s: float
 
 
 @dataclass(eq=False)
@@ -78,33 +103,25 @@ class Loader:
     def __init__(
         self,
         store: JobStore,
-        heap: DueHeap,
-        backlog: Backlog,
+        due_lanes: lanes.Lanes,
         *,
-        lookahead_s: float,
-        heap_cap: int,
-        load_batch: int,
-        lease_sweep_s: float,
-        sweep_grace_s: float,
-        live_lag_s: float = 2.0,
+        window: WindowLimits,
+        sweeps: SweepTimes,
         clock: Callable[[], float],
-        on_due: Callable[[], None],
     ) -> None:
+        """Fills ``due_lanes`` and hears of every batch taken from them (``on_taken``)."""
         self._store = store
-        self._heap = heap
-        self._backlog = backlog
-        self._lookahead_s = lookahead_s
-        self._heap_cap = heap_cap
-        self._backlog_cap = max(load_batch, heap_cap // 4)
-        self._load_batch = load_batch
-        self._lease_sweep_s = lease_sweep_s
-        self._sweep_grace_s = sweep_grace_s
-        self._live_lag_s = live_lag_s
+        self._lanes = due_lanes
+        due_lanes.when_taken(self.on_taken)
+        self._lookahead_s = window.lookahead_s
+        self._heap_cap = window.heap_cap
+        self._backlog_cap = window.backlog_cap
+        self._load_batch = window.load_batch
+        self._live_lag_s = window.live_lag_s
+        self._lease_sweep_s = sweeps.every_s
+        self._sweep_grace_s = sweeps.grace_s
         self._demoted_at_s = 0.0
-        self.demoted = 0  # entries moved from the live lane to the backlog lane, ever
         self._clock = clock
-        self._on_due = on_due
-        self._recovered: deque[DueEntry] = deque()  # expired leases and stragglers (``sweep``)
         self._epochs: dict[int, int] = {}  # shard -> the epoch held: older claims are orphans
         self._sweep_now = asyncio.Event()
         self._live: list[Cursor] = []
@@ -137,9 +154,7 @@ class Loader:
             cursor.shards -= lost
         self._live = [cursor for cursor in self._live if cursor.shards]
         self._backlogs = [cursor for cursor in self._backlogs if cursor.shards]
-        self._heap.retain(lambda entry: entry.shard not in lost)
-        self._backlog.retain(lambda entry: entry.shard not in lost)
-        self._recovered = deque(entry for entry in self._recovered if entry.shard not in lost)
+        self._lanes.retain(lambda entry: entry.shard not in lost)
 
     # --- intake ---------------------------------------------------------------------------------
 
@@ -149,19 +164,9 @@ class Loader:
 
     def offer(self, entries: Iterable[DueEntry]) -> None:
         """Push freshly stored jobs that fall inside the loaded window."""
-        earliest = False
-        for entry in entries:
-            if self.covers(entry.shard, entry.run_at_s):
-                earliest = self._heap.push(entry) or earliest
-        if earliest:
-            self._on_due()
-        if len(self._heap) > self._heap_cap * TRIM_SLACK:
+        self._lanes.offer(entry for entry in entries if self.covers(entry.shard, entry.run_at_s))
+        if self._lanes.live_count > self._heap_cap * TRIM_SLACK:
             self._trim()
-
-    def put_back(self, entries: Iterable[DueEntry]) -> None:
-        """Return entries whose firing failed; they fire again as soon as they can."""
-        self._heap.extend(entries)
-        self._on_due()
 
     def rewind(self, back_s: float) -> None:
         """Load the window again from ``back_s`` ago: jobs may have entered it unannounced (due
@@ -171,16 +176,18 @@ class Loader:
             cursor.position = min(cursor.position, back)
         self._wake.set()
 
-    def heap_drained(self) -> None:
-        """Called by the firing loop after every pop: load again only if a capped lane has room.
+    def on_taken(self) -> None:
+        """Called by the lanes after every batch taken: load again only if a capped lane has room.
 
         A lane is capped while a cursor has not reached its target; waking the loader on every
         pop otherwise would run a load query per firing batch for nothing.
         """
-        heap_starved = len(self._heap) < self._heap_cap // 2 and any(
+        heap_starved = self._lanes.live_count < self._heap_cap // 2 and any(
             cursor.position[0] < cursor.target for cursor in self._live
         )
-        backlog_starved = bool(self._backlogs) and len(self._backlog) < self._backlog_cap // 2
+        backlog_starved = (
+            bool(self._backlogs) and self._lanes.backlog_count < self._backlog_cap // 2
+        )
         if heap_starved or backlog_starved or self._lagging():
             self._wake.set()
 
@@ -189,7 +196,7 @@ class Loader:
         now_s = self._clock()
         if now_s - self._demoted_at_s < self._live_lag_s / 2:
             return False
-        earliest = self._heap.next_due_s()
+        earliest = self._lanes.next_live_s()
         return earliest is not None and earliest < now_s - self._live_lag_s
 
     # --- loading --------------------------------------------------------------------------------
@@ -220,15 +227,15 @@ class Loader:
         for cursor in list(self._live):
             if cursor.target < horizon:
                 cursor.aim(horizon)
-            await self._load(cursor, cursor.target, self._heap_cap - len(self._heap), live=True)
+            budget = self._heap_cap - self._lanes.live_count
+            await self._load(cursor, cursor.target, budget, live=True)
         self._merge_live()
         for cursor in list(self._backlogs):
-            if len(self._backlog) >= self._backlog_cap // 2:
+            if self._lanes.backlog_count >= self._backlog_cap // 2:
                 break
             assert cursor.end is not None
-            done = await self._load(
-                cursor, cursor.end, self._backlog_cap - len(self._backlog), live=False
-            )
+            budget = self._backlog_cap - self._lanes.backlog_count
+            done = await self._load(cursor, cursor.end, budget, live=False)
             if done:
                 self._backlogs.remove(cursor)
 
@@ -240,11 +247,9 @@ class Loader:
                 sorted(cursor.shards), after=cursor.position, until=until, limit=limit
             )
             if live:
-                self._heap.extend(entries)
+                self._lanes.fill_live(entries)
             else:
-                self._backlog.extend(entries)
-            if entries:
-                self._on_due()
+                self._lanes.fill_backlog(entries)
             if len(entries) < limit or last is None:
                 cursor.position = (until, MAX_ID)
                 return True
@@ -269,30 +274,30 @@ class Loader:
         if not self._live:  # no cursor to hand the range over to: the entries stay
             return
         cutoff_s = now_s - self._live_lag_s
-        before = len(self._heap)
-        earliest = self._heap.evict_before(cutoff_s)
-        if earliest is None:
+        demoted = self._lanes.demote(cutoff_s)
+        if demoted is None:
             return
         cutoff = _at(cutoff_s)
         # Everything of the live shards from the earliest evicted entry to the cutoff is loaded
         # again by a backlog cursor (a millisecond early: float rounding may only duplicate).
-        start = min((_at(earliest - 0.001), MIN_ID), *(cursor.position for cursor in self._live))
+        start = min(
+            (_at(demoted.earliest_s - 0.001), MIN_ID), *(cursor.position for cursor in self._live)
+        )
         shards = set().union(*(cursor.shards for cursor in self._live))
         self._backlogs.append(Cursor(shards, start, cutoff, end=cutoff))
         for cursor in self._live:
             cursor.position = max(cursor.position, (cutoff, MAX_ID))
             if cursor.target < cutoff:
                 cursor.aim(cutoff)
-        self.demoted += before - len(self._heap)
         logger.warning(
             "firing is %.1fs behind: %d jobs moved to the catch-up lane",
-            now_s - earliest,
-            before - len(self._heap),
+            now_s - demoted.earliest_s,
+            demoted.count,
             extra={"action": "catch-up"},
         )
 
     def _trim(self) -> None:
-        kept = self._heap.trim(self._heap_cap)
+        kept = self._lanes.trim_live(self._heap_cap)
         if kept is None:
             return
         # Everything after the last kept entry must be loaded again: move the cursors back (a
@@ -323,11 +328,6 @@ class Loader:
                 async with asyncio.timeout(delay):
                     await self._sweep_now.wait()
 
-    def take_recovered(self, limit: int) -> list[DueEntry]:
-        """Up to ``limit`` entries of the recovery lane, oldest finds first."""
-        count = min(limit, len(self._recovered))
-        return [self._recovered.popleft() for _ in range(count)]
-
     async def sweep(self) -> int:
         """Hand back what no load will: claims never confirmed (a crash, an outage) once their
         lease ran out, and, when no backlog is draining, scheduled jobs overdue past the grace.
@@ -351,22 +351,16 @@ class Loader:
             )
         entries += orphans
         # Only when nothing in memory is that late itself: otherwise firing is merely behind.
-        earliest = self._heap.next_due_s()
+        earliest = self._lanes.next_live_s()
         lagging = earliest is not None and earliest < self._clock() - self._sweep_grace_s
-        if not self._backlogs and not len(self._backlog) and not lagging:
+        if not self._backlogs and not self._lanes.backlog_count and not lagging:
             stragglers = await self._store.overdue_stragglers(
                 shards, self._sweep_grace_s, self._load_batch
             )
             if stragglers:
                 logger.warning("firing %d overdue jobs no load had picked up", len(stragglers))
             entries += stragglers
-        known = {entry.id for entry in self._recovered}
-        # A claim may be both orphaned and past its lease: taken once.
-        fresh = list({e.id: e for e in entries if e.id not in known}.values())
-        if fresh:
-            self._recovered.extend(fresh)
-            self._on_due()
-        return len(fresh)
+        return self._lanes.recover(entries)
 
     @property
     def horizon(self) -> datetime | None:

@@ -56,7 +56,7 @@ async def test_a_job_moved_later_fires_at_the_new_time_only(
     node: Node, collector: Collector
 ) -> None:
     job = await submit(node, payload=1, delay_ms=800)
-    assert len(node.heap) == 1  # in memory at the old time
+    assert node.lanes.live_count == 1  # in memory at the old time
     async with client(node) as http:
         moved = await http.patch(f"/v1/jobs/{job['id']}", json={"delay_ms": 2500})
     assert moved.status_code == 200, moved.text

@@ -36,7 +36,7 @@ async def test_heap_stays_within_its_cap_and_every_job_fires(
         async def watch() -> None:
             nonlocal largest
             while True:
-                largest = max(largest, len(node.heap) + len(node.backlog))
+                largest = max(largest, node.lanes.live_count + node.lanes.backlog_count)
                 await asyncio.sleep(0.005)
 
         watcher = asyncio.create_task(watch())
@@ -169,7 +169,7 @@ async def test_a_burst_on_one_routing_key_does_not_hold_up_the_others(
                 burst += await submit("sched.big", [burst_at] * 1000)
             small = dict(zip(await submit("sched.small", small_due), small_due, strict=True))
         missing = await collector.wait_for([*burst, *small], 90)
-        demoted = node.loader.demoted
+        demoted = node.lanes.demoted
     assert missing == set()
     assert demoted > 0
     late_ms = sorted(

@@ -3,17 +3,16 @@ RabbitMQ, no ZooKeeper; readiness, counts and the cluster view are plain callabl
 
 from __future__ import annotations
 
-import time
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from dispatcher import housekeeping
 from dispatcher.api.deps import ApiDeps
 from dispatcher.cluster.ownership import SingleNode
-from dispatcher.firing.heap import Backlog, DueHeap
-from dispatcher.firing.loader import Loader
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.metrics import Metrics
+from dispatcher.models import DueEntry
 from dispatcher.settings import Settings
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database
@@ -65,6 +64,13 @@ class Checks:
         return dict(self.failing)
 
 
+class NoWindow:
+    """No node loads a window here, so nothing is fired: the jobs intake offers are dropped."""
+
+    def offer(self, entries: Iterable[DueEntry]) -> None:
+        pass
+
+
 async def describe() -> dict[str, object]:
     return dict(CLUSTER)
 
@@ -75,22 +81,10 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiDeps:
     )
     metrics = Metrics()
     store = JobStore(db, node_id="api-only", lease_s=settings.lease_s)
-    loader = Loader(
-        store,
-        DueHeap(),
-        Backlog(),
-        lookahead_s=settings.lookahead_s,
-        heap_cap=settings.heap_cap,
-        load_batch=settings.load_batch,
-        lease_sweep_s=5.0,
-        sweep_grace_s=settings.sweep_grace_s,
-        clock=time.time,
-        on_due=lambda: None,
-    )
     ownership = SingleNode(ShardStore(db), node_id="api-only", shard_count=SHARDS)
     intake = Intake(
         store=store,
-        loader=loader,
+        window=NoWindow(),
         ownership=ownership,
         metrics=metrics,
         shard_count=SHARDS,

@@ -4,7 +4,7 @@ ahead)."""
 
 import pytest
 
-from dispatcher.firing.firer import CLAIM_LEAD_S, wake_in_s
+from dispatcher.firing.lanes import CLAIM_LEAD_S, wake_in_s
 
 
 def test_a_worker_that_claims_ahead_wakes_the_claims_lead_before_the_next_job() -> None:
