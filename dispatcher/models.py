@@ -61,30 +61,23 @@ class JobSpec:
     """A validated request: what to publish, where and when. Intake adds the id and the shard."""
 
     routing_key: str
-    payload: bytes
-    run_at: datetime
-    idempotency_key: str | None
-    headers: Mapping[str, HeaderValue]
-    priority: int | None
-    ttl_ms: int | None
-    after: tuple[uuid.UUID, ...] = ()  # jobs that must succeed first
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NewJob:
-    """A validated job about to be stored; ``payload`` is the JSON body exactly as published."""
-
-    id: uuid.UUID
-    shard: ShardId
-    routing_key: str
-    payload: bytes
+    payload: bytes  # the JSON body exactly as published
     run_at: datetime
     idempotency_key: str | None = None
     headers: Mapping[str, HeaderValue]
     priority: int | None = None
     ttl_ms: int | None = None
-    namespace: str | None = None  # None: the default namespace
     after: tuple[uuid.UUID, ...] = ()  # jobs that must succeed first
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """A validated job about to be stored: its spec, with the id and the shard intake chose."""
+
+    id: uuid.UUID
+    shard: ShardId
+    spec: JobSpec
+    namespace: str | None = None  # None: the default namespace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
