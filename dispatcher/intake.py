@@ -26,6 +26,19 @@ async def take_turn(index: int) -> None:
         await asyncio.sleep(0)  # jobs falling due meanwhile are fired between chunks
 
 
+def repeated_key(keys: Sequence[str | None]) -> tuple[int, int] | None:
+    """(index, index of its first occurrence) of the first idempotency key a batch names twice,
+    else None: a batch may not name one key twice (None, no key, may repeat)."""
+    seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        if key is None:
+            continue
+        if key in seen:
+            return index, seen[key]
+        seen[key] = index
+    return None
+
+
 class Intake:
     def __init__(
         self,
