@@ -25,7 +25,7 @@ from bench.harness import median, one_node, percentile, services, write
 from bench.throughput import far, wrk
 from consumers_sdk.ids import JobIds, shard_for
 from dispatcher.group_commit import GroupCommit
-from dispatcher.models import NewJob
+from dispatcher.models import JobSpec, NewJob
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.migrate import apply_migrations
@@ -71,14 +71,10 @@ async def group_commit(dsn: str, seconds: float) -> tuple[float, float, float]:
     async def submitter() -> None:
         while (started := time.perf_counter()) < end:
             job_id = ids.next()
-            job = NewJob(
-                id=job_id,
-                shard=shard_for(job_id.bytes, SHARDS),
-                routing_key="bench.grouped",
-                payload=b'{"n":1}',
-                run_at=run_at,
-                headers={},
+            spec = JobSpec(
+                routing_key="bench.grouped", payload=b'{"n":1}', run_at=run_at, headers={}
             )
+            job = NewJob(id=job_id, shard=shard_for(job_id.bytes, SHARDS), spec=spec)
             await committer.submit(job)
             took.append(time.perf_counter() - started)
 

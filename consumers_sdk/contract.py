@@ -206,6 +206,7 @@ EVENTS_PER_MESSAGE: Final = 1000  # a longer array is refused whole
 # DISPATCHER_EVENTS_MAX_MESSAGE_BYTES (256 KiB by default) and drops larger ones unread.
 EVENTS_MESSAGE_BYTES: Final = 64 * 1024
 OUTCOMES: Final = ("started", "succeeded", "failed", "dead")
+# The outcomes that settle a job: the dispatcher's SQL spells them (a test holds it to these).
 FINAL_OUTCOMES: Final = ("succeeded", "dead")
 EVENT_ERROR_LIMIT: Final = 1000
 

@@ -54,7 +54,7 @@ def repeated(after: Sequence[uuid.UUID]) -> tuple[int, int] | None:
 
 def prerequisites(jobs: Sequence[models.NewJob], created: Collection[uuid.UUID]) -> list[uuid.UUID]:
     """The jobs to lock and look up: those the newly created jobs name, in id order."""
-    return sorted({p for job in jobs if job.id in created for p in job.after})
+    return sorted({p for job in jobs if job.id in created for p in job.spec.after})
 
 
 def plan(
@@ -72,7 +72,7 @@ def plan(
     result = Plan()
     for index, job in enumerate(jobs):
         own = resolved[index]
-        for position, prerequisite in enumerate(job.after):
+        for position, prerequisite in enumerate(job.spec.after):
             if prerequisite == own:
                 known = "" if own in created else " (stored earlier under this idempotency_key)"
                 raise errors.InvalidPrerequisite(index, position, f"is this job itself{known}")
@@ -85,7 +85,7 @@ def plan(
         if own not in created:
             continue  # the job stored earlier is returned as it is, with its own `after`
         pending = 0
-        for position, prerequisite in enumerate(job.after):
+        for position, prerequisite in enumerate(job.spec.after):
             state = states.get(prerequisite)
             if state is None:
                 raise errors.InvalidPrerequisite(

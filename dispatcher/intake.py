@@ -34,6 +34,19 @@ class LoadedWindow(Protocol):
         """Keep the entries no load will pick up (inside the loaded window); ignore the others."""
 
 
+def repeated_key(keys: Sequence[str | None]) -> tuple[int, int] | None:
+    """(index, index of its first occurrence) of the first idempotency key a batch names twice,
+    else None: a batch may not name one key twice (None, no key, may repeat)."""
+    seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        if key is None:
+            continue
+        if key in seen:
+            return index, seen[key]
+        seen[key] = index
+    return None
+
+
 class Intake:
     def __init__(
         self,
@@ -77,23 +90,9 @@ class Intake:
             # Due soon: a shard this node owns, so it fires from here without a load.
             due_soon = owned and spec.run_at.timestamp() <= window_end_s
             shard = ids.shard_for(job_id.bytes, owned if due_soon else self._all_shards)
-            new_jobs.append(
-                models.NewJob(
-                    id=job_id,
-                    shard=shard,
-                    routing_key=spec.routing_key,
-                    payload=spec.payload,
-                    run_at=spec.run_at,
-                    idempotency_key=spec.idempotency_key,
-                    headers=spec.headers,
-                    priority=spec.priority,
-                    ttl_ms=spec.ttl_ms,
-                    namespace=namespace,
-                    after=spec.after,
-                )
-            )
+            new_jobs.append(models.NewJob(id=job_id, shard=shard, spec=spec, namespace=namespace))
         # A job with prerequisites is refused on its own (422), so it never shares a group commit.
-        if len(new_jobs) == 1 and self._grouped and not new_jobs[0].after:
+        if len(new_jobs) == 1 and self._grouped and not new_jobs[0].spec.after:
             results = [await self.group_commit.submit(new_jobs[0])]
         else:
             results = await self._store.insert(new_jobs)

@@ -36,7 +36,6 @@ from typing import NamedTuple
 # UUIDv7 job ids, defined in the SDK so that its ``enqueue`` makes the same kind.
 
 ShardId = int
-Epoch = int
 HeaderValue = str | int | float | bool
 
 
@@ -51,6 +50,9 @@ class JobState(StrEnum):
     WAITING = "waiting"  # for the jobs named in its ``after``
 
 
+# Out of the scheduler's hands (published, settled or never to be): retention deletes such a job
+# once old. ``DELETE_FINISHED`` and the index it reads (sql/0004) spell this set in SQL; a test
+# holds both equal to this one.
 FINISHED_STATES = frozenset(
     {JobState.DISPATCHED, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED, JobState.EXPIRED}
 )
@@ -61,30 +63,23 @@ class JobSpec:
     """A validated request: what to publish, where and when. Intake adds the id and the shard."""
 
     routing_key: str
-    payload: bytes
-    run_at: datetime
-    idempotency_key: str | None
-    headers: Mapping[str, HeaderValue]
-    priority: int | None
-    ttl_ms: int | None
-    after: tuple[uuid.UUID, ...] = ()  # jobs that must succeed first
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NewJob:
-    """A validated job about to be stored; ``payload`` is the JSON body exactly as published."""
-
-    id: uuid.UUID
-    shard: ShardId
-    routing_key: str
-    payload: bytes
+    payload: bytes  # the JSON body exactly as published
     run_at: datetime
     idempotency_key: str | None = None
     headers: Mapping[str, HeaderValue]
     priority: int | None = None
     ttl_ms: int | None = None
-    namespace: str | None = None  # None: the default namespace
     after: tuple[uuid.UUID, ...] = ()  # jobs that must succeed first
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewJob:
+    """A validated job about to be stored: its spec, with the id and the shard intake chose."""
+
+    id: uuid.UUID
+    shard: ShardId
+    spec: JobSpec
+    namespace: str | None = None  # None: the default namespace
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

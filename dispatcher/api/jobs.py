@@ -85,17 +85,13 @@ async def create_jobs(request: Request, deps: Deps, caller: auth.Producer) -> Re
     limit = deps.settings.max_batch
     if len(body.jobs) > limit:
         raise errors.InvalidField("jobs", f"at most {limit} jobs per batch")
-    keys: dict[str, int] = {}
-    for index, job in enumerate(body.jobs):
+    repeated = intake.repeated_key([job.idempotency_key for job in body.jobs])
+    for index, job in enumerate(body.jobs):  # the first job at fault answers
         auth.check_routing_key(caller, job.routing_key, f"jobs[{index}].routing_key")
-        if job.idempotency_key is None:
-            continue
-        if job.idempotency_key in keys:
+        if repeated is not None and repeated[0] == index:
             raise errors.InvalidField(
-                f"jobs[{index}].idempotency_key",
-                f"repeats the key of jobs[{keys[job.idempotency_key]}]",
+                f"jobs[{index}].idempotency_key", f"repeats the key of jobs[{repeated[1]}]"
             )
-        keys[job.idempotency_key] = index
     now = deps.now()
     specs: list[models.JobSpec] = []
     for index, job in enumerate(body.jobs):

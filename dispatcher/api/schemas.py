@@ -274,7 +274,8 @@ def job_document(job: models.Job, *, created: bool | None = None) -> dict[str, o
     """A job in the shape of ``JobOut`` (``JobSubmitted`` with ``created``), ready for orjson.
 
     Rendered without pydantic: on the submit path, building and serialising response models cost
-    more than validating the request (py-spy). The payload is embedded as the stored JSON text.
+    more than validating the request (py-spy). The payload is embedded as the stored JSON text. A
+    property test holds the JSON equal to pydantic's rendering of the model for any job.
     """
     document: dict[str, object] = {
         "id": str(job.id),  # asyncpg's own UUID type is not one orjson knows

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import operator
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Final
 
 import asyncpg
 import orjson
@@ -47,24 +49,18 @@ def _headers(text: str) -> Mapping[str, models.HeaderValue]:
     return headers if isinstance(headers, dict) else {}
 
 
+# CLAIM_JOBS's two clocks come before the claimed columns.
+_CLAIM_CLOCKS = 2
+_CLAIMED_HEADERS = queries.CLAIMED_COLUMNS.index("headers")
+
+
 def claimed_from_row(row: asyncpg.Record) -> models.Claimed:
-    """A row of ``CLAIM_JOBS`` after its two clocks, whose columns are ``Claimed``'s fields in
-    order: unpacked by position (the hot path: no lookups by name); only the headers need
-    decoding."""
-    _, _, job_id, shard, routing_key, payload, run_at, idempotency_key, headers, *rest = row
-    priority, ttl_ms, dispatch_round = rest
-    return models.Claimed(
-        job_id,
-        shard,
-        routing_key,
-        payload,
-        run_at,
-        idempotency_key,
-        orjson.loads(headers),
-        priority,
-        ttl_ms,
-        dispatch_round,
-    )
+    """A row of ``CLAIM_JOBS``, whose columns after its clocks are ``Claimed``'s fields in order
+    (``queries.CLAIMED_COLUMNS``): passed by position (the hot path: no lookups by name); only
+    the headers need decoding."""
+    values = list(row[_CLAIM_CLOCKS:])
+    values[_CLAIMED_HEADERS] = orjson.loads(values[_CLAIMED_HEADERS])
+    return models.Claimed(*values)
 
 
 def entry_from_row(row: asyncpg.Record) -> models.DueEntry:
@@ -91,7 +87,7 @@ class JobStore:
     async def _insert(self, jobs: Sequence[models.NewJob]) -> list[models.Submitted]:
         if not jobs:
             return []
-        with_prerequisites = any(job.after for job in jobs)
+        with_prerequisites = any(job.spec.after for job in jobs)
         waiting: set[uuid.UUID] = set()
         # One statement is atomic and durable on its own: a transaction would only add the BEGIN
         # and COMMIT round trips to every request's wait. Prerequisites are written with their
@@ -102,16 +98,16 @@ class JobStore:
             connection.transaction() if with_prerequisites else contextlib.nullcontext(),
         ):
             if len(jobs) == 1:
-                rows = await connection.fetch(queries.INSERT_JOB, *_values(jobs[0]))
+                rows = await connection.fetch(queries.INSERT_JOB, *insert_values(jobs[0]))
             else:
-                rows = await connection.fetch(queries.INSERT_JOBS, *_columns(jobs))
+                rows = await connection.fetch(queries.INSERT_JOBS, *insert_arrays(jobs))
             inserted = {row["id"]: row["created_at"] for row in rows}
             existing = await _existing(connection, jobs, inserted)
             if with_prerequisites:
                 resolved = [
                     job.id
-                    if job.id in inserted or job.idempotency_key is None
-                    else existing[(job.namespace or "", job.idempotency_key)].id
+                    if job.id in inserted or job.spec.idempotency_key is None
+                    else existing[(job.namespace or "", job.spec.idempotency_key)].id
                     for job in jobs
                 ]
                 waiting = await dependencies.attach(
@@ -126,8 +122,9 @@ class JobStore:
                     models.Submitted(job=as_stored(job, created_at, state), created=True)
                 )
             else:
-                assert job.idempotency_key is not None  # only a key conflict skips an insert
-                found = existing[(job.namespace or "", job.idempotency_key)]
+                key = job.spec.idempotency_key
+                assert key is not None  # only a key conflict skips an insert
+                found = existing[(job.namespace or "", key)]
                 results.append(models.Submitted(job=found, created=False))
         return results
 
@@ -325,7 +322,7 @@ class JobStore:
                 [due[job_id] for job_id in ids],
                 ahead_s,
             )
-        jobs = [claimed_from_row(row) for row in rows if row[2] is not None]
+        jobs = [claimed_from_row(row) for row in rows if row[_CLAIM_CLOCKS] is not None]
         return models.Claim(jobs, fenced_at_s=rows[0][0], answered_at_s=rows[0][1])
 
     async def park(self, jobs: Sequence[tuple[uuid.UUID, str]]) -> list[models.Parked]:
@@ -373,9 +370,9 @@ async def _existing(
 ) -> dict[tuple[str, str], models.Job]:
     """The stored jobs of the idempotency keys that kept some of ``jobs`` from being inserted."""
     missing_keys = [
-        (job.namespace or "", job.idempotency_key)
+        (job.namespace or "", job.spec.idempotency_key)
         for job in jobs
-        if job.id not in inserted and job.idempotency_key is not None
+        if job.id not in inserted and job.spec.idempotency_key is not None
     ]
     existing: dict[tuple[str, str], models.Job] = {}
     if missing_keys:
@@ -389,17 +386,18 @@ def as_stored(
     job: models.NewJob, created_at: datetime, state: models.JobState = models.JobState.SCHEDULED
 ) -> models.Job:
     """The row just inserted, as the database holds it (the column defaults of INSERT_JOBS)."""
+    spec = job.spec
     return models.Job(
         id=job.id,
         shard=job.shard,
         state=state,
-        routing_key=job.routing_key,
-        payload=job.payload,
-        run_at=job.run_at,
-        idempotency_key=job.idempotency_key,
-        headers=job.headers,
-        priority=job.priority,
-        ttl_ms=job.ttl_ms,
+        routing_key=spec.routing_key,
+        payload=spec.payload,
+        run_at=spec.run_at,
+        idempotency_key=spec.idempotency_key,
+        headers=spec.headers,
+        priority=spec.priority,
+        ttl_ms=spec.ttl_ms,
         created_at=created_at,
         updated_at=created_at,
         dispatched_at=None,
@@ -408,22 +406,40 @@ def as_stored(
     )
 
 
-def _values(job: models.NewJob) -> tuple[object, ...]:
-    """A job's parameters of INSERT_JOB, in order."""
-    return (
-        job.id,
-        job.shard,
-        job.routing_key,
-        job.payload,
-        orjson.dumps(dict(job.headers)).decode(),
-        job.priority,
-        job.ttl_ms,
-        job.idempotency_key,
-        job.run_at,
-        job.namespace,
-    )
+# Each inserted column's parameter, as a path into ``NewJob``; read in the order of
+# ``queries.INSERTED_COLUMNS`` by getters built here (a column missing fails at import).
+_PARAMETER_PATHS: Final = {
+    "id": "id",
+    "shard": "shard",
+    "routing_key": "spec.routing_key",
+    "payload": "spec.payload",
+    "headers": "spec.headers",  # sent as JSON text
+    "priority": "spec.priority",
+    "ttl_ms": "spec.ttl_ms",
+    "idempotency_key": "spec.idempotency_key",
+    "run_at": "spec.run_at",
+    "namespace": "namespace",
+}
+_PATHS_IN_ORDER: Final = [_PARAMETER_PATHS[name] for name, _ in queries.INSERTED_COLUMNS]
+_PARAMETERS: Final = [operator.attrgetter(path) for path in _PATHS_IN_ORDER]  # one per column
+_ALL_PARAMETERS: Final = operator.attrgetter(*_PATHS_IN_ORDER)  # a job's, in one call
+_HEADERS_PARAMETER: Final = [name for name, _ in queries.INSERTED_COLUMNS].index("headers")
 
 
-def _columns(jobs: Sequence[models.NewJob]) -> tuple[list[object], ...]:
-    """The parameters of INSERT_JOBS: each of ``_values`` as an array over ``jobs`` (not empty)."""
-    return tuple(list(column) for column in zip(*map(_values, jobs), strict=True))
+def insert_values(job: models.NewJob) -> list[object]:
+    """A job's parameters of INSERT_JOB, in the order of ``queries.INSERTED_COLUMNS``."""
+    values: list[object] = list(_ALL_PARAMETERS(job))
+    values[_HEADERS_PARAMETER] = _json_text(job.spec.headers)
+    return values
+
+
+def insert_arrays(jobs: Sequence[models.NewJob]) -> list[list[object]]:
+    """The parameters of INSERT_JOBS: each of ``insert_values`` as an array over ``jobs``."""
+    # Column by column: one C getter mapped over the batch for each.
+    arrays = [list(map(parameter, jobs)) for parameter in _PARAMETERS]
+    arrays[_HEADERS_PARAMETER] = list(map(_json_text, arrays[_HEADERS_PARAMETER]))
+    return arrays
+
+
+def _json_text(headers: Mapping[str, models.HeaderValue]) -> str:
+    return orjson.dumps(dict(headers)).decode()

@@ -1,35 +1,68 @@
 """Every SQL statement the service runs, as named constants. Only ``store`` runs them."""
 
+import dataclasses
 from typing import Final
 
+from dispatcher import models
+
 # --- jobs: intake -------------------------------------------------------------------------------
+
+# The columns intake writes, each with the type its parameter is cast to, in the order of
+# ``dispatcher_enqueue_v1``'s arrays (sql/0012). INSERT_JOBS and INSERT_JOB are built from it once,
+# here (no value is ever formatted into them), and ``store.jobs`` builds their parameters from it.
+INSERTED_COLUMNS: Final = (
+    ("id", "uuid"),
+    ("shard", "int"),
+    ("routing_key", "text"),
+    ("payload", "bytea"),
+    ("headers", "jsonb"),  # JSON text
+    ("priority", "smallint"),
+    ("ttl_ms", "bigint"),
+    ("idempotency_key", "text"),
+    ("run_at", "timestamptz"),
+    ("namespace", "text"),  # NULL: the default namespace
+)
+_INSERTED_NAMES = [name for name, _ in INSERTED_COLUMNS]
+_INSERTED_PARAMETERS = [
+    f"${number}::{sql_type}" for number, (_, sql_type) in enumerate(INSERTED_COLUMNS, 1)
+]
+# The contract function takes the id hashes right after the shards: NULL, as the dispatcher
+# chooses every shard itself.
+_ENQUEUE_ARRAYS = [f"{parameter}[]" for parameter in _INSERTED_PARAMETERS]
+_ENQUEUE_ARRAYS.insert(_INSERTED_NAMES.index("shard") + 1, "NULL")
 
 # Insert a batch in one round trip, through the contract function (sql/0012) the SDK's enqueue
 # calls too; an idempotency key seen before in the namespace inserts nothing. The dispatcher
 # chooses every shard itself and sends no due notice (it puts the jobs on its heap). Only what the
 # caller does not know already comes back (decoding whole rows cost more than the insert).
-# $1 ids, $2 shards, $3 routing keys, $4 payloads, $5 headers (JSON text), $6 priorities,
-# $7 ttl_ms, $8 idempotency keys, $9 run_at, $10 namespaces (NULL: default): parallel arrays.
-INSERT_JOBS: Final = """
-SELECT id, created_at
-FROM dispatcher_enqueue_v1($1::uuid[], $2::int[], NULL, $3::text[], $4::bytea[], $5::jsonb[],
-                           $6::smallint[], $7::bigint[], $8::text[], $9::timestamptz[],
-                           $10::text[], false)
-"""
+# $1..$10: INSERTED_COLUMNS, each a parallel array. As built:
+#   SELECT id, created_at FROM dispatcher_enqueue_v1($1::uuid[], $2::int[], NULL, $3::text[],
+#       ..., $10::text[], false)
+INSERT_JOBS: Final = (
+    "SELECT id, created_at\nFROM dispatcher_enqueue_v1("
+    + ", ".join([*_ENQUEUE_ARRAYS, "false"])
+    + ")\n"
+)
 
-# One job, as INSERT_JOBS would insert it (same columns, same idempotency rule) in a plain
-# statement: a sequential producer's request waits on this one, and PostgreSQL runs it in about
-# three quarters of the contract function's time for a single row (no plpgsql call, no unnest).
-# $1..$10 as INSERT_JOBS, one value each.
-INSERT_JOB: Final = """
-INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms, idempotency_key,
-                  run_at, namespace)
-VALUES ($1::uuid, $2::int, $3::text, $4::bytea, $5::jsonb, $6::smallint, $7::bigint, $8::text,
-        $9::timestamptz, $10::text)
-ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
+# One job, as INSERT_JOBS would insert it (the same columns, and the idempotency rule of
+# ``dispatcher_enqueue_v1``, which a test holds equal) in a plain statement: a sequential
+# producer's request waits on this one, and PostgreSQL runs it in about three quarters of the
+# contract function's time for a single row (no plpgsql call, no unnest).
+# $1..$10: INSERTED_COLUMNS, one value each. As built:
+#   INSERT INTO jobs (id, ..., namespace) VALUES ($1::uuid, ..., $10::text)
+#   ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
+#   DO NOTHING RETURNING id, created_at
+INSERT_JOB: Final = (
+    "INSERT INTO jobs ("
+    + ", ".join(_INSERTED_NAMES)
+    + ")\nVALUES ("
+    + ", ".join(_INSERTED_PARAMETERS)
+    + ")\n"
+    + """ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING id, created_at
 """
+)
 
 # The jobs already stored under these idempotency keys, each in its namespace.
 # $1 namespaces ('' for the default one), $2 keys: parallel arrays.
@@ -201,6 +234,10 @@ ORDER BY run_at, id
 LIMIT $3
 """
 
+# The columns of a claimed job: ``models.Claimed``'s fields, in their order. CLAIM_JOBS returns
+# them after its two clocks, and ``store.jobs`` decodes its rows by position from this tuple.
+CLAIMED_COLUMNS: Final = tuple(field.name for field in dataclasses.fields(models.Claimed))
+
 # Claim due jobs for publishing, fenced: a row is claimed only while the shard's epoch is the one
 # this node holds, and the epoch rows are share-locked so a concurrent takeover (which bumps them)
 # waits for this claim to commit or happens entirely before it.
@@ -221,7 +258,9 @@ LIMIT $3
 # nothing was claimed.
 # $1 ids, $2 shards held, $3 their epochs (same order), $4 node id, $5 lease seconds,
 # $6 the entries' run_at (POSIX seconds, same order as $1), $7 the fence's tolerance (seconds).
-CLAIM_JOBS: Final = """
+# Each row: the two clocks, then CLAIMED_COLUMNS.
+CLAIM_JOBS: Final = (
+    """
 WITH read_at AS (
     SELECT clock_timestamp() AS db_now
 ),
@@ -253,13 +292,15 @@ claimed AS (
                 OR j.claim_epoch < ($3::bigint[])[array_position($2::int[], j.shard)]
             ELSE false
           END
-    RETURNING j.id, j.shard, j.routing_key, j.payload, j.run_at, j.idempotency_key, j.headers,
-              j.priority, j.ttl_ms, j.dispatch_round
+    RETURNING """
+    + ", ".join(f"j.{column}" for column in CLAIMED_COLUMNS)
+    + """
 )
 SELECT extract(epoch FROM read_at.db_now)::float8, extract(epoch FROM clock_timestamp())::float8,
        claimed.*
 FROM read_at LEFT JOIN claimed ON true
 """
+)
 
 # RabbitMQ confirmed these. $1 ids. SETTLE_REPORTED follows in the same transaction.
 MARK_DISPATCHED: Final = """

@@ -159,15 +159,14 @@ async def test_a_succeeded_recorded_while_dispatching_becomes_the_state_at_the_c
         models.NewJob(
             id=job_ids.next(),
             shard=0,
-            routing_key=ROUTING_KEY,
-            payload=b"1",
-            run_at=datetime.now(UTC),
-            headers={},
+            spec=models.JobSpec(
+                routing_key=ROUTING_KEY, payload=b"1", run_at=datetime.now(UTC), headers={}
+            ),
         )
         for _ in range(3)
     ]
     await jobs.insert(stored)
-    entries = [models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in stored]
+    entries = [models.DueEntry(job.spec.run_at.timestamp(), job.id, job.shard) for job in stored]
     claimed = (await jobs.claim(entries, await shards.bump([0], "n1"))).jobs
     by_id = {job.id: job for job in claimed}
     fast, forged, quiet = (by_id[job.id] for job in stored)

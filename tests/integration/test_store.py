@@ -4,12 +4,14 @@ import asyncio
 import dataclasses
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
 
 from consumers_sdk import ids
 from dispatcher import errors, models
+from dispatcher.store import jobs as jobs_store
 from dispatcher.store import migrate, queries
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
@@ -27,7 +29,7 @@ async def shards(db: Database) -> ShardStore:
 
 
 def due(*jobs: models.NewJob) -> list[models.DueEntry]:
-    return [models.DueEntry(job.run_at.timestamp(), job.id, job.shard) for job in jobs]
+    return [models.DueEntry(job.spec.run_at.timestamp(), job.id, job.shard) for job in jobs]
 
 
 def new_job(
@@ -36,18 +38,20 @@ def new_job(
     key: str | None = None,
     run_at: datetime = NOW,
     payload: bytes = b'{"order": 1}',
+    priority: int | None = None,
+    ttl_ms: int | None = None,
+    namespace: str | None = None,
 ) -> models.NewJob:
-    return models.NewJob(
-        id=IDS.next(),
-        shard=shard,
+    spec = models.JobSpec(
         routing_key="orders.expire",
         payload=payload,
         run_at=run_at,
         idempotency_key=key,
         headers={"tenant": "a", "n": 1},
-        priority=None,
-        ttl_ms=None,
+        priority=priority,
+        ttl_ms=ttl_ms,
     )
+    return models.NewJob(id=IDS.next(), shard=shard, spec=spec, namespace=namespace)
 
 
 async def test_every_query_prepares_against_the_migrated_schema(database_url: str) -> None:
@@ -83,16 +87,16 @@ async def test_insert_roundtrips_a_job(db: Database) -> None:
     assert result.created
     stored = await store.get(job.id)
     assert stored.state is models.JobState.SCHEDULED
-    assert stored.payload == job.payload
+    assert stored.payload == job.spec.payload
     assert stored.headers == {"tenant": "a", "n": 1}
 
 
 async def test_a_job_inserted_alone_is_stored_as_one_inserted_in_a_batch(db: Database) -> None:
     # One job takes a plain INSERT, a batch the contract function: the rows must not differ.
     store = JobStore(db, node_id="n1", lease_s=30)
-    fields = {"priority": 7, "ttl_ms": 60_000, "namespace": "team-a"}
-    alone = dataclasses.replace(new_job(key="alone"), **fields)
-    batched = dataclasses.replace(new_job(key="batched"), **fields)
+    fields: dict[str, Any] = {"priority": 7, "ttl_ms": 60_000, "namespace": "team-a"}
+    alone = new_job(key="alone", **fields)
+    batched = new_job(key="batched", **fields)
     [one] = await store.insert([alone])
     [first, _] = await store.insert([batched, new_job()])
     assert one.created
@@ -104,9 +108,70 @@ async def test_a_job_inserted_alone_is_stored_as_one_inserted_in_a_batch(db: Dat
         {k: v for k, v in dataclasses.asdict(row).items() if k not in differ} for row in rows
     ]
     assert as_dicts[0] == as_dicts[1]
-    [again] = await store.insert([dataclasses.replace(new_job(key="alone"), **fields)])
+    [again] = await store.insert([new_job(key="alone", **fields)])
     assert not again.created
     assert again.job.id == alone.id  # the key is kept per namespace by the plain INSERT too
+
+
+# (the stored job's namespace, the new one's, whether they share a key): the new one inserted?
+CONFLICT_CASES = [
+    (None, None, True, False),
+    ("team-a", "team-a", True, False),
+    (None, "", True, False),  # NULL and '' both name the default namespace
+    ("team-a", "team-b", True, True),
+    ("team-a", None, True, True),
+    (None, None, False, True),  # no key: nothing to conflict on
+]
+
+
+async def test_the_plain_insert_is_the_contract_function_for_one_job(database_url: str) -> None:
+    """INSERT_JOB (a second path, for speed) against ``dispatcher_enqueue_v1`` (INSERT_JOBS):
+    the same row for the same job, and the same idempotency rule, case by case."""
+
+    def insert(path: str, job: models.NewJob) -> tuple[object, ...]:
+        if path == "INSERT_JOB":
+            return (queries.INSERT_JOB, *jobs_store.insert_values(job))
+        return (queries.INSERT_JOBS, *jobs_store.insert_arrays([job]))
+
+    connection = await asyncpg.connect(database_url)
+
+    async def stored(*steps: tuple[str, models.NewJob]) -> tuple[bool, dict[str, object]]:
+        """Insert each job by its path in a transaction rolled back: whether the last one was
+        inserted (and returned), and its row."""
+        transaction = connection.transaction()
+        await transaction.start()
+        try:
+            for path, job in steps:
+                returned = await connection.fetch(*insert(path, job))
+            last = steps[-1][1]
+            row = await connection.fetchrow("SELECT * FROM jobs WHERE id = $1", last.id)
+            return [r["id"] for r in returned] == [last.id], dict(row or {})
+        finally:
+            await transaction.rollback()
+
+    paths = ("INSERT_JOB", "INSERT_JOBS")
+    try:
+        await connection.execute(queries.ENSURE_SHARDS, 8)
+        bare = dataclasses.replace(new_job(), spec=dataclasses.replace(new_job().spec, headers={}))
+        for job in (new_job(3, key="k", priority=7, ttl_ms=60_000, namespace="team-a"), bare):
+            rows = [(await stored((path, job)))[1] for path in paths]
+            assert rows[0]["id"] == job.id
+            for row in rows:  # now() and the round differ from one transaction to the next
+                assert isinstance(row.pop("dispatch_round"), uuid.UUID)
+                del row["created_at"], row["updated_at"]
+            assert rows[0] == rows[1]
+
+        for first_namespace, namespace, same_key, inserted in CONFLICT_CASES:
+            first = new_job(key="k", namespace=first_namespace)
+            second = new_job(key="k" if same_key else "other", namespace=namespace)
+            for first_path in paths:  # the first job stored by either path, the second by each
+                for path in paths:
+                    outcome, row = await stored((first_path, first), (path, second))
+                    case = (first_namespace, namespace, same_key, first_path, path)
+                    assert outcome is inserted, case
+                    assert bool(row) is inserted, case
+    finally:
+        await connection.close()
 
 
 async def test_idempotency_key_returns_the_first_job(db: Database) -> None:
@@ -174,7 +239,7 @@ async def test_a_claim_takes_no_job_postgresqls_clock_has_not_reached_within_the
     claim = await store.claim(due(soon, later), epochs, ahead_s=10)
     assert [job.id for job in claim.jobs] == [soon.id]
     assert claim.fenced_at_s == pytest.approx(datetime.now(UTC).timestamp(), abs=1.0)
-    assert claim.fenced_at_s <= claim.answered_at_s < soon.run_at.timestamp()  # claimed ahead
+    assert claim.fenced_at_s <= claim.answered_at_s < soon.spec.run_at.timestamp()  # claimed ahead
     assert (await store.get(later.id)).state is models.JobState.SCHEDULED
 
     nothing = await store.claim(due(later), epochs)  # no fence tolerance: nothing ahead at all
@@ -185,7 +250,7 @@ async def test_a_claim_takes_no_job_postgresqls_clock_has_not_reached_within_the
 async def test_a_claim_returns_each_column_as_its_field(db: Database, shards: ShardStore) -> None:
     """The claim's row is unpacked by position: every field distinct, so a swap would show."""
     store = JobStore(db, node_id="n1", lease_s=30)
-    job = dataclasses.replace(new_job(shard=5, key="claim-fields"), priority=7, ttl_ms=86_400_000)
+    job = new_job(shard=5, key="claim-fields", priority=7, ttl_ms=86_400_000)
     await store.insert([job])
     [claimed] = (await store.claim(due(job), await shards.bump([5], "n1"))).jobs
     assert claimed == models.Claimed(

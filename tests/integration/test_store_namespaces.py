@@ -25,16 +25,14 @@ async def store(database_url: str) -> AsyncIterator[JobStore]:
 
 
 def new_job(namespace: str | None, key: str | None = "same") -> models.NewJob:
-    return models.NewJob(
-        id=IDS.next(),
-        shard=0,
+    spec = models.JobSpec(
         routing_key="orders.expire",
         payload=b"1",
         run_at=datetime.now(UTC),
         idempotency_key=key,
         headers={},
-        namespace=namespace,
     )
+    return models.NewJob(id=IDS.next(), shard=0, spec=spec, namespace=namespace)
 
 
 async def test_one_batch_keeps_idempotency_keys_apart_per_namespace(store: JobStore) -> None:
@@ -66,7 +64,7 @@ async def test_the_stores_routing_key_filter_is_the_keys_word_rule(store: JobSto
     cases = WITHIN_CASES
     jobs = [new_job(None, key=f"w{index}") for index in range(len(cases))]
     jobs = [
-        dataclasses.replace(job, routing_key=routing_key)
+        dataclasses.replace(job, spec=dataclasses.replace(job.spec, routing_key=routing_key))
         for job, (_, routing_key, _) in zip(jobs, cases, strict=True)
     ]
     await store.insert(jobs)

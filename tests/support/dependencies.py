@@ -76,17 +76,15 @@ def new_job(
     run_at: datetime | None = None,
     job_id: uuid.UUID | None = None,
 ) -> models.NewJob:
-    return models.NewJob(
-        id=job_id or IDS.next(),
-        shard=0,
+    spec = models.JobSpec(
         routing_key="orders.expire",
         payload=b"{}",
         run_at=run_at or datetime.now(UTC),
         idempotency_key=key,
         headers={},
-        namespace=namespace,
         after=tuple(after),
     )
+    return models.NewJob(id=job_id or IDS.next(), shard=0, spec=spec, namespace=namespace)
 
 
 def event(

@@ -32,10 +32,12 @@ async def insert_overdue(
             models.NewJob(
                 id=IDS.next(),
                 shard=i % shard_count,
-                routing_key=routing_key,
-                payload=b"1",
-                run_at=start + timedelta(milliseconds=spacing_ms * i),
-                headers={},
+                spec=models.JobSpec(
+                    routing_key=routing_key,
+                    payload=b"1",
+                    run_at=start + timedelta(milliseconds=spacing_ms * i),
+                    headers={},
+                ),
             )
             for i in range(count)
         ]
@@ -43,4 +45,4 @@ async def insert_overdue(
             await store.insert(jobs[first : first + 1000])
     finally:
         await db.close()
-    return {str(job.id): job.run_at.timestamp() for job in jobs}
+    return {str(job.id): job.spec.run_at.timestamp() for job in jobs}

@@ -17,15 +17,10 @@ S = models.JobState
 
 
 def new_job(*after: uuid.UUID, job_id: uuid.UUID | None = None) -> models.NewJob:
-    return models.NewJob(
-        id=job_id or IDS.next(),
-        shard=0,
-        routing_key="k",
-        payload=b"{}",
-        run_at=datetime.now(UTC),
-        headers={},
-        after=after,
+    spec = models.JobSpec(
+        routing_key="k", payload=b"{}", run_at=datetime.now(UTC), headers={}, after=after
     )
+    return models.NewJob(id=job_id or IDS.next(), shard=0, spec=spec)
 
 
 def plan(

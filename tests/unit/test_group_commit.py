@@ -16,9 +16,8 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def new_job(routing_key: str) -> models.NewJob:
-    return models.NewJob(
-        id=IDS.next(), shard=0, routing_key=routing_key, payload=b"1", run_at=NOW, headers={}
-    )
+    spec = models.JobSpec(routing_key=routing_key, payload=b"1", run_at=NOW, headers={})
+    return models.NewJob(id=IDS.next(), shard=0, spec=spec)
 
 
 def stored(job: models.NewJob) -> models.Submitted:
@@ -38,7 +37,7 @@ async def submit_together(
 
 async def test_a_job_that_breaks_the_shared_statement_fails_only_its_own_request() -> None:
     async def insert(jobs: Sequence[models.NewJob]) -> list[models.Submitted]:
-        if any(job.routing_key == "poison" for job in jobs):
+        if any(job.spec.routing_key == "poison" for job in jobs):
             raise ValueError("a value the statement cannot take")
         return [stored(job) for job in jobs]
 

@@ -3,6 +3,9 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from consumers_sdk.ids import JobIds
@@ -11,6 +14,7 @@ from dispatcher.api.problems import field_name
 from dispatcher.api.schemas import (
     JobBatchCreate,
     JobCreate,
+    JobOut,
     JobSubmitted,
     history_document,
     job_document,
@@ -136,6 +140,49 @@ def test_rendered_job_has_exactly_the_documented_shape() -> None:
     assert parsed.run_at == NOW
     assert orjson.loads(body)["run_at"] == "2026-01-01T00:00:00Z"
     assert parsed.created is True
+
+
+INT64 = st.integers(-(2**63), 2**63 - 1)
+MOMENTS = st.datetimes(timezones=st.just(UTC))
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | INT64 | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+JOBS = st.builds(
+    Job,
+    id=st.uuids(),
+    shard=st.integers(0, 2**31 - 1),
+    state=st.sampled_from(JobState),
+    routing_key=st.text(min_size=1),
+    payload=JSON_VALUES.map(orjson.dumps),
+    run_at=MOMENTS,
+    idempotency_key=st.none() | st.text(),
+    headers=st.dictionaries(
+        st.text(), st.text() | st.booleans() | INT64 | st.floats(allow_nan=False), max_size=4
+    ),
+    priority=st.none() | st.integers(0, 9),
+    ttl_ms=st.none() | st.integers(1, 2**63 - 1),
+    created_at=MOMENTS,
+    updated_at=MOMENTS,
+    dispatched_at=st.none() | MOMENTS,
+    publish_attempts=st.integers(0, 2**31 - 1),
+    namespace=st.none() | st.text(),
+    last_error=st.none() | st.text(),
+)
+
+
+@hypothesis_settings(deadline=None)  # the machine's load, not the renderer, sets the pace
+@given(JOBS, st.none() | st.booleans())
+def test_the_hand_renderer_answers_what_the_response_model_would(
+    job: Job, created: bool | None
+) -> None:
+    """``job_document`` (a second path, for speed) against pydantic rendering ``JobOut`` (or
+    ``JobSubmitted``, with ``created``) from the same job: the same JSON, field for field."""
+    fields = {**dataclasses.asdict(job), "payload": orjson.loads(job.payload)}
+    model = JobOut(**fields) if created is None else JobSubmitted(**fields, created=created)
+    by_hand = json_response(job_document(job, created=created)).body
+    assert orjson.loads(by_hand) == orjson.loads(model.model_dump_json())
 
 
 def test_run_at_with_an_offset_is_stored_in_utc() -> None:

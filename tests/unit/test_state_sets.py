@@ -1,0 +1,36 @@
+"""The job states and event outcomes SQL spells out, held equal to the Python sets they mean:
+a state or outcome added on one side only would make a statement silently skip it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from consumers_sdk import contract
+from dispatcher import models
+from dispatcher.store import migrate, queries
+
+
+def spelled(sql: str, column: str) -> list[set[str]]:
+    """Each set ``sql`` tests ``column`` against with ``IN (...)``, as written."""
+    pattern = rf"\b{column} IN \(([^)]*)\)"
+    return [set(re.findall(r"'([^']*)'", found)) for found in re.findall(pattern, sql)]
+
+
+def test_retention_deletes_the_finished_states() -> None:
+    assert spelled(queries.DELETE_FINISHED, "state") == [set(models.FINISHED_STATES)]
+
+
+def test_the_index_retention_reads_holds_the_finished_states() -> None:
+    # DELETE_FINISHED reads jobs_finished only while its set implies the index's predicate.
+    [migration] = [m for m in migrate.migration_files() if "CREATE INDEX jobs_finished" in m.sql]
+    index = migration.sql[migration.sql.index("CREATE INDEX jobs_finished") :].split(";")[0]
+    assert spelled(index, "state") == [set(models.FINISHED_STATES)]
+
+
+@pytest.mark.parametrize("name", ["SETTLE_REPORTED", "RECORD_EVENTS"])
+def test_a_jobs_final_outcomes_are_the_contracts(name: str) -> None:
+    found = spelled(getattr(queries, name), "outcome")
+    assert found
+    assert all(outcomes == set(contract.FINAL_OUTCOMES) for outcomes in found)
