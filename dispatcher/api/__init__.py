@@ -14,11 +14,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dispatcher.api import jobs, lean, ops, problems, schedules
 from dispatcher.api.browsers import BrowserGuard
-from dispatcher.api.connections import RequestCap
 from dispatcher.api.deps import ApiDeps
 from dispatcher.api.gate import Gate, Rules, routes
+from dispatcher.api.latency import RequestLatency
 from dispatcher.api.lean import LeanSubmit
-from dispatcher.api.timing import Timing
+from dispatcher.api.request_cap import RequestCap
 from dispatcher.version import __version__
 
 DOCS_ASSETS = "/docs-assets"
@@ -26,7 +26,7 @@ DOCS_ASSETS = "/docs-assets"
 
 class Api:
     """The node's ASGI app: the guards every request passes (outermost first: the browser guard,
-    timing, the request cap, the gate (key, body bound), then the lean path of
+    the latency observer, the request cap, the gate (key, body bound), then the lean path of
     ``POST /v1/jobs``), around the FastAPI app (``fastapi``: its routes, OpenAPI document and
     error handlers).
 
@@ -71,7 +71,7 @@ def create_api(deps: ApiDeps) -> Api:
     guarded = Gate(guarded, keyring=deps.keyring, metrics=deps.metrics, rules=rules)
     cap = settings.http_max_requests
     guarded = RequestCap(guarded, max_requests=cap, counted=rules.needs_key, refused=refused)
-    guarded = Timing(guarded, metrics=deps.metrics)
+    guarded = RequestLatency(guarded, metrics=deps.metrics)
     guarded = BrowserGuard(
         guarded,
         allowed_hosts=settings.allowed_host_list(),

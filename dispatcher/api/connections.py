@@ -5,7 +5,7 @@ close one connection past ``max_connections`` at accept, close a connection whos
 do not arrive within ``header_timeout_s`` (counted from the connection, or from the previous
 response on a kept-alive one) or exceed ``MAX_HEADER_BYTES`` (431), and close one whose body does
 not arrive within ``body_timeout_s`` of its headers: idle or trickling clients (slowloris) cannot
-hold the node's connections. ``RequestCap`` answers 503 past ``max_requests`` requests in progress.
+hold the node's connections (the requests in progress are capped apart: ``request_cap``).
 
 Answers: the app's ``send`` hands a body to the transport in ``SLICE_BYTES`` slices and waits
 (uvicorn's flow control) while the transport holds more than ``HIGH_WATER_BYTES``, so a connection
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from dispatcher.api import problems, unsent
@@ -335,50 +335,3 @@ def protocol_class(limits: Limits) -> type[GuardedProtocol]:
     """The protocol class for one server, bound to its limits (uvicorn instantiates it)."""
     bound = type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
     return cast(type[GuardedProtocol], bound)
-
-
-class RequestCap:
-    """503 with Retry-After past ``max_requests`` requests in progress; requests ``counted``
-    says no to (/healthz, the open routes) always pass, so probes see a busy node as alive.
-
-    A request is in progress until its answer starts: a client slow to take its answer holds its
-    connection (bounded by the write deadline and the unsent budget), not a place here."""
-
-    def __init__(
-        self, app: ASGIApp, *, max_requests: int, counted: Callable[[Scope], bool], refused: Refused
-    ) -> None:
-        self._app = app
-        self._max_requests = max_requests
-        self._counted = counted
-        self._refused = refused
-        self._in_progress = 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self._counted(scope):
-            await self._app(scope, receive, send)
-            return
-        if self._in_progress >= self._max_requests:
-            self._refused("too_many_requests")
-            message = f"more than {self._max_requests} requests in progress; retry later"
-            await problems.refuse(
-                scope, receive, send, 503, "busy", message, headers={"retry-after": "1"}
-            )
-            return
-        self._in_progress += 1
-        done = False
-
-        def finish() -> None:
-            nonlocal done
-            if not done:
-                done = True
-                self._in_progress -= 1
-
-        async def send_started(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                finish()
-            await send(message)
-
-        try:
-            await self._app(scope, receive, send_started)
-        finally:
-            finish()
