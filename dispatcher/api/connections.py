@@ -5,7 +5,9 @@ close one connection past ``max_connections`` at accept, close a connection whos
 do not arrive within ``header_timeout_s`` (counted from the connection, or from the previous
 response on a kept-alive one) or exceed ``MAX_HEADER_BYTES`` (431), and close one whose body does
 not arrive within ``body_timeout_s`` of its headers: idle or trickling clients (slowloris) cannot
-hold the node's connections (the requests in progress are capped apart: ``request_cap``).
+hold the node's connections (the requests in progress are capped apart: ``request_cap``). It
+overrides uvicorn's internals: ``http_protocol`` uses it only on the uvicorn releases
+``internals`` was tested with, else uvicorn's stock protocol.
 
 Answers: the app's ``send`` hands a body to the transport in ``SLICE_BYTES`` slices and waits
 (uvicorn's flow control) while the transport holds more than ``HIGH_WATER_BYTES``, so a connection
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import json
+import logging
 import socket
 import struct
 import termios
@@ -31,7 +34,9 @@ from typing import Any, ClassVar, cast
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from dispatcher.api import problems, unsent
+from dispatcher.api import internals, problems, unsent
+
+logger = logging.getLogger(__name__)
 
 MAX_HEADER_BYTES = 64 * 1024  # the request line and every header, together
 SLICE_BYTES = 32 * 1024  # an answer reaches the transport this much at a time
@@ -329,6 +334,22 @@ class GuardedProtocol(HttpToolsProtocol):
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, option, value)
+
+
+def http_protocol(limits: Limits) -> type[GuardedProtocol] | str:
+    """What the server gives ``uvicorn.Config(http=...)``: the guarded protocol, or, where the
+    installed uvicorn is not the one it was tested on (``internals``), uvicorn's stock httptools
+    protocol, with the reason logged: the node serves, without these guards."""
+    reason = internals.protocol_supported()
+    if reason is None:
+        return protocol_class(limits)
+    logger.warning(
+        "HTTP connections are served by uvicorn's stock protocol, without the header, body and "
+        "write deadlines or the unsent budget: %s",
+        reason,
+        extra={"action": "start"},
+    )
+    return "httptools"
 
 
 def protocol_class(limits: Limits) -> type[GuardedProtocol]:
