@@ -21,7 +21,7 @@ from dispatcher import api, errors, lifecycle, metrics, supervision
 from dispatcher.amqp import events, publisher
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
-from dispatcher.api import connections
+from dispatcher.api import connections, internals
 from dispatcher.api.deps import ApiDeps
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.dependents import DependentsFollower
@@ -51,11 +51,24 @@ logger = logging.getLogger(__name__)
 
 
 class _HttpServer(uvicorn.Server):
-    """uvicorn without its own signal handling: the node owns the signals."""
+    """uvicorn without its own signal handling: the node owns the signals. Overrides a method
+    uvicorn's ``serve`` calls: used only where ``internals.signals_supported`` says it works."""
 
     @contextlib.contextmanager
     def capture_signals(self):  # type: ignore[no-untyped-def]
         yield
+
+
+def _http_server(config: uvicorn.Config) -> uvicorn.Server:
+    reason = internals.signals_supported()
+    if reason is None:
+        return _HttpServer(config)
+    logger.warning(
+        "uvicorn takes SIGTERM and SIGINT while it serves (a signal still stops the node): %s",
+        reason,
+        extra={"action": "start"},
+    )
+    return uvicorn.Server(config)
 
 
 class Node:
@@ -187,7 +200,7 @@ class Node:
         self.metrics.heap_size.set_function(lambda: self.lanes.live_count)
         self.metrics.window_horizon.set_function(self._horizon_s)
         self.app = api.create_api(self._api_deps())
-        self._http: _HttpServer | None = None
+        self._http: uvicorn.Server | None = None
         self._stop = asyncio.Event()
         self.started = asyncio.Event()
 
@@ -354,7 +367,7 @@ class Node:
             self.app,
             host=settings.http_host,
             port=settings.http_port,
-            http=connections.protocol_class(limits),
+            http=connections.http_protocol(limits),
             timeout_keep_alive=settings.http_keepalive_s,
             log_level="warning",
             log_config=None,  # uvicorn's records go to the root handler: one format (text or JSON)
@@ -362,10 +375,14 @@ class Node:
             lifespan="off",
             proxy_headers=False,  # nothing reads the client's address: no X-Forwarded-* parsing
         )
-        self._http = _HttpServer(config)
+        self._http = _http_server(config)
         await self._http.serve()
-        if not self._stop.is_set():
-            raise RuntimeError("the HTTP server stopped on its own")
+        if self._stop.is_set():
+            return
+        if self._http.should_exit:  # a signal uvicorn took itself (``_http_server``)
+            self.request_stop()
+            return
+        raise RuntimeError("the HTTP server stopped on its own")
 
     def _stop_http(self) -> None:
         if self._http is not None:
@@ -441,14 +458,22 @@ def _is_loopback(host: str) -> bool:
         return False  # a name (or 0.0.0.0, ::): assume it is reachable from elsewhere
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 async def serve(settings: Settings) -> None:
-    """Run a node until SIGTERM or SIGINT."""
+    """Run a node until SIGTERM or SIGINT. The handlers are the loop's while the node runs and
+    removed once it has stopped (the signals' defaults again), as the SDK's consumer runner does."""
     node = Node(settings)
     _tune_gc()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, node.request_stop)
-    await node.run()
+    try:
+        await node.run()
+    finally:
+        for signum in STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
 
 
 # The cyclic collector's full passes walked every object the process holds (the imported

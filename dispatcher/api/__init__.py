@@ -4,29 +4,34 @@ node builds."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Iterator
 from importlib import resources
 
+import fastapi
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dispatcher.api import jobs, lean, ops, problems, schedules
 from dispatcher.api.browsers import BrowserGuard
-from dispatcher.api.connections import RequestCap
 from dispatcher.api.deps import ApiDeps
-from dispatcher.api.gate import Gate, Rules, routes
+from dispatcher.api.gate import Gate, Rules
+from dispatcher.api.latency import RequestLatency
 from dispatcher.api.lean import LeanSubmit
-from dispatcher.api.timing import Timing
+from dispatcher.api.request_cap import RequestCap
 from dispatcher.version import __version__
 
+logger = logging.getLogger(__name__)
 DOCS_ASSETS = "/docs-assets"
 
 
 class Api:
     """The node's ASGI app: the guards every request passes (outermost first: the browser guard,
-    timing, the request cap, the gate (key, body bound), then the lean path of
+    the latency observer, the request cap, the gate (key, body bound), then the lean path of
     ``POST /v1/jobs``), around the FastAPI app (``fastapi``: its routes, OpenAPI document and
     error handlers).
 
@@ -44,7 +49,9 @@ class Api:
         await self._guarded(scope, receive, send)
 
 
-def create_api(deps: ApiDeps) -> Api:
+def build_fastapi() -> FastAPI:
+    """The FastAPI app: its routes (each with its entry in ``access.ROUTES``), OpenAPI document,
+    error handlers and static files; what it serves with is set on ``app.state.deps``."""
     # /docs and /redoc load their JS and CSS from DOCS_ASSETS on this node, not from a CDN, so
     # they work on a machine without internet. The validator badge would send the spec's address
     # to a public service: off.
@@ -55,7 +62,6 @@ def create_api(deps: ApiDeps) -> Api:
         static_url=DOCS_ASSETS,
         swagger_ui_parameters={"validatorUrl": None},
     )
-    app.state.deps = deps
     problems.install(app)
     app.include_router(jobs.router)
     app.include_router(schedules.router)
@@ -64,14 +70,31 @@ def create_api(deps: ApiDeps) -> Api:
     # they are served without one. Shipped as package data: no build step.
     console = resources.files("dispatcher") / "console"
     app.mount("/console", StaticFiles(directory=str(console), html=True), name="console")
+    return app
+
+
+def create_api(deps: ApiDeps) -> Api:
+    app = build_fastapi()
+    app.state.deps = deps
     settings = deps.settings
     refused = deps.metrics.refusal
-    rules = Rules(settings, app.router)
-    guarded: ASGIApp = LeanSubmit(app, deps=deps, route=_route(app, lean.PATH, "POST"))
+    rules = Rules(settings)
+    guarded: ASGIApp = app
+    route = _route(app, lean.PATH, "POST")
+    if route is None:
+        logger.warning(
+            "POST %s is served by FastAPI alone: its route is not where this version of FastAPI "
+            "(%s) was expected to keep it",
+            lean.PATH,
+            fastapi.__version__,
+            extra={"action": "start"},
+        )
+    else:
+        guarded = LeanSubmit(guarded, deps=deps, route=route)
     guarded = Gate(guarded, keyring=deps.keyring, metrics=deps.metrics, rules=rules)
     cap = settings.http_max_requests
     guarded = RequestCap(guarded, max_requests=cap, counted=rules.needs_key, refused=refused)
-    guarded = Timing(guarded, metrics=deps.metrics)
+    guarded = RequestLatency(guarded, metrics=deps.metrics)
     guarded = BrowserGuard(
         guarded,
         allowed_hosts=settings.allowed_host_list(),
@@ -81,8 +104,21 @@ def create_api(deps: ApiDeps) -> Api:
     return Api(app, guarded)
 
 
-def _route(app: FastAPI, path: str, method: str) -> APIRoute:
+def routes(found: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    """The routes themselves: newer FastAPI versions wrap each included router in a route of its
+    own (``original_router``). Our routers carry their prefix, so their routes' paths are whole."""
+    for route in found:
+        inner = getattr(route, "original_router", None)
+        if inner is None:
+            yield route
+        else:
+            yield from routes(inner.routes)
+
+
+def _route(app: FastAPI, path: str, method: str) -> APIRoute | None:
+    """The route the lean path records as the router would (the latency metric's label); None
+    where a FastAPI release keeps its routes otherwise: then the route serves alone."""
     for route in routes(app.router.routes):
         if isinstance(route, APIRoute) and route.path == path and method in (route.methods or ()):
             return route
-    raise LookupError(f"no route {method} {path}")
+    return None

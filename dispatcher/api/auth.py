@@ -1,6 +1,7 @@
 """Who may call what. The gate (``api.gate``) authenticates each request before its body is read
-and leaves the Principal in the request's state; these dependencies hand it to the routes and
-declare, on each route, the scope it needs (the gate reads it from there). /healthz needs none."""
+and leaves the Principal in the request's state, by the rule ``access.ROUTES`` gives the route;
+these dependencies hand it to the routes and declare, on each route, the scope it needs (for an
+app served without the gate, and the OpenAPI document). /healthz needs none."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ async def principal(request: Request, credentials: Credentials) -> api_keys.Prin
 
 
 class ScopeCheck:
-    """The dependency a route declares for the scope it needs; the gate finds it in the route's
-    dependencies, so the route itself is the one place that says who may call it."""
+    """The dependency a route declares for the scope it needs (the same as its entry in
+    ``access.ROUTES``: a test holds them equal)."""
 
     def __init__(self, scope: api_keys.Scope) -> None:
         self.scope = scope

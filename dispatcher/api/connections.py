@@ -5,7 +5,9 @@ close one connection past ``max_connections`` at accept, close a connection whos
 do not arrive within ``header_timeout_s`` (counted from the connection, or from the previous
 response on a kept-alive one) or exceed ``MAX_HEADER_BYTES`` (431), and close one whose body does
 not arrive within ``body_timeout_s`` of its headers: idle or trickling clients (slowloris) cannot
-hold the node's connections. ``RequestCap`` answers 503 past ``max_requests`` requests in progress.
+hold the node's connections (the requests in progress are capped apart: ``request_cap``). It
+overrides uvicorn's internals: ``http_protocol`` uses it only on the uvicorn releases
+``internals`` was tested with, else uvicorn's stock protocol.
 
 Answers: the app's ``send`` hands a body to the transport in ``SLICE_BYTES`` slices and waits
 (uvicorn's flow control) while the transport holds more than ``HIGH_WATER_BYTES``, so a connection
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import json
+import logging
 import socket
 import struct
 import termios
@@ -28,10 +31,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from dispatcher.api import problems, unsent
+from dispatcher.api import internals, problems, unsent
+
+logger = logging.getLogger(__name__)
 
 MAX_HEADER_BYTES = 64 * 1024  # the request line and every header, together
 SLICE_BYTES = 32 * 1024  # an answer reaches the transport this much at a time
@@ -331,54 +336,23 @@ class GuardedProtocol(HttpToolsProtocol):
             sock.setsockopt(socket.SOL_SOCKET, option, value)
 
 
+def http_protocol(limits: Limits) -> type[GuardedProtocol] | str:
+    """What the server gives ``uvicorn.Config(http=...)``: the guarded protocol, or, where the
+    installed uvicorn is not the one it was tested on (``internals``), uvicorn's stock httptools
+    protocol, with the reason logged: the node serves, without these guards."""
+    reason = internals.protocol_supported()
+    if reason is None:
+        return protocol_class(limits)
+    logger.warning(
+        "HTTP connections are served by uvicorn's stock protocol, without the header, body and "
+        "write deadlines or the unsent budget: %s",
+        reason,
+        extra={"action": "start"},
+    )
+    return "httptools"
+
+
 def protocol_class(limits: Limits) -> type[GuardedProtocol]:
     """The protocol class for one server, bound to its limits (uvicorn instantiates it)."""
     bound = type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
     return cast(type[GuardedProtocol], bound)
-
-
-class RequestCap:
-    """503 with Retry-After past ``max_requests`` requests in progress; requests ``counted``
-    says no to (/healthz, the open routes) always pass, so probes see a busy node as alive.
-
-    A request is in progress until its answer starts: a client slow to take its answer holds its
-    connection (bounded by the write deadline and the unsent budget), not a place here."""
-
-    def __init__(
-        self, app: ASGIApp, *, max_requests: int, counted: Callable[[Scope], bool], refused: Refused
-    ) -> None:
-        self._app = app
-        self._max_requests = max_requests
-        self._counted = counted
-        self._refused = refused
-        self._in_progress = 0
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self._counted(scope):
-            await self._app(scope, receive, send)
-            return
-        if self._in_progress >= self._max_requests:
-            self._refused("too_many_requests")
-            message = f"more than {self._max_requests} requests in progress; retry later"
-            await problems.refuse(
-                scope, receive, send, 503, "busy", message, headers={"retry-after": "1"}
-            )
-            return
-        self._in_progress += 1
-        done = False
-
-        def finish() -> None:
-            nonlocal done
-            if not done:
-                done = True
-                self._in_progress -= 1
-
-        async def send_started(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                finish()
-            await send(message)
-
-        try:
-            await self._app(scope, receive, send_started)
-        finally:
-            finish()

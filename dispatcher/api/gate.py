@@ -2,26 +2,22 @@
 
 FastAPI reads and decodes a body before a route's dependencies run, so without the gate an
 anonymous client could make the node buffer and parse megabytes on the loop that fires jobs.
-The gate matches the request to its route (the app's own router), takes the scope the route asks
-for from the route's ``auth.ScopeCheck`` dependency, looks the bearer key up, and answers 401, 403
-or 429 at once, closing the connection. An admitted caller's Principal rides in the request's
-state (``auth.PRINCIPAL``): the route does not look the key up again. Then the body is read up to
-the route's bound (413 naming it, from Content-Length up front or while a chunked body streams)."""
+The gate finds the request's route in one table (``access.ROUTES``: the key, scope and body each
+route asks for), looks the bearer key up, and answers 401, 403 or 429 at once, closing the
+connection. An admitted caller's Principal rides in the request's state (``auth.PRINCIPAL``): the
+route does not look the key up again. Then the body is read up to the route's bound (413 naming
+it, from Content-Length up front or while a chunked body streams)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fastapi.dependencies.models import Dependant
-from fastapi.routing import APIRoute
-from starlette.routing import BaseRoute, Match, Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatcher import api_keys, errors
-from dispatcher.api import auth, problems
+from dispatcher.api import access, auth, problems
 
 if TYPE_CHECKING:
     from dispatcher.keyring import Keyring
@@ -38,16 +34,9 @@ ESCAPES = 4
 DOCUMENT_SLACK_BYTES = 16 * 1024
 
 
-class BatchBody:
-    """Marks a route whose body is a batch of jobs: up to ``max_batch`` of them."""
-
-    async def __call__(self) -> None:
-        return None
-
-
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """What a route asks of a request before its body is read."""
+    """What a route asks of a request before its body is read: its access, bounded in bytes."""
 
     needs_key: bool
     scope: api_keys.Scope | None  # None: any valid key will do
@@ -60,47 +49,19 @@ def document_bytes(settings: Settings) -> int:
     return ESCAPES * (settings.max_payload_bytes + headers) + DOCUMENT_SLACK_BYTES
 
 
-def _requirement(dependant: Dependant) -> tuple[bool, api_keys.Scope | None]:
-    for dependency in dependant.dependencies:
-        if isinstance(dependency.call, auth.ScopeCheck):
-            return True, dependency.call.scope
-        if dependency.call is auth.principal:
-            return True, None
-        found = _requirement(dependency)
-        if found[0]:
-            return found
-    return False, None
-
-
-def routes(found: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
-    """The routes themselves: newer FastAPI versions wrap each included router in a route of its
-    own (``original_router``). Our routers carry their prefix, so their routes' paths are whole."""
-    for route in found:
-        inner = getattr(route, "original_router", None)
-        if inner is None:
-            yield route
-        else:
-            yield from routes(inner.routes)
-
-
-def _is_batch(dependant: Dependant) -> bool:
-    return any(isinstance(dependency.call, BatchBody) for dependency in dependant.dependencies)
-
-
 class Rules:
-    """Each route's rule, read from the route itself and kept per route."""
+    """Each request's rule, from its route's entry in ``access.ROUTES``."""
 
-    def __init__(self, settings: Settings, router: Router) -> None:
-        self._router = router
+    def __init__(self, settings: Settings, table: access.Table | None = None) -> None:
+        self._table = access.Table() if table is None else table
         ceiling = settings.max_body_bytes
-        self._document = min(document_bytes(settings), ceiling)
-        self._batch = min(settings.max_batch * document_bytes(settings), ceiling)
-        self._small = min(SMALL_BODY_BYTES, ceiling)
-        self._rules: dict[int, Rule] = {}  # by id(route): starlette routes are not hashable
-        self._routes: list[BaseRoute] | None = None
-        # The rule of each (method, path) that matched a route without path parameters: as
-        # many entries as such routes and methods, so a client cannot grow it; the router's
-        # match depends on nothing else, and matching walks every route before it.
+        self._bounds = {
+            access.Body.SMALL: min(SMALL_BODY_BYTES, ceiling),
+            access.Body.DOCUMENT: min(document_bytes(settings), ceiling),
+            access.Body.BATCH: min(settings.max_batch * document_bytes(settings), ceiling),
+        }
+        # The rule of each (method, path) that is an entry's own (no path parameters): as many
+        # entries as such routes, so a client cannot grow it; matching walks the table.
         self._by_path: dict[tuple[str, str], Rule] = {}
 
     def rule(self, scope: Scope) -> Rule:
@@ -112,26 +73,13 @@ class Rules:
         key = (scope["method"], scope["path"])
         found = self._by_path.get(key)
         if found is None:
-            found, route = self._match(scope)
-            if route is not None and not getattr(route, "param_convertors", True):
+            match = self._table.find(*key)
+            granted = match.access
+            found = Rule(granted.needs_key, granted.scope, self._bounds[granted.body])
+            if match.fixed:
                 self._by_path[key] = found
         scope[RULE] = found
         return found
-
-    def _match(self, scope: Scope) -> tuple[Rule, BaseRoute | None]:
-        """The rule of the request's route, and the route if it matched fully."""
-        if self._routes is None:  # the app's routes are all in place once it serves
-            self._routes = list(routes(self._router.routes))
-        partial = None
-        for route in self._routes:
-            match, _ = route.matches(scope)
-            if match is Match.FULL:
-                return self._rule_of(route), route
-            if match is Match.PARTIAL and partial is None:
-                partial = route
-        if partial is not None:
-            return self._rule_of(partial), None
-        return Rule(False, None, self._small), None
 
     def paths_kept(self) -> int:
         """How many (method, path) pairs have their rule kept."""
@@ -139,21 +87,6 @@ class Rules:
 
     def needs_key(self, scope: Scope) -> bool:
         return self.rule(scope).needs_key
-
-    def _rule_of(self, route: BaseRoute) -> Rule:
-        rule = self._rules.get(id(route))
-        if rule is None:
-            rule = Rule(False, None, self._small)
-            if isinstance(route, APIRoute):
-                needs_key, scope = _requirement(route.dependant)
-                bound = self._small
-                if _is_batch(route.dependant):
-                    bound = self._batch
-                elif route.body_field is not None:
-                    bound = self._document
-                rule = Rule(needs_key, scope, bound)
-            self._rules[id(route)] = rule
-        return rule
 
 
 class Gate:

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from dispatcher import api_keys, errors, intake, models
-from dispatcher.api import auth, gate, schemas
+from dispatcher.api import auth, schemas
 from dispatcher.api.deps import ApiDeps, Deps
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -77,7 +77,6 @@ async def submit_one(
         **ERRORS,
     },
     openapi_extra=schemas.BATCH_REQUEST_BODY,
-    dependencies=[Depends(gate.BatchBody())],
 )
 async def create_jobs(request: Request, deps: Deps, caller: auth.Producer) -> Response:
     """Schedule up to ``max_batch`` jobs, all or nothing."""

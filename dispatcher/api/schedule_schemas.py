@@ -162,28 +162,6 @@ def to_template(
     )
 
 
-def check_timing(
-    cron_expression: str | None,
-    interval_s: int | None,
-    start_at: datetime,
-    end_at: datetime | None,
-    *,
-    min_interval_s: int,
-) -> None:
-    """422 naming the field: exactly one of cron and interval_s, an interval no shorter than
-    ``min_interval_s``; an end after the start."""
-    if cron_expression is None and interval_s is None:
-        raise errors.InvalidField("cron", "give cron or interval_s")
-    if cron_expression is not None and interval_s is not None:
-        raise errors.InvalidField("interval_s", "give cron or interval_s, not both")
-    if interval_s is not None and interval_s < min_interval_s:
-        raise errors.InvalidField(
-            "interval_s", f"must be at least {min_interval_s} (DISPATCHER_SCHEDULE_MIN_INTERVAL_S)"
-        )
-    if end_at is not None and end_at < start_at:
-        raise errors.InvalidField("end_at", "must not be before start_at")
-
-
 def in_utc(moment: datetime | None, field: str) -> datetime | None:
     """A time in UTC; 422 naming the field outside ``MIN_TIME``-``MAX_TIME`` (the range every
     zone's wall clock, the occurrence search and PostgreSQL carry)."""

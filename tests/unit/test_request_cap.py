@@ -6,7 +6,7 @@ import asyncio
 
 from starlette.types import Message, Receive, Scope, Send
 
-from dispatcher.api.connections import RequestCap
+from dispatcher.api.request_cap import RequestCap
 
 SCOPE: Scope = {"type": "http", "method": "GET", "path": "/v1/jobs", "headers": []}
 

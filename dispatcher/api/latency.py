@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 UNMATCHED = "unmatched"  # 404s for paths no route knows, and requests refused before routing
 
 
-class Timing:
+class RequestLatency:
     def __init__(self, app: ASGIApp, *, metrics: Metrics) -> None:
         self._app = app
         self._metrics = metrics
