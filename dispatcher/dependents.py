@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 
-from dispatcher import errors, metrics
+from dispatcher import errors, metrics, supervision
 from dispatcher.store import dependencies
 from dispatcher.store.db import Database
 
@@ -41,7 +41,9 @@ class DependentsFollower:
         while not self._stop.is_set():
             try:
                 await self.drain()
+                supervision.report_recovered("follow-up")
             except errors.StoreUnavailable as exc:  # deadlocks included: the batch is redone
+                supervision.report_degraded("follow-up", exc)
                 logger.warning("dependents: follow-up paused: %s", exc, extra=_LOG)
             with contextlib.suppress(TimeoutError):  # until the next look, or stop
                 await asyncio.wait_for(self._stop.wait(), self._poll_s)

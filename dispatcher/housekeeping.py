@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dispatcher import errors, metrics, models
+from dispatcher import errors, metrics, models, supervision
 from dispatcher.store.history import HistoryStore, StateCount
 
 logger = logging.getLogger(__name__)
@@ -106,7 +106,9 @@ class Housekeeper:
             try:
                 await self.purge()
                 await self.refresh()
+                supervision.report_recovered("purge and counts")
             except errors.StoreUnavailable as exc:
+                supervision.report_degraded("purge and counts", exc)
                 logger.warning("housekeeping skipped: %s", exc)
             await asyncio.sleep(self._interval_s)
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from dispatcher import errors, metrics, models
+from dispatcher import errors, metrics, models, supervision
 from dispatcher.intake import Intake
 from dispatcher.recurring import occurrences
 from dispatcher.recurring.model import Schedule
@@ -93,7 +93,9 @@ class Materialiser:
             try:
                 live, behind = await self._pass()
                 busy = live == SCHEDULES_PER_PASS or behind > 0
+                supervision.report_recovered("passes")
             except errors.StoreUnavailable as exc:
+                supervision.report_degraded("passes", exc)
                 logger.warning("schedules: pass skipped: %s", exc, extra={"action": "schedules"})
                 busy = False
             if not busy:  # more may be due after a full live lane or a catch-up step: go on

@@ -25,7 +25,7 @@ from dispatcher.api import connections, internals
 from dispatcher.api.deps import ApiDeps
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.dependents import DependentsFollower
-from dispatcher.firing import lanes, pacing
+from dispatcher.firing import lanes, loader, pacing
 from dispatcher.firing.firer import Firer, Publishers
 from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
 from dispatcher.health import Health, Service, Standing
@@ -280,6 +280,7 @@ class Node:
         reconnect = pace(first_s=publisher.RECONNECT_FIRST_S, max_s=publisher.RECONNECT_MAX_S)
         relisten = pace(first_s=listen.RECONNECT_FIRST_S, max_s=listen.RECONNECT_MAX_S)
         events_retry = pace(first_s=events.RETRY_FIRST_S, max_s=events.RETRY_MAX_S)
+        reload = pace(first_s=loader.RETRY_FIRST_S, max_s=loader.RETRY_MAX_S)
         return [
             Task("clock", self.timekeeper.run),
             Task("standing", self.steward.run),
@@ -288,8 +289,8 @@ class Node:
             Task("ownership", self.ownership.run, Phase.LEAVE, self.ownership.stop),
             Task("intake", self.intake.run),
             Task("ownership-watch", self._watch_ownership),
-            Task("loader", self.loader.run),
-            Task("sweeper", self.loader.run_sweeps),
+            Task("loader", self.loader.run, backoff=reload),
+            Task("sweeper", self.loader.run_sweeps, backoff=reload),
             Task("notices", self.notices.run, backoff=relisten),
             Task("firing", self.firer.run, Phase.DRAIN, self.firer.stop),
             Task("events", self.events.run, backoff=events_retry),

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from dispatcher import errors, metrics, models
+from dispatcher import errors, metrics, models, supervision
 from dispatcher.amqp.publisher import Publisher
 from dispatcher.cluster.ownership import Ownership
 from dispatcher.firing import lanes
@@ -47,6 +47,7 @@ from dispatcher.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
 
+FIRST_BACKOFF_S = 0.2  # a worker's pause after a failed batch, doubling up to the next
 MAX_BACKOFF_S = 5.0
 # The claim's clock fence: how far before its run_at (by PostgreSQL's clock) a job may be claimed.
 # What this node claims ahead, and 5 ms for its own time being off (its estimate's error is half a
@@ -123,7 +124,7 @@ class Firer:
                 # Worker 0 fires only jobs falling due now, so none waits behind a backlog batch.
                 live_only = number == 0 and self._workers > 1
                 workers.append(
-                    group.create_task(self._work(live_only), name=f"fire-worker-{number}")
+                    group.create_task(self._work(number, live_only), name=f"fire-worker-{number}")
                 )
             await asyncio.wait(workers)
             self._marks.close()  # the marks task ends once every confirmed job is marked
@@ -132,13 +133,18 @@ class Firer:
         """Drain: waiting workers stop now, busy ones after their batch is confirmed or released."""
         self._stop.set()
 
-    async def _work(self, live_only: bool) -> None:
+    async def _work(self, number: int, live_only: bool) -> None:
+        """Fire batches until stopped. A failed batch pauses this worker, which retries here
+        (raising would end the whole firer, marks included) and reports itself degraded."""
         publisher = self._publishers.live if live_only else self._publishers.shared
-        failures = 0
+        backoff = supervision.Backoff(first_s=FIRST_BACKOFF_S, max_s=MAX_BACKOFF_S)
+        part = f"worker {number}"
         while (entries := await self._take(live_only, publisher)) is not None:
             try:
                 if await self._fire(entries, publisher):
-                    failures = 0
+                    if backoff.failures:
+                        backoff.reset()
+                        supervision.report_recovered(part)
                     continue
                 reason: Exception = RuntimeError("a batch failed unexpectedly (logged above)")
             except errors.StoreUnavailable as exc:
@@ -146,8 +152,8 @@ class Firer:
                 reason = exc
             except errors.PublishFailed as exc:
                 reason = exc  # _fire already released and put back what was not confirmed
-            failures += 1
-            delay = min(0.1 * 2**failures, MAX_BACKOFF_S)
+            delay = backoff.next()
+            supervision.report_degraded(part, reason)
             logger.warning("firing paused %.1fs: %s", delay, reason, extra={"action": "fire"})
             await asyncio.sleep(delay)
 

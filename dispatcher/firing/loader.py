@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from consumers_sdk import validation
-from dispatcher import errors
 from dispatcher.firing import lanes
 from dispatcher.models import DueEntry
 from dispatcher.store.jobs import JobStore
@@ -48,6 +47,9 @@ MIN_ID = uuid.UUID(int=0)
 MAX_ID = uuid.UUID(int=(1 << 128) - 1)
 BEGINNING = validation.EARLIEST_DUE  # no job is due before it (the API's bound)
 TRIM_SLACK = 1.1  # trim once submissions have pushed the heap this far past its cap
+# A load or a sweep that PostgreSQL cut off is run again by the supervisor at this pace.
+RETRY_FIRST_S = 0.5
+RETRY_MAX_S = 5.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -202,23 +204,14 @@ class Loader:
     # --- loading --------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Load, then sleep until the window needs extending; forever."""
-        failures = 0
+        """Load, then sleep until the window needs extending; forever. PostgreSQL away ends it
+        and the supervisor runs it again (the ``RETRY_*`` pace): the cursors, kept here, go on."""
         while True:
-            try:
-                await self.fill()
-                failures = 0
-                timeout = min(self._lookahead_s / 4, self._lease_sweep_s)
-            except errors.StoreUnavailable as exc:
-                failures += 1
-                timeout = min(0.25 * 2**failures, 5.0)
-                logger.warning("loader: %s; retrying in %.1fs", exc, timeout)
+            await self.fill()
             self._wake.clear()
-            try:
-                async with asyncio.timeout(timeout):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(self._lookahead_s / 4, self._lease_sweep_s)):
                     await self._wake.wait()
-            except TimeoutError:
-                pass
 
     async def fill(self) -> None:
         if self._lagging():
@@ -312,20 +305,13 @@ class Loader:
 
     async def run_sweeps(self) -> None:
         """``sweep`` every ``lease_sweep_s``, on a timer of its own (however long a load or a
-        catch-up takes, recovery is never behind it), and at once when shards are taken."""
-        failures = 0
+        catch-up takes, recovery is never behind it), and at once when shards are taken.
+        PostgreSQL away ends it and the supervisor runs it again (the ``RETRY_*`` pace)."""
         while True:
             self._sweep_now.clear()
-            try:
-                await self.sweep()
-                failures = 0
-                delay = self._lease_sweep_s
-            except errors.StoreUnavailable as exc:
-                failures += 1
-                delay = min(0.25 * 2**failures, 5.0)
-                logger.warning("sweep: %s; retrying in %.1fs", exc, delay)
+            await self.sweep()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
+                async with asyncio.timeout(self._lease_sweep_s):
                     await self._sweep_now.wait()
 
     async def sweep(self) -> int:

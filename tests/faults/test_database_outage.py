@@ -88,12 +88,21 @@ async def test_loops_held_up_by_postgres_show_degraded_in_readyz_until_it_is_bac
             "DISPATCHER_DATABASE_URL": own_postgres.dsn("dispatcher"),
             "DISPATCHER_AMQP_URL": amqp_url,
             "DISPATCHER_DB_TIMEOUT_S": str(DB_TIMEOUT_S),
+            # Every loop that reads PostgreSQL looks within a few seconds: the loader every
+            # lookahead / 4, the counts every stats interval, the sweeper every lease / 2.
+            "DISPATCHER_LOOKAHEAD_S": "8",
+            "DISPATCHER_STATS_INTERVAL_S": "2",
+            "DISPATCHER_LEASE_S": "4",
         },
     )
     process.start()
     reporter = EventReporter(amqp_url, group="outage", consumer="test")
     answers: list[tuple[int, dict[str, Any]]] = []
-    held_up = {"notices", "events"}
+    # Those the error reaches (restarted by the supervisor), then those that keep what they
+    # hold and retry inside, reporting themselves.
+    restarted = {"notices", "loader", "sweeper"}
+    reporting = {"events", "housekeeping", "schedules", "dependents"}
+    held_up = restarted | reporting
     try:
         async with httpx.AsyncClient(base_url=process.url, timeout=10) as http:
 
@@ -118,8 +127,11 @@ async def test_loops_held_up_by_postgres_show_degraded_in_readyz_until_it_is_bac
             await until(all_held_up, 30)
             status, answer = answers[-1]
             assert status == 503
-            assert "StoreUnavailable" in answer["degraded"]["notices"]  # reached the supervisor
+            for loop in restarted:
+                assert "StoreUnavailable" in answer["degraded"][loop], loop
             assert answer["degraded"]["events"].startswith("recording: StoreUnavailable")
+            for loop in reporting:
+                assert ": StoreUnavailable" in answer["degraded"][loop], loop
 
             await asyncio.to_thread(own_postgres.start)
             await until(all_well, 60)
