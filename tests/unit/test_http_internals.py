@@ -5,9 +5,12 @@ says why."""
 from __future__ import annotations
 
 import logging
+import tomllib
+from pathlib import Path
 
 import pytest
 import uvicorn
+from packaging.requirements import Requirement
 
 from dispatcher.api import connections, internals
 
@@ -73,3 +76,19 @@ def test_a_protocol_without_a_callback_it_overrides_is_refused(
     reason = internals.protocol_supported()
     assert reason is not None
     assert "on_headers_complete" in reason
+
+
+def test_the_uvicorn_pin_admits_the_tested_releases_and_no_later_minor() -> None:
+    """An install from the project's requirements gets the guarded protocol: the pin and the
+    tested range move together."""
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    (pin,) = (
+        Requirement(line)
+        for line in project["project"]["dependencies"]
+        if Requirement(line).name == "uvicorn"
+    )
+    low, high = (".".join(map(str, version)) for version in internals.TESTED_UVICORN)
+    assert pin.specifier.contains(low)
+    assert pin.specifier.contains(high)
+    next_minor = f"{internals.TESTED_UVICORN[1][0]}.{internals.TESTED_UVICORN[1][1] + 1}.0"
+    assert not pin.specifier.contains(next_minor)
