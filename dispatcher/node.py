@@ -22,9 +22,9 @@ from dispatcher.amqp import events, publisher
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
 from dispatcher.api import connections, internals
-from dispatcher.api.deps import ApiDeps
+from dispatcher.api.context import ApiContext
 from dispatcher.cluster import ownership as ownership_mod
-from dispatcher.dependents import DependentsFollower
+from dispatcher.dependents_followup import DependentsFollower
 from dispatcher.firing import lanes, loader, pacing
 from dispatcher.firing.firer import Firer, Publishers
 from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
@@ -199,14 +199,14 @@ class Node:
         )
         self.metrics.heap_size.set_function(lambda: self.lanes.live_count)
         self.metrics.window_horizon.set_function(self._horizon_s)
-        self.app = api.create_api(self._api_deps())
+        self.app = api.create_api(self._api_context())
         self._http: uvicorn.Server | None = None
         self._stop = asyncio.Event()
         self.started = asyncio.Event()
 
-    def _api_deps(self) -> ApiDeps:
+    def _api_context(self) -> ApiContext:
         """What the routes use: the API sees these, never the node."""
-        return ApiDeps(
+        return ApiContext(
             settings=self.settings,
             intake=self.intake,
             jobs=self.store,

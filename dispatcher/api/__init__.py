@@ -1,6 +1,6 @@
-"""The HTTP API: ``create_api(deps)`` builds the node's ASGI app, the guards around the FastAPI app
-(OpenAPI at /openapi.json, /docs, /redoc), on what the routes use (``deps.ApiDeps``), which the
-node builds."""
+"""The HTTP API: ``create_api(context)`` builds the node's ASGI app, the guards around the
+FastAPI app (OpenAPI at /openapi.json, /docs, /redoc), on what the routes use
+(``context.ApiContext``), which the node builds."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from dispatcher.api import jobs, lean, ops, problems, schedules
 from dispatcher.api.browsers import BrowserGuard
-from dispatcher.api.deps import ApiDeps
+from dispatcher.api.context import ApiContext
 from dispatcher.api.gate import Gate, Rules
 from dispatcher.api.latency import RequestLatency
 from dispatcher.api.lean import LeanSubmit
@@ -51,7 +51,7 @@ class Api:
 
 def build_fastapi() -> FastAPI:
     """The FastAPI app: its routes (each with its entry in ``access.ROUTES``), OpenAPI document,
-    error handlers and static files; what it serves with is set on ``app.state.deps``."""
+    error handlers and static files; what it serves with is set on ``app.state.context``."""
     # /docs and /redoc load their JS and CSS from DOCS_ASSETS on this node, not from a CDN, so
     # they work on a machine without internet. The validator badge would send the spec's address
     # to a public service: off.
@@ -73,11 +73,11 @@ def build_fastapi() -> FastAPI:
     return app
 
 
-def create_api(deps: ApiDeps) -> Api:
+def create_api(context: ApiContext) -> Api:
     app = build_fastapi()
-    app.state.deps = deps
-    settings = deps.settings
-    refused = deps.metrics.refusal
+    app.state.context = context
+    settings = context.settings
+    refused = context.metrics.refusal
     rules = Rules(settings)
     guarded: ASGIApp = app
     route = _route(app, lean.PATH, "POST")
@@ -90,16 +90,16 @@ def create_api(deps: ApiDeps) -> Api:
             extra={"action": "start"},
         )
     else:
-        guarded = LeanSubmit(guarded, deps=deps, route=route)
-    guarded = Gate(guarded, keyring=deps.keyring, metrics=deps.metrics, rules=rules)
+        guarded = LeanSubmit(guarded, context=context, route=route)
+    guarded = Gate(guarded, keyring=context.keyring, metrics=context.metrics, rules=rules)
     cap = settings.http_max_requests
     guarded = RequestCap(guarded, max_requests=cap, counted=rules.needs_key, refused=refused)
-    guarded = RequestLatency(guarded, metrics=deps.metrics)
+    guarded = RequestLatency(guarded, metrics=context.metrics)
     guarded = BrowserGuard(
         guarded,
         allowed_hosts=settings.allowed_host_list(),
         refused=refused,
-        auth_on=lambda: deps.keyring.enabled(),  # reached per request: building needs no keyring
+        auth_on=lambda: context.keyring.enabled(),  # reached per request: building needs no keyring
     )
     return Api(app, guarded)
 

@@ -11,7 +11,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from dispatcher import api_keys, errors
-from dispatcher.api.deps import ApiDeps
+from dispatcher.api.context import ApiContext
 
 PRINCIPAL = "principal"  # the key of the admitted caller in the request's state
 
@@ -27,8 +27,8 @@ async def principal(request: Request, credentials: Credentials) -> api_keys.Prin
     admitted = request.scope.get("state", {}).get(PRINCIPAL)
     if isinstance(admitted, api_keys.Principal):
         return admitted
-    deps: ApiDeps = request.app.state.deps
-    return await deps.keyring.authenticate(credentials.credentials if credentials else None)
+    context: ApiContext = request.app.state.context
+    return await context.keyring.authenticate(credentials.credentials if credentials else None)
 
 
 class ScopeCheck:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from dispatcher import api_keys, errors, intake, models
 from dispatcher.api import auth, schemas
-from dispatcher.api.deps import ApiDeps, Deps
+from dispatcher.api.context import ApiContext, Context
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -45,20 +45,20 @@ def prerequisites_named(prefix: str) -> Iterator[None]:
         **ERRORS,
     },
 )
-async def create_job(body: schemas.JobCreate, deps: Deps, caller: auth.Producer) -> Response:
+async def create_job(body: schemas.JobCreate, context: Context, caller: auth.Producer) -> Response:
     """Schedule one job. 201 once it is committed; 200 with the existing job for a known key."""
-    return await submit_one(body, deps, caller)
+    return await submit_one(body, context, caller)
 
 
 async def submit_one(
-    body: schemas.JobCreate, deps: ApiDeps, caller: api_keys.Principal
+    body: schemas.JobCreate, context: ApiContext, caller: api_keys.Principal
 ) -> Response:
     """``POST /v1/jobs`` once the request is validated: the route's body, and the lean path's
     (``api.lean``), which serves valid requests without FastAPI's routing."""
     auth.check_routing_key(caller, body.routing_key, "routing_key")
-    spec = schemas.to_spec(body, deps.settings, now=deps.now())
+    spec = schemas.to_spec(body, context.settings, now=context.now())
     with prerequisites_named(""):
-        [result] = await deps.intake.submit([spec], namespace=caller.namespace)
+        [result] = await context.intake.submit([spec], namespace=caller.namespace)
     return schemas.json_response(
         schemas.job_document(result.job, created=result.created),
         201 if result.created else 200,
@@ -78,10 +78,10 @@ async def submit_one(
     },
     openapi_extra=schemas.BATCH_REQUEST_BODY,
 )
-async def create_jobs(request: Request, deps: Deps, caller: auth.Producer) -> Response:
+async def create_jobs(request: Request, context: Context, caller: auth.Producer) -> Response:
     """Schedule up to ``max_batch`` jobs, all or nothing."""
     body = schemas.batch_from_json(await request.body())
-    limit = deps.settings.max_batch
+    limit = context.settings.max_batch
     if len(body.jobs) > limit:
         raise errors.InvalidField("jobs", f"at most {limit} jobs per batch")
     repeated = intake.repeated_key([job.idempotency_key for job in body.jobs])
@@ -91,13 +91,15 @@ async def create_jobs(request: Request, deps: Deps, caller: auth.Producer) -> Re
             raise errors.InvalidField(
                 f"jobs[{index}].idempotency_key", f"repeats the key of jobs[{repeated[1]}]"
             )
-    now = deps.now()
+    now = context.now()
     specs: list[models.JobSpec] = []
     for index, job in enumerate(body.jobs):
         await intake.take_turn(index)
-        specs.append(schemas.to_spec(job, deps.settings, now=now, field_prefix=f"jobs[{index}]."))
+        specs.append(
+            schemas.to_spec(job, context.settings, now=now, field_prefix=f"jobs[{index}].")
+        )
     with prerequisites_named("jobs[{}]."):
-        results = await deps.intake.submit(specs, namespace=caller.namespace)
+        results = await context.intake.submit(specs, namespace=caller.namespace)
     documents = []
     for index, result in enumerate(results):
         await intake.take_turn(index)
@@ -108,19 +110,19 @@ async def create_jobs(request: Request, deps: Deps, caller: auth.Producer) -> Re
 
 
 @router.get("/{job_id}", response_model=schemas.JobWithHistory, responses=ERRORS)
-async def get_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Response:
+async def get_job(job_id: uuid.UUID, context: Context, caller: auth.Producer) -> Response:
     """The job with its whole history: scheduled, dispatched, each attempt, the final state."""
-    job = await deps.jobs.get(
+    job = await context.jobs.get(
         job_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
     )
-    history = await deps.history.history(job_id, limit=deps.settings.max_history_events)
+    history = await context.history.history(job_id, limit=context.settings.max_history_events)
     document = schemas.history_document(
         job,
         history.events,
         ignored_dropped=history.ignored_dropped,
         events_omitted=history.events_omitted,
     )
-    prerequisites = await deps.jobs.prerequisites(job_id)
+    prerequisites = await context.jobs.prerequisites(job_id)
     document["after"] = [str(prerequisite) for prerequisite, _ in prerequisites]
     document["pending"] = [str(prerequisite) for prerequisite, done in prerequisites if not done]
     return schemas.json_response(document)
@@ -128,13 +130,13 @@ async def get_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Respo
 
 @router.patch("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
 async def reschedule_job(
-    job_id: uuid.UUID, body: schemas.JobPatch, deps: Deps, caller: auth.Producer
+    job_id: uuid.UUID, body: schemas.JobPatch, context: Context, caller: auth.Producer
 ) -> Response:
     """Move a job that has not fired yet to a new time (and/or change its payload or priority).
     It fires at the new time only, on whichever node owns it. 409 once it is being dispatched
     (state ``dispatching``: it will be delivered) or done."""
-    change = schemas.to_change(body, deps.settings, now=deps.now())
-    job = await deps.jobs.reschedule(
+    change = schemas.to_change(body, context.settings, now=context.now())
+    job = await context.jobs.reschedule(
         job_id,
         change,
         namespace=caller.namespace_filter,
@@ -144,27 +146,27 @@ async def reschedule_job(
 
 
 @router.post("/{job_id}/requeue", response_model=schemas.JobOut, responses=ERRORS)
-async def requeue_job(job_id: uuid.UUID, deps: Deps, caller: auth.Admin) -> Response:
+async def requeue_job(job_id: uuid.UUID, context: Context, caller: auth.Admin) -> Response:
     """A dead job back to ``scheduled``, due now: published again to its routing key as a fresh
     delivery (attempts start over; the history keeps the earlier ones). 409 unless dead."""
-    job = await deps.intake.requeue(job_id, namespace=caller.namespace_filter)
+    job = await context.intake.requeue(job_id, namespace=caller.namespace_filter)
     return schemas.json_response(schemas.job_document(job))
 
 
 @router.delete("/{job_id}", response_model=schemas.JobOut, responses=ERRORS)
-async def cancel_job(job_id: uuid.UUID, deps: Deps, caller: auth.Producer) -> Response:
+async def cancel_job(job_id: uuid.UUID, context: Context, caller: auth.Producer) -> Response:
     """Cancel a scheduled or waiting job: it is never published, and the jobs waiting for it are
     cancelled too. 409 once it is being or was dispatched."""
-    job = await deps.jobs.cancel(
+    job = await context.jobs.cancel(
         job_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
     )
-    deps.metrics.count_by_key(deps.metrics.jobs_cancelled, [job])
+    context.metrics.count_by_key(context.metrics.jobs_cancelled, [job])
     return schemas.json_response(schemas.job_document(job))
 
 
 @router.get("", response_model=schemas.JobPage, responses=ERRORS)
 async def list_jobs(
-    deps: Deps,
+    context: Context,
     caller: auth.Producer,
     state: models.JobState | None = None,
     routing_key: Annotated[
@@ -178,7 +180,7 @@ async def list_jobs(
     early once its payloads pass ``DISPATCHER_MAX_PAGE_BYTES``: follow it until null). With
     ``idempotency_key``, the jobs stored under that key (one per namespace) instead."""
     if idempotency_key is not None:
-        found = await deps.jobs.by_idempotency_key(
+        found = await context.jobs.by_idempotency_key(
             idempotency_key,
             namespace=caller.namespace_filter,
             routing_keys=caller.routing_key_filter,
@@ -186,14 +188,14 @@ async def list_jobs(
         return schemas.json_response(
             {"jobs": [schemas.job_document(job) for job in found], "next_after": None}
         )
-    jobs, more = await deps.jobs.page(
+    jobs, more = await context.jobs.page(
         state=state,
         routing_key=routing_key,
         after=after,
         limit=limit,
         namespace=caller.namespace_filter,
         routing_keys=caller.routing_key_filter,
-        max_bytes=deps.settings.max_page_bytes,
+        max_bytes=context.settings.max_page_bytes,
     )
     next_after = str(jobs[-1].id) if more else None
     return schemas.json_response(

@@ -17,15 +17,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dispatcher import api_keys, errors
 from dispatcher.api import auth, browsers, jobs, problems, schemas
-from dispatcher.api.deps import ApiDeps
+from dispatcher.api.context import ApiContext
 
 PATH = jobs.router.prefix  # the route's own path: POST /v1/jobs
 
 
 class LeanSubmit:
-    def __init__(self, app: ASGIApp, *, deps: ApiDeps, route: APIRoute) -> None:
+    def __init__(self, app: ASGIApp, *, context: ApiContext, route: APIRoute) -> None:
         self._app = app
-        self._deps = deps
+        self._context = context
         self._route = route  # recorded in the scope, as the router does, for the latency metric
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -50,7 +50,7 @@ class LeanSubmit:
             return
         scope["route"] = self._route
         try:
-            answer = await jobs.submit_one(job, self._deps, caller)
+            answer = await jobs.submit_one(job, self._context, caller)
         except errors.DispatcherError as exc:
             answer = problems.dispatcher_problem(exc)
         await answer(scope, receive, send)

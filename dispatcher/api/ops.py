@@ -17,7 +17,7 @@ from consumers_sdk import dlq
 from consumers_sdk import errors as sdk_errors
 from dispatcher import api_keys
 from dispatcher.api import auth, ops_schemas, schemas
-from dispatcher.api.deps import Deps
+from dispatcher.api.context import Context
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["operations"])
@@ -65,7 +65,7 @@ async def healthz() -> dict[str, str]:
         },
     },
 )
-async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
+async def readyz(context: Context, caller: auth.AnyKey) -> JSONResponse:
     """200 when PostgreSQL and RabbitMQ answer (and the node's probes of them pass), its
     ZooKeeper session is up (in a cluster), it owns shards, its clock is trusted, its standing is
     ok and no background loop is failing; 503 otherwise, with ``degraded`` naming the failing
@@ -76,11 +76,11 @@ async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
     probe and firing last claimed and had a publish confirmed. The reasons (``degraded``'s, the
     clock's, the standing's and each failing service's) are for admin keys: others get
     ``WITHHELD`` in their place."""
-    checks = await deps.readiness()
+    checks = await context.readiness()
     ready = all(checks.values())
     auth_mode = "off" if caller is api_keys.OPEN_ACCESS else "on"
-    clock = deps.clock()
-    standing = deps.standing()
+    clock = context.clock()
+    standing = context.standing()
     answer: dict[str, object] = {
         "status": "ready" if ready else "not ready",
         "checks": checks,
@@ -89,8 +89,8 @@ async def readyz(deps: Deps, caller: auth.AnyKey) -> JSONResponse:
         "standing": standing,
     }
     # Either path is ready; per_message is only slower (the reason says why it was chosen).
-    answer["publish_path"] = deps.publish_path()
-    degraded = deps.degraded()  # loop -> its last error, while it restarts
+    answer["publish_path"] = context.publish_path()
+    degraded = context.degraded()  # loop -> its last error, while it restarts
     if not clock.get("trusted", True):
         degraded = {**degraded, "clock": str(clock.get("reason"))}
     if "reason" in standing:
@@ -128,21 +128,21 @@ def withheld(answer: dict[str, object]) -> dict[str, object]:
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses=METRICS_REFUSALS)
-async def metrics(deps: Deps, caller: auth.Monitor) -> Response:
+async def metrics(context: Context, caller: auth.Monitor) -> Response:
     """Prometheus text format."""
-    return Response(deps.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    return Response(context.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/stats", responses={200: ops_schemas.OBJECT, **REFUSALS})
-async def stats(deps: Deps, caller: auth.Monitor) -> Response:
+async def stats(context: Context, caller: auth.Monitor) -> Response:
     """Jobs per state; per state and routing key for the ``stats_routing_keys`` keys with the
     most jobs, the rest of each state in ``other``; ``counted_at``: the oldest state's count
     (each state's in ``counted_at_by_state``). Also the next jobs due and this node's scheduler
     figures. ``next_due_by_minute``: the jobs due in the next ``next_due_window_s`` per minute and
     routing key, counted over at most the next ``next_due_scanned`` jobs."""
-    snapshot = deps.counts()
-    due = await deps.history.next_due(NEXT_DUE)
-    grouped = await deps.history.next_due_by_minute(
+    snapshot = context.counts()
+    due = await context.history.next_due(NEXT_DUE)
+    grouped = await context.history.next_due_by_minute(
         window_s=DUE_WINDOW_S, groups=DUE_GROUPS, scanned=DUE_SCANNED
     )
     return schemas.json_response(
@@ -158,11 +158,11 @@ async def stats(deps: Deps, caller: auth.Monitor) -> Response:
             "next_due_by_minute": [dataclasses.asdict(group) for group in grouped],
             "next_due_window_s": DUE_WINDOW_S,
             "next_due_scanned": DUE_SCANNED,
-            "node": deps.settings.node_id,
-            "heap_size": deps.heap_size(),
-            "rabbitmq_ui": deps.settings.rabbitmq_ui(),
-            "rabbitmq_vhost": deps.settings.amqp_vhost(),
-            "exchange": deps.settings.exchange,
+            "node": context.settings.node_id,
+            "heap_size": context.heap_size(),
+            "rabbitmq_ui": context.settings.rabbitmq_ui(),
+            "rabbitmq_vhost": context.settings.amqp_vhost(),
+            "exchange": context.settings.exchange,
         }
     )
 
@@ -175,12 +175,14 @@ async def stats(deps: Deps, caller: auth.Monitor) -> Response:
         503: {**REFUSALS[503], "description": "RabbitMQ's management API did not answer"},
     },
 )
-async def queues(deps: Deps, caller: auth.Monitor) -> Response:
+async def queues(context: Context, caller: auth.Monitor) -> Response:
     """The queues of the dispatcher's vhost with their message counts, from RabbitMQ's
     management API (for the console's links); 503 when it does not answer, with its error to
     an admin key only (the node logs it)."""
     try:
-        listed = await dlq.list_queues(deps.settings.amqp_url, deps.settings.amqp_management_url)
+        listed = await dlq.list_queues(
+            context.settings.amqp_url, context.settings.amqp_management_url
+        )
     except sdk_errors.DlqError as exc:
         logger.warning("GET /v1/queues: %s", exc, extra={"action": "queues_unavailable"})
         message = str(exc) if caller.has(api_keys.Scope.ADMIN) else QUEUES_UNAVAILABLE
@@ -189,6 +191,6 @@ async def queues(deps: Deps, caller: auth.Monitor) -> Response:
 
 
 @router.get("/v1/cluster", responses=REFUSALS)
-async def cluster(deps: Deps, caller: auth.Admin) -> dict[str, object]:
+async def cluster(context: Context, caller: auth.Admin) -> dict[str, object]:
     """This node, the leader, the members, and the shards each owns with their epochs."""
-    return await deps.cluster()
+    return await context.cluster()

@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from dispatcher.api import auth, schedule_schemas, schemas
-from dispatcher.api.deps import Deps
+from dispatcher.api.context import Context
 from dispatcher.api.jobs import ERRORS
 from dispatcher.recurring import changes, model
 from dispatcher.recurring.occurrences import Timing
@@ -22,11 +22,11 @@ NameParam = Annotated[str, schedule_schemas.Name]
 
 @router.post("", response_model=schedule_schemas.ScheduleOut, status_code=201, responses=ERRORS)
 async def create_schedule(
-    body: schedule_schemas.ScheduleCreate, deps: Deps, caller: auth.Producer
+    body: schedule_schemas.ScheduleCreate, context: Context, caller: auth.Producer
 ) -> Response:
     """Create a schedule in the caller's namespace; 409 when the name is taken there."""
     auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")
-    now = deps.now()
+    now = context.now()
     start_at = schedule_schemas.in_utc(body.start_at, "start_at") or now
     end_at = schedule_schemas.in_utc(body.end_at, "end_at")
     changes.check_timing(
@@ -34,7 +34,7 @@ async def create_schedule(
         body.interval_s,
         start_at,
         end_at,
-        min_interval_s=deps.settings.schedule_min_interval_s,
+        min_interval_s=context.settings.schedule_min_interval_s,
     )
     timing = Timing(
         cron=body.cron,
@@ -46,35 +46,35 @@ async def create_schedule(
     spec = model.ScheduleSpec(
         name=body.name,
         timing=timing,
-        template=schedule_schemas.to_template(body.job, deps.settings, now=now),
+        template=schedule_schemas.to_template(body.job, context.settings, now=now),
         missed=body.missed,
         grace_s=body.grace_s,
         paused=body.paused,
     )
-    schedule = await deps.schedules.create(
+    schedule = await context.schedules.create(
         spec,
         namespace=caller.namespace,
         next_at=timing.first(),
-        limit=deps.settings.max_schedules_per_namespace,
-        jobs_per_minute=deps.settings.max_schedule_jobs_per_minute,
+        limit=context.settings.max_schedules_per_namespace,
+        jobs_per_minute=context.settings.max_schedule_jobs_per_minute,
     )
     return schemas.json_response(schedule_schemas.schedule_document(schedule), 201)
 
 
 @router.get("", response_model=schedule_schemas.SchedulePage, responses=ERRORS)
 async def list_schedules(
-    deps: Deps,
+    context: Context,
     caller: auth.Producer,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
 ) -> Response:
     """The caller's schedules (an admin's: every namespace's) in creation order."""
-    found, more = await deps.schedules.page(
+    found, more = await context.schedules.page(
         namespace=caller.namespace_filter,
         after=after,
         limit=limit,
         routing_keys=caller.routing_key_filter,
-        max_bytes=deps.settings.max_page_bytes,
+        max_bytes=context.settings.max_page_bytes,
     )
     return schemas.json_response(
         {
@@ -85,15 +85,15 @@ async def list_schedules(
 
 
 @router.get("/{name}", response_model=schedule_schemas.ScheduleOut, responses=ERRORS)
-async def get_schedule(name: NameParam, deps: Deps, caller: auth.Producer) -> Response:
+async def get_schedule(name: NameParam, context: Context, caller: auth.Producer) -> Response:
     """The schedule with its next occurrences (none while paused or once ended)."""
-    schedule = await deps.schedules.get(
+    schedule = await context.schedules.get(
         name, namespace=caller.namespace, routing_keys=caller.routing_key_filter
     )
     upcoming: list[datetime] = []
     if not schedule.spec.paused and schedule.next_at is not None:
         try:
-            upcoming = schedule.spec.timing.upcoming(deps.now(), schedule_schemas.UPCOMING)
+            upcoming = schedule.spec.timing.upcoming(context.now(), schedule_schemas.UPCOMING)
         except Exception:  # unplannable (its zone left the tz database): the materialiser parks it
             logger.exception("schedule %s: no upcoming occurrences", name)
     return schemas.json_response(schedule_schemas.schedule_document(schedule, upcoming=upcoming))
@@ -101,14 +101,14 @@ async def get_schedule(name: NameParam, deps: Deps, caller: auth.Producer) -> Re
 
 @router.patch("/{name}", response_model=schedule_schemas.ScheduleOut, responses=ERRORS)
 async def update_schedule(
-    name: NameParam, body: schedule_schemas.ScheduleUpdate, deps: Deps, caller: auth.Producer
+    name: NameParam, body: schedule_schemas.ScheduleUpdate, context: Context, caller: auth.Producer
 ) -> Response:
     """Pause, resume, or change the timing, the job, the end or the missed policy."""
-    now = deps.now()
+    now = context.now()
     template = None
     if body.job is not None:
         auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")
-        template = schedule_schemas.to_template(body.job, deps.settings, now=now)
+        template = schedule_schemas.to_template(body.job, context.settings, now=now)
     asked = changes.ScheduleChange(
         given=body.model_fields_set,
         paused=body.paused,
@@ -120,26 +120,26 @@ async def update_schedule(
         missed=body.missed,
         grace_s=body.grace_s,
     )
-    min_interval_s = deps.settings.schedule_min_interval_s
+    min_interval_s = context.settings.schedule_min_interval_s
 
     def change(current: model.Schedule) -> tuple[model.ScheduleSpec, datetime | None]:
         return changes.merged(current, asked, now=now, min_interval_s=min_interval_s)
 
-    schedule = await deps.schedules.update(
+    schedule = await context.schedules.update(
         name,
         namespace=caller.namespace,
         change=change,
         routing_keys=caller.routing_key_filter,
-        jobs_per_minute=deps.settings.max_schedule_jobs_per_minute,
+        jobs_per_minute=context.settings.max_schedule_jobs_per_minute,
     )
     return schemas.json_response(schedule_schemas.schedule_document(schedule))
 
 
 @router.delete("/{name}", response_model=schedule_schemas.ScheduleOut, responses=ERRORS)
-async def delete_schedule(name: NameParam, deps: Deps, caller: auth.Producer) -> Response:
+async def delete_schedule(name: NameParam, context: Context, caller: auth.Producer) -> Response:
     """Delete the schedule; jobs it already made (due within the materialiser's look-ahead)
     stay ordinary jobs (find them by idempotency key, cancel them if need be)."""
-    schedule = await deps.schedules.delete(
+    schedule = await context.schedules.delete(
         name, namespace=caller.namespace, routing_keys=caller.routing_key_filter
     )
     return schemas.json_response(schedule_schemas.schedule_document(schedule))

@@ -29,7 +29,7 @@ from pydantic import (
 )
 
 from consumers_sdk import contract, validation
-from dispatcher import dependencies, errors, models
+from dispatcher import dependency_plan, errors, models
 from dispatcher.settings import Settings
 
 # Defined once in the SDK, which ``enqueue`` validates with too.
@@ -89,7 +89,7 @@ class JobCreate(BaseModel):
     )
     after: list[uuid.UUID] = Field(
         default_factory=list,
-        max_length=dependencies.MAX_AFTER,
+        max_length=dependency_plan.MAX_AFTER,
         description="ids of jobs (in this namespace) that must succeed first; the job waits",
     )
     max_attempts: Annotated[StrictInt, Field(ge=1, le=contract.MAX_ATTEMPTS_LIMIT)] | None = Field(
@@ -376,7 +376,7 @@ def to_spec(
             f"{field_prefix}routing_key", f"must be at most {settings.max_routing_key_bytes} bytes"
         )
     check_headers(job.headers, settings, field_prefix)
-    if twice := dependencies.repeated(job.after):
+    if twice := dependency_plan.repeated(job.after):
         raise errors.InvalidField(f"{field_prefix}after[{twice[0]}]", f"repeats after[{twice[1]}]")
     if job.idempotency_key is not None and (
         problem := validation.idempotency_key_problem(job.idempotency_key, settings.limits())

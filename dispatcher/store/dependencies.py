@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from dispatcher import dependencies, models
+from dispatcher import dependency_plan, models
 from dispatcher.store import queries
 from dispatcher.store.db import Database
 
@@ -29,12 +29,12 @@ async def attach(
     transaction is rolled back) when one cannot be waited for."""
     namespaces = {job.namespace for job in jobs}
     assert len(namespaces) == 1, "one submission is stored in one namespace"
-    wanted = dependencies.prerequisites(jobs, created)
+    wanted = dependency_plan.prerequisites(jobs, created)
     states: dict[uuid.UUID, models.JobState] = {}
     if wanted:
         rows = await connection.fetch(queries.LOCK_PREREQUISITES, wanted, jobs[0].namespace or "")
         states = {row["id"]: models.JobState(row["state"]) for row in rows}
-    plan = dependencies.plan(jobs, resolved=resolved, created=created, states=states)
+    plan = dependency_plan.plan(jobs, resolved=resolved, created=created, states=states)
     if plan.edges:
         await connection.execute(
             queries.INSERT_DEPENDENCIES,

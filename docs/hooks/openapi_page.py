@@ -6,7 +6,7 @@ import json
 from typing import Any, cast
 
 from dispatcher import api
-from dispatcher.api.deps import ApiDeps
+from dispatcher.api.context import ApiContext
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
 
@@ -31,7 +31,7 @@ def document() -> dict[str, Any]:
     the metrics; the routes' other dependencies are reached per request, and none is made."""
     settings = Settings()
     unused = cast(Any, None)
-    deps = ApiDeps(
+    context = ApiContext(
         settings=settings,
         intake=unused,
         jobs=unused,
@@ -49,7 +49,7 @@ def document() -> dict[str, Any]:
         heap_size=unused,
         cluster=unused,
     )
-    return api.create_api(deps).fastapi.openapi()
+    return api.create_api(context).fastapi.openapi()
 
 
 def ref_name(ref: str) -> str:

@@ -14,9 +14,9 @@ from starlette.types import Receive, Scope, Send
 
 from dispatcher import api_keys
 from dispatcher.api import auth, lean
-from dispatcher.api.deps import ApiDeps
+from dispatcher.api.context import ApiContext
 from dispatcher.store.db import Database
-from tests.support import api_deps
+from tests.support import api_context
 from tests.support.nodes import WRITE, jobs_stored
 
 JOB = {"routing_key": "lean.work", "payload": {"n": 1}, "delay_ms": 600_000}
@@ -58,8 +58,8 @@ def principal(scope: api_keys.Scope, prefixes: tuple[str, ...] = ()) -> api_keys
 
 
 @pytest.fixture
-def deps(database_url: str, db: Database) -> ApiDeps:
-    return api_deps.build(database_url, db, api_deps.Checks())
+def context(database_url: str, db: Database) -> ApiContext:
+    return api_context.build(database_url, db, api_context.Checks())
 
 
 @pytest.fixture
@@ -68,10 +68,10 @@ def route() -> Route:
 
 
 @pytest.fixture
-def admitted(deps: ApiDeps, route: Route) -> Admitted:
+def admitted(context: ApiContext, route: Route) -> Admitted:
     api_route = APIRoute(lean.PATH, endpoint=lambda: None, methods=["POST"])
     return Admitted(
-        lean.LeanSubmit(route, deps=deps, route=api_route), principal(api_keys.Scope.PRODUCER)
+        lean.LeanSubmit(route, context=context, route=api_route), principal(api_keys.Scope.PRODUCER)
     )
 
 

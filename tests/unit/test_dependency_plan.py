@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from consumers_sdk import ids
-from dispatcher import dependencies, errors, models
+from dispatcher import dependency_plan, errors, models
 
 IDS = ids.JobIds()
 S = models.JobState
@@ -27,17 +27,17 @@ def plan(
     jobs: Sequence[models.NewJob],
     states: dict[uuid.UUID, models.JobState],
     resolved: Sequence[uuid.UUID] | None = None,
-) -> dependencies.Plan:
+) -> dependency_plan.Plan:
     ids = [job.id for job in jobs]
-    return dependencies.plan(
+    return dependency_plan.plan(
         jobs, resolved=resolved or ids, created=set(resolved or ids) & set(ids), states=states
     )
 
 
 def test_repeated_names_the_second_occurrence_and_the_first() -> None:
     a, b = uuid.uuid4(), uuid.uuid4()
-    assert dependencies.repeated([a, b]) is None
-    assert dependencies.repeated([a, b, a]) == (2, 0)
+    assert dependency_plan.repeated([a, b]) is None
+    assert dependency_plan.repeated([a, b, a]) == (2, 0)
 
 
 def test_a_job_waits_for_the_prerequisites_not_yet_succeeded() -> None:
@@ -56,7 +56,7 @@ def test_a_job_waits_for_the_prerequisites_not_yet_succeeded() -> None:
 def test_prerequisites_to_lock_are_those_of_created_jobs_in_id_order() -> None:
     a, b, c = IDS.next(), IDS.next(), IDS.next()
     fresh, repeated = new_job(c, a), new_job(b)
-    assert dependencies.prerequisites([fresh, repeated], {fresh.id}) == [a, c]
+    assert dependency_plan.prerequisites([fresh, repeated], {fresh.id}) == [a, c]
 
 
 @pytest.mark.parametrize("state", [S.DEAD, S.CANCELLED, S.EXPIRED])

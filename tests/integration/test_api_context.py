@@ -13,16 +13,16 @@ import pytest
 
 from dispatcher import api
 from dispatcher.api import ops
-from dispatcher.api.deps import ApiDeps
+from dispatcher.api.context import ApiContext
 from dispatcher.store.db import Database
-from tests.support import api_deps
+from tests.support import api_context
 from tests.support.nodes import WRITE, jobs_stored
 
-ADMIN = api_deps.ADMIN
-MONITOR = api_deps.MONITOR
-HEAP_SIZE = api_deps.HEAP_SIZE
-CLUSTER = api_deps.CLUSTER
-Checks = api_deps.Checks
+ADMIN = api_context.ADMIN
+MONITOR = api_context.MONITOR
+HEAP_SIZE = api_context.HEAP_SIZE
+CLUSTER = api_context.CLUSTER
+Checks = api_context.Checks
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -35,13 +35,13 @@ def checks() -> Checks:
 
 
 @pytest.fixture
-def deps(database_url: str, db: Database, checks: Checks) -> ApiDeps:
-    return api_deps.build(database_url, db, checks)
+def context(database_url: str, db: Database, checks: Checks) -> ApiContext:
+    return api_context.build(database_url, db, checks)
 
 
 @pytest.fixture
-async def http(deps: ApiDeps) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=api.create_api(deps))
+async def http(context: ApiContext) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=api.create_api(context))
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         yield client
 
@@ -51,7 +51,7 @@ async def test_jobs_are_created_and_read_back_through_an_api_built_without_a_nod
 ) -> None:
     created = await http.post(
         "/v1/jobs",
-        json={"routing_key": "deps.work", "payload": {"n": 1}, "delay_ms": 600_000},
+        json={"routing_key": "context.work", "payload": {"n": 1}, "delay_ms": 600_000},
         headers=bearer(ADMIN),
     )
     assert created.status_code == 201, created.text
@@ -59,14 +59,14 @@ async def test_jobs_are_created_and_read_back_through_an_api_built_without_a_nod
     found = await http.get(f"/v1/jobs/{job_id}", headers=bearer(ADMIN))
     assert found.status_code == 200, found.text
     assert found.json()["state"] == "scheduled"
-    assert found.json()["routing_key"] == "deps.work"
+    assert found.json()["routing_key"] == "context.work"
     assert await jobs_stored(database_url) == 1
 
 
 async def test_the_gate_of_an_api_built_without_a_node_asks_its_keyring(
     http: httpx.AsyncClient, database_url: str
 ) -> None:
-    job = {"routing_key": "deps.work", "payload": 1, "delay_ms": 600_000}
+    job = {"routing_key": "context.work", "payload": 1, "delay_ms": 600_000}
     refused = await http.post("/v1/jobs", json=job, headers=WRITE)
     wrong = await http.post("/v1/jobs", json=job, headers=bearer("not-a-known-token-0123"))
     assert refused.status_code == 401, refused.text
@@ -152,7 +152,7 @@ async def test_readyz_tells_other_keys_what_failed_but_not_the_drivers_text(
 async def test_stats_and_cluster_come_from_the_callables_given(http: httpx.AsyncClient) -> None:
     scheduled = await http.post(
         "/v1/jobs",
-        json={"routing_key": "deps.soon", "payload": 1, "delay_ms": 1_000},
+        json={"routing_key": "context.soon", "payload": 1, "delay_ms": 1_000},
         headers=bearer(ADMIN),
     )
     stats = await http.get("/v1/stats", headers=bearer(ADMIN))
@@ -171,13 +171,13 @@ async def test_stats_count_the_next_jobs_due_per_minute_and_routing_key(
 ) -> None:
     minute = (datetime.now(UTC) + timedelta(minutes=10)).replace(second=0, microsecond=0)
     plan = [
-        ("deps.a", minute + timedelta(seconds=5)),
-        ("deps.a", minute + timedelta(seconds=30)),
-        ("deps.a", minute + timedelta(seconds=59)),
-        ("deps.b", minute + timedelta(seconds=10)),
-        ("deps.a", minute + timedelta(minutes=1, seconds=1)),
-        ("deps.a", minute + timedelta(minutes=1, seconds=2)),
-        ("deps.a", minute + timedelta(hours=3)),  # beyond the window
+        ("context.a", minute + timedelta(seconds=5)),
+        ("context.a", minute + timedelta(seconds=30)),
+        ("context.a", minute + timedelta(seconds=59)),
+        ("context.b", minute + timedelta(seconds=10)),
+        ("context.a", minute + timedelta(minutes=1, seconds=1)),
+        ("context.a", minute + timedelta(minutes=1, seconds=2)),
+        ("context.a", minute + timedelta(hours=3)),  # beyond the window
     ]
     for routing_key, run_at in plan:
         job = {"routing_key": routing_key, "payload": 1, "run_at": run_at.isoformat()}
@@ -190,9 +190,9 @@ async def test_stats_count_the_next_jobs_due_per_minute_and_routing_key(
         for group in stats.json()["next_due_by_minute"]
     ]
     assert grouped == [
-        (minute, "deps.a", 3),
-        (minute, "deps.b", 1),
-        (minute + timedelta(minutes=1), "deps.a", 2),
+        (minute, "context.a", 3),
+        (minute, "context.b", 1),
+        (minute + timedelta(minutes=1), "context.a", 2),
     ]
     assert len(stats.json()["next_due"]) == len(plan)  # the ungrouped list is still there
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from dispatcher import housekeeping
-from dispatcher.api.deps import ApiDeps
+from dispatcher.api.context import ApiContext
 from dispatcher.cluster.ownership import SingleNode
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
@@ -75,7 +75,7 @@ async def describe() -> dict[str, object]:
     return dict(CLUSTER)
 
 
-def build(database_url: str, db: Database, checks: Checks) -> ApiDeps:
+def build(database_url: str, db: Database, checks: Checks) -> ApiContext:
     settings = Settings(
         database_url=database_url, shard_count=SHARDS, api_keys=f"{ADMIN}:admin,{MONITOR}:monitor"
     )
@@ -97,7 +97,7 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiDeps:
         cache_s=settings.api_key_cache_s,
         required=settings.api_auth_required,
     )
-    return ApiDeps(
+    return ApiContext(
         settings=settings,
         intake=intake,
         jobs=store,

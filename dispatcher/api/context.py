@@ -1,4 +1,4 @@
-"""What the routes use, and nothing more: the node builds an ``ApiDeps`` from its parts and hands
+"""What the routes use, and nothing more: the node builds an ``ApiContext`` from its parts and hands
 it to ``create_api``; a test builds one from its own. No module of ``dispatcher.api`` imports
 the node (the routes would otherwise reach into whatever it holds)."""
 
@@ -22,7 +22,7 @@ from dispatcher.store.schedules import ScheduleStore
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ApiDeps:
+class ApiContext:
     settings: Settings  # the limits applied to requests, and the names /v1/stats shows
     intake: Intake  # new jobs and requeues
     jobs: JobStore  # job queries: get, page, reschedule, cancel
@@ -48,10 +48,10 @@ class ApiDeps:
     cluster: Callable[[], Awaitable[dict[str, object]]]  # /v1/cluster: members and shards
 
 
-async def get_deps(request: Request) -> ApiDeps:
+async def get_deps(request: Request) -> ApiContext:
     # async on purpose: FastAPI runs a sync dependency in its thread pool on every request.
-    deps: ApiDeps = request.app.state.deps
-    return deps
+    context: ApiContext = request.app.state.context
+    return context
 
 
-Deps = Annotated[ApiDeps, Depends(get_deps)]
+Context = Annotated[ApiContext, Depends(get_deps)]
