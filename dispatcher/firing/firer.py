@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 FIRST_BACKOFF_S = 0.2  # a worker's pause after a failed batch, doubling up to the next
 MAX_BACKOFF_S = 5.0
+BATCHES = "batches"  # what /readyz names while batches fail
 # The claim's clock fence: how far before its run_at (by PostgreSQL's clock) a job may be claimed.
 # What this node claims ahead, and 5 ms for its own time being off (its estimate's error is half a
 # round trip, under a millisecond here): a job is still published no earlier than its run_at.
@@ -111,6 +112,7 @@ class Firer:
         self._marks = DispatchMarks(store.mark_dispatched)
         self._quarantine = Quarantine()
         self._confirmed = 0  # publishes confirmed, ever: evidence that a failure is a job's own
+        self._failing = False  # a batch failed and none fired since: reported as ``BATCHES``
         # When (monotonic) a claim last came back and a publish was last confirmed: /readyz.
         self.claimed_at: float | None = None
         self.confirmed_at: float | None = None
@@ -124,7 +126,7 @@ class Firer:
                 # Worker 0 fires only jobs falling due now, so none waits behind a backlog batch.
                 live_only = number == 0 and self._workers > 1
                 workers.append(
-                    group.create_task(self._work(number, live_only), name=f"fire-worker-{number}")
+                    group.create_task(self._work(live_only), name=f"fire-worker-{number}")
                 )
             await asyncio.wait(workers)
             self._marks.close()  # the marks task ends once every confirmed job is marked
@@ -133,18 +135,19 @@ class Firer:
         """Drain: waiting workers stop now, busy ones after their batch is confirmed or released."""
         self._stop.set()
 
-    async def _work(self, number: int, live_only: bool) -> None:
+    async def _work(self, live_only: bool) -> None:
         """Fire batches until stopped. A failed batch pauses this worker, which retries here
-        (raising would end the whole firer, marks included) and reports itself degraded."""
+        (raising would end the whole firer, marks included), and shows firing degraded until a
+        batch of any worker fires (a worker may find no more work to prove itself with)."""
         publisher = self._publishers.live if live_only else self._publishers.shared
         backoff = supervision.Backoff(first_s=FIRST_BACKOFF_S, max_s=MAX_BACKOFF_S)
-        part = f"worker {number}"
         while (entries := await self._take(live_only, publisher)) is not None:
             try:
                 if await self._fire(entries, publisher):
-                    if backoff.failures:
-                        backoff.reset()
-                        supervision.report_recovered(part)
+                    backoff.reset()
+                    if self._failing:
+                        self._failing = False
+                        supervision.report_recovered(BATCHES)
                     continue
                 reason: Exception = RuntimeError("a batch failed unexpectedly (logged above)")
             except errors.StoreUnavailable as exc:
@@ -153,7 +156,8 @@ class Firer:
             except errors.PublishFailed as exc:
                 reason = exc  # _fire already released and put back what was not confirmed
             delay = backoff.next()
-            supervision.report_degraded(part, reason)
+            self._failing = True
+            supervision.report_degraded(BATCHES, reason)
             logger.warning("firing paused %.1fs: %s", delay, reason, extra={"action": "fire"})
             await asyncio.sleep(delay)
 
