@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,10 +47,12 @@ class Services:
 
 
 @contextmanager
-def services(*, zookeeper: bool = False) -> Iterator[Services]:
+def services(
+    *, zookeeper: bool = False, postgres_settings: Mapping[str, str] = QUEUE_SETTINGS
+) -> Iterator[Services]:
     pg_root = service_root("bench-pg")
     other_root = Path(tempfile.mkdtemp(prefix="dispatcher-bench-"))
-    postgres = PostgresServer(pg_root, reserve_port(), settings=QUEUE_SETTINGS)
+    postgres = PostgresServer(pg_root, reserve_port(), settings=postgres_settings)
     rabbit = RabbitServer(
         other_root / "rabbitmq",
         reserve_port(),
