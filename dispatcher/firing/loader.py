@@ -125,6 +125,11 @@ class Loader:
         self._demoted_at_s = 0.0
         self._clock = clock
         self._epochs: dict[int, int] = {}  # shard -> the epoch held: older claims are orphans
+        # Whether claims of an earlier epoch may remain: only a takeover makes them, and a sweep
+        # that found them all (with no takeover meanwhile: ``_takeovers``) ends the looking.
+        # Each look reads the whole 'dispatching' range, which a held snapshot fills.
+        self._orphans_possible = False
+        self._takeovers = 0
         self._sweep_now = asyncio.Event()
         self._live: list[Cursor] = []
         self._backlogs: list[Cursor] = []
@@ -139,6 +144,8 @@ class Loader:
             return
         shards = set(epochs)
         self._epochs.update(epochs)
+        self._takeovers += 1
+        self._orphans_possible = True
         self._sweep_now.set()
         now = _at(self._clock())
         self._backlogs.append(Cursor(set(shards), (BEGINNING, MIN_ID), now, end=now))
@@ -324,18 +331,24 @@ class Loader:
         shards = sorted(set().union(*(cursor.shards for cursor in self._live)))
         if not shards:
             return 0
+        takeovers = self._takeovers
         entries = await self._store.expired_leases(shards, self._load_batch)
         if entries:
             logger.info("re-firing %d jobs whose lease expired", len(entries))
-        orphans = await self._store.orphaned_claims(self._epochs, self._load_batch)
-        if orphans:
-            logger.info(
-                "re-firing %d jobs claimed by a previous owner of their shard (it died or lost "
-                "the shard: its epoch is past)",
-                len(orphans),
-                extra={"action": "recover"},
-            )
-        entries += orphans
+        if self._orphans_possible:
+            orphans = await self._store.orphaned_claims(self._epochs, self._load_batch)
+            # All found, and no takeover since: no claim of an earlier epoch is left (a claim
+            # commits only under the epoch it locked, so none is made after the takeover).
+            if len(orphans) < self._load_batch and takeovers == self._takeovers:
+                self._orphans_possible = False
+            if orphans:
+                logger.info(
+                    "re-firing %d jobs claimed by a previous owner of their shard (it died or "
+                    "lost the shard: its epoch is past)",
+                    len(orphans),
+                    extra={"action": "recover"},
+                )
+            entries += orphans
         # Only when nothing in memory is that late itself: otherwise firing is merely behind.
         earliest = self._lanes.next_live_s()
         lagging = earliest is not None and earliest < self._clock() - self._sweep_grace_s

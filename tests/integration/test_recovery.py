@@ -4,13 +4,19 @@ node fire long before the backlog is through (they have a lane of their own)."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Mapping
 
 import asyncpg
 
 from devstack.collector import Collector
+from dispatcher import models
+from dispatcher.firing import lanes, pacing
+from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
+from dispatcher.store.shards import ShardStore
 from tests.support.nodes import running_node
 from tests.support.overdue import insert_overdue
 
@@ -69,3 +75,50 @@ async def test_expired_leases_and_released_claims_fire_long_before_a_paced_backl
     last_recovered = max(arrived[job_id] for job_id in (*expiring, *released))
     backlog_by_then = sum(1 for job_id in backlog if arrived[job_id] <= last_recovered)
     assert backlog_by_then < len(backlog) / 2, (backlog_by_then, len(backlog))
+
+
+class CountingStore(JobStore):
+    """The real store, counting how often a sweep looks for a previous owner's claims."""
+
+    orphan_looks = 0
+
+    async def orphaned_claims(self, epochs: Mapping[int, int], limit: int) -> list[models.DueEntry]:
+        self.orphan_looks += 1
+        return await super().orphaned_claims(epochs, limit)
+
+
+async def test_a_previous_owners_claims_are_looked_for_after_each_takeover_until_all_are_found(
+    database_url: str,
+) -> None:
+    """The look reads every in-flight entry (a held snapshot keeps them all): only a takeover
+    makes such claims, so the sweeps look until one found them all, then not until the next."""
+    [orphan, *_] = await insert_overdue(database_url, 2, SHARDS, spacing_ms=10, routing_key=KEY)
+    await claim_as_ghost(database_url, [orphan], lease_s=600.0)
+    db = Database(database_url, min_size=1, max_size=2, timeout_s=5)
+    await db.open()
+    try:
+        async with db.connection() as connection:  # claimed under the epoch before any taken here
+            await connection.execute("UPDATE jobs SET claim_epoch = 0 WHERE id = $1", orphan)
+        store = CountingStore(db, node_id="sweeper", lease_s=30)
+        await ShardStore(db).ensure(SHARDS)
+        epochs = await ShardStore(db).bump(list(range(SHARDS)), "sweeper")
+        due_lanes = lanes.Lanes(catchup_share=0.25, pace=pacing.Pace(0, batch=50))
+        loader = Loader(
+            store,
+            due_lanes,
+            window=WindowLimits(lookahead_s=60, heap_cap=1000, load_batch=100),
+            sweeps=SweepTimes(every_s=5, grace_s=15),
+            clock=time.time,
+        )
+        loader.gain(epochs)
+        assert await loader.sweep() == 1  # the ghost's claim
+        assert due_lanes.recovery_count == 1
+        looks = store.orphan_looks
+        await loader.sweep()
+        await loader.sweep()
+        assert store.orphan_looks == looks  # all found: no more looks until a takeover
+        loader.gain({0: epochs[0] + 1})
+        await loader.sweep()
+        assert store.orphan_looks == looks + 1
+    finally:
+        await db.close()
