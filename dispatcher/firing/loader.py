@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,11 @@ MIN_ID = uuid.UUID(int=0)
 MAX_ID = uuid.UUID(int=(1 << 128) - 1)
 BEGINNING = validation.EARLIEST_DUE  # no job is due before it (the API's bound)
 TRIM_SLACK = 1.1  # trim once submissions have pushed the heap this far past its cap
+# The straggler look reads jobs_due from its lowest entry, through, while a snapshot is held, a
+# dead entry for every job fired since: after a look that took d seconds, the next waits at least
+# STRAGGLER_SPACING * d, so that it never takes more than 1/STRAGGLER_SPACING of the time (a few
+# milliseconds normally: every sweep; 100 ms under a long hold: every 5 s at most).
+STRAGGLER_SPACING = 50.0
 # A load or a sweep that PostgreSQL cut off is run again by the supervisor at this pace.
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 5.0
@@ -130,6 +136,7 @@ class Loader:
         # Each look reads the whole 'dispatching' range, which a held snapshot fills.
         self._orphans_possible = False
         self._takeovers = 0
+        self._stragglers_after = 0.0  # (monotonic) no straggler look before
         self._sweep_now = asyncio.Event()
         self._live: list[Cursor] = []
         self._backlogs: list[Cursor] = []
@@ -327,7 +334,8 @@ class Loader:
 
         They go to the recovery lane, which firing serves before the backlog and outside the
         catch-up pace, so a long catch-up never holds them up. (While a backlog drains, the
-        overdue stragglers are left to it: it walks every scheduled job of its range.)"""
+        overdue stragglers are left to it: it walks every scheduled job of its range. Otherwise
+        they are looked for at most every ``STRAGGLER_SPACING`` times the last look took.)"""
         shards = sorted(set().union(*(cursor.shards for cursor in self._live)))
         if not shards:
             return 0
@@ -352,10 +360,18 @@ class Loader:
         # Only when nothing in memory is that late itself: otherwise firing is merely behind.
         earliest = self._lanes.next_live_s()
         lagging = earliest is not None and earliest < self._clock() - self._sweep_grace_s
-        if not self._backlogs and not self._lanes.backlog_count and not lagging:
+        looked_at = time.monotonic()
+        if (
+            not self._backlogs
+            and not self._lanes.backlog_count
+            and not lagging
+            and looked_at >= self._stragglers_after
+        ):
             stragglers = await self._store.overdue_stragglers(
                 shards, self._sweep_grace_s, self._load_batch
             )
+            took_s = time.monotonic() - looked_at
+            self._stragglers_after = looked_at + took_s * STRAGGLER_SPACING
             if stragglers:
                 logger.warning("firing %d overdue jobs no load had picked up", len(stragglers))
             entries += stragglers

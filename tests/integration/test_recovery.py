@@ -4,16 +4,17 @@ node fire long before the backlog is through (they have a lane of their own)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import asyncpg
 
 from devstack.collector import Collector
 from dispatcher import models
 from dispatcher.firing import lanes, pacing
-from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
+from dispatcher.firing.loader import STRAGGLER_SPACING, Loader, SweepTimes, WindowLimits
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.shards import ShardStore
@@ -78,13 +79,23 @@ async def test_expired_leases_and_released_claims_fire_long_before_a_paced_backl
 
 
 class CountingStore(JobStore):
-    """The real store, counting how often a sweep looks for a previous owner's claims."""
+    """The real store, counting how often a sweep looks for a previous owner's claims and for
+    stragglers."""
 
     orphan_looks = 0
+    straggler_looks = 0
+    straggler_slowness_s = 0.0  # added to each straggler look: what a held snapshot does
 
     async def orphaned_claims(self, epochs: Mapping[int, int], limit: int) -> list[models.DueEntry]:
         self.orphan_looks += 1
         return await super().orphaned_claims(epochs, limit)
+
+    async def overdue_stragglers(
+        self, shards: Sequence[int], grace_s: float, limit: int
+    ) -> list[models.DueEntry]:
+        self.straggler_looks += 1
+        await asyncio.sleep(self.straggler_slowness_s)
+        return await super().overdue_stragglers(shards, grace_s, limit)
 
 
 async def test_a_previous_owners_claims_are_looked_for_after_each_takeover_until_all_are_found(
@@ -120,5 +131,42 @@ async def test_a_previous_owners_claims_are_looked_for_after_each_takeover_until
         loader.gain({0: epochs[0] + 1})
         await loader.sweep()
         assert store.orphan_looks == looks + 1
+    finally:
+        await db.close()
+
+
+async def test_a_slow_straggler_look_spaces_out_the_next_ones(database_url: str) -> None:
+    """The straggler look walks jobs_due from its start, through every dead entry a held
+    snapshot keeps: however slow it gets, it takes at most 1/STRAGGLER_SPACING of the time."""
+    db = Database(database_url, min_size=1, max_size=2, timeout_s=5)
+    await db.open()
+    try:
+        store = CountingStore(db, node_id="sweeper", lease_s=30)
+        await ShardStore(db).ensure(SHARDS)
+        epochs = await ShardStore(db).bump(list(range(SHARDS)), "sweeper")
+        loader = Loader(
+            store,
+            lanes.Lanes(catchup_share=0.25, pace=pacing.Pace(0, batch=50)),
+            window=WindowLimits(lookahead_s=60, heap_cap=1000, load_batch=100),
+            sweeps=SweepTimes(every_s=5, grace_s=15),
+            clock=time.time,
+        )
+        loader.gain(epochs)
+        await loader.fill()  # the backlog found empty: stragglers are the sweep's to look for
+        await loader.fill()
+        await loader.sweep()
+        assert store.straggler_looks == 1
+        await asyncio.sleep(1.0)  # past the spacing of a look of a few milliseconds
+        store.straggler_slowness_s = 0.05
+        looked = time.monotonic()
+        await loader.sweep()
+        assert store.straggler_looks == 2
+        # A sweep every 100 ms (as shards taken would bring): the next look comes only once the
+        # spacing of a look of 50 ms and more has passed (the query's own time adds to it).
+        while store.straggler_looks == 2 and time.monotonic() - looked < 30:
+            await asyncio.sleep(0.1)
+            await loader.sweep()
+        spaced_s = time.monotonic() - looked
+        assert 0.05 * STRAGGLER_SPACING <= spaced_s < 30
     finally:
         await db.close()
