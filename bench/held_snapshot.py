@@ -113,11 +113,7 @@ def recurring(shards: Sequence[int], epochs: Sequence[int]) -> Iterator[tuple[st
     now = datetime.now(UTC)
     window = [shards, now, uuid.UUID(int=0), now + timedelta(seconds=60), 1000]
     yield "load (window)", queries.LOAD_DUE, window
-    beginning = datetime(1970, 1, 1, tzinfo=UTC)
-    yield "expired leases (all)", queries.EXPIRED_LEASES, [shards, 1000, beginning]
-    # What a sweep reads after one that saw them all (loader.LEASE_SEEN_SLACK_S and its period).
-    recent = now - timedelta(seconds=65)
-    yield "expired leases (since)", queries.EXPIRED_LEASES, [shards, 1000, recent]
+    yield "expired leases", queries.EXPIRED_LEASES, [shards, 1000]
     yield "orphaned claims", queries.ORPHANED_CLAIMS, [shards, epochs, 1000]
     yield "overdue stragglers", queries.OVERDUE_STRAGGLERS, [shards, 15.0, 1000]
     yield "count scheduled", queries.COUNT_STATE, ["scheduled", 10]
