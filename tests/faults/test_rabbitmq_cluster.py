@@ -212,7 +212,9 @@ async def test_the_sdk_consumer_keeps_consuming_and_retrying_through_the_loss_of
         # waits twice; the ledgers below count duplicates and require none lost.
         await depth_reaches(seed, waiting, len(retries), 60, at_least=True)
         all_waiting_s = time.time() - first_due
-        await depth_reaches(seed, dead, len(poisoned), 60)
+        # The same for the dead queue (a poison job delivered twice is dead-lettered twice,
+        # seen on a loaded 4.x cluster: 208 of 200); the ledger below counts them.
+        await depth_reaches(seed, dead, len(poisoned), 60, at_least=True)
 
         await asyncio.to_thread(rabbit_cluster.kill, rabbit_cluster.seed)
 

@@ -104,7 +104,9 @@ async def test_a_failing_loop_is_restarted_and_shown_degraded_while_the_node_fir
         assert failures > 2
     assert degraded.status_code == 503
     assert degraded.json()["checks"]["loops"] is False
-    assert degraded.json()["degraded"] == {"housekeeping": "RuntimeError: a bug in housekeeping"}
+    # The loops' part: a loaded machine may also find a service slow to answer ("standing").
+    shown = {name: why for name, why in degraded.json()["degraded"].items() if name != "standing"}
+    assert shown == {"housekeeping": "RuntimeError: a bug in housekeeping"}
     assert "degraded" not in ready.json()
 
 
