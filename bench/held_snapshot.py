@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -145,10 +144,6 @@ async def explain(
     }
 
 
-class RolledBack(Exception):
-    pass
-
-
 async def explained(db: asyncpg.Connection) -> dict[str, dict[str, Any]]:
     """Each recurring statement's buffers and time, as EXPLAIN (ANALYZE, BUFFERS) reports; the
     confirm's mark as planned for its values and as a cached generic plan, rolled back."""
@@ -164,15 +159,15 @@ async def explained(db: asyncpg.Connection) -> dict[str, dict[str, Any]]:
         )
     ]
     for mode in ("force_custom_plan", "force_generic_plan"):
+        transaction = db.transaction()
+        await transaction.start()
         try:
-            async with db.transaction():
-                await db.execute(f"SET LOCAL plan_cache_mode = {mode}")
-                found[f"mark ({mode.split('_')[1]})"] = await explain(
-                    db, queries.MARK_DISPATCHED, [marked]
-                )
-                raise RolledBack
-        except RolledBack:
-            pass
+            await db.execute(f"SET LOCAL plan_cache_mode = {mode}")
+            found[f"mark ({mode.split('_')[1]})"] = await explain(
+                db, queries.MARK_DISPATCHED, [marked]
+            )
+        finally:
+            await transaction.rollback()  # EXPLAIN ANALYZE ran the update
     return found
 
 
@@ -298,4 +293,3 @@ if __name__ == "__main__":
         + ("no snapshot held" if args.no_hold else "a REPEATABLE READ snapshot held throughout")
     )
     harness.run(main(args.minutes, args.rate, args.explain_at, not args.no_hold))
-    sys.exit(0)

@@ -98,6 +98,23 @@ class CountingStore(JobStore):
         return await super().overdue_stragglers(shards, grace_s, limit)
 
 
+async def sweeping(
+    db: Database, store: JobStore, due_lanes: lanes.Lanes
+) -> tuple[Loader, dict[int, int]]:
+    """A loader over the real store that took every shard (the epochs it took them under)."""
+    await ShardStore(db).ensure(SHARDS)
+    epochs = await ShardStore(db).bump(list(range(SHARDS)), "sweeper")
+    loader = Loader(
+        store,
+        due_lanes,
+        window=WindowLimits(lookahead_s=60, heap_cap=1000, load_batch=100),
+        sweeps=SweepTimes(every_s=5, grace_s=15),
+        clock=time.time,
+    )
+    loader.gain(epochs)
+    return loader, epochs
+
+
 async def test_a_previous_owners_claims_are_looked_for_after_each_takeover_until_all_are_found(
     database_url: str,
 ) -> None:
@@ -111,17 +128,8 @@ async def test_a_previous_owners_claims_are_looked_for_after_each_takeover_until
         async with db.connection() as connection:  # claimed under the epoch before any taken here
             await connection.execute("UPDATE jobs SET claim_epoch = 0 WHERE id = $1", orphan)
         store = CountingStore(db, node_id="sweeper", lease_s=30)
-        await ShardStore(db).ensure(SHARDS)
-        epochs = await ShardStore(db).bump(list(range(SHARDS)), "sweeper")
         due_lanes = lanes.Lanes(catchup_share=0.25, pace=pacing.Pace(0, batch=50))
-        loader = Loader(
-            store,
-            due_lanes,
-            window=WindowLimits(lookahead_s=60, heap_cap=1000, load_batch=100),
-            sweeps=SweepTimes(every_s=5, grace_s=15),
-            clock=time.time,
-        )
-        loader.gain(epochs)
+        loader, epochs = await sweeping(db, store, due_lanes)
         assert await loader.sweep() == 1  # the ghost's claim
         assert due_lanes.recovery_count == 1
         looks = store.orphan_looks
@@ -142,16 +150,9 @@ async def test_a_slow_straggler_look_spaces_out_the_next_ones(database_url: str)
     await db.open()
     try:
         store = CountingStore(db, node_id="sweeper", lease_s=30)
-        await ShardStore(db).ensure(SHARDS)
-        epochs = await ShardStore(db).bump(list(range(SHARDS)), "sweeper")
-        loader = Loader(
-            store,
-            lanes.Lanes(catchup_share=0.25, pace=pacing.Pace(0, batch=50)),
-            window=WindowLimits(lookahead_s=60, heap_cap=1000, load_batch=100),
-            sweeps=SweepTimes(every_s=5, grace_s=15),
-            clock=time.time,
+        loader, _ = await sweeping(
+            db, store, lanes.Lanes(catchup_share=0.25, pace=pacing.Pace(0, batch=50))
         )
-        loader.gain(epochs)
         await loader.fill()  # the backlog found empty: stragglers are the sweep's to look for
         await loader.fill()
         await loader.sweep()
