@@ -32,7 +32,8 @@ from bench.soak import Tally, submit_steadily
 from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
 from devstack.postgres import QUEUE_SETTINGS
-from dispatcher.store import queries
+from dispatcher.firing import loader
+from dispatcher.store import jobs, queries
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PROFILED = {**QUEUE_SETTINGS, "shared_preload_libraries": "pg_stat_statements"}
@@ -112,7 +113,11 @@ def recurring(shards: Sequence[int], epochs: Sequence[int]) -> Iterator[tuple[st
     now = datetime.now(UTC)
     window = [shards, now, uuid.UUID(int=0), now + timedelta(seconds=60), 1000]
     yield "load (window)", queries.LOAD_DUE, window
-    yield "expired leases", queries.EXPIRED_LEASES, [shards, 1000]
+    # A sweep every 5 s reads the leases run out since the last one (less the look back); the
+    # full look, spaced by its cost, reads them all.
+    last_look = now - timedelta(seconds=5 + loader.LEASE_LOOK_BACK_S)
+    yield "expired leases (since last look)", queries.EXPIRED_LEASES, [shards, 1000, last_look]
+    yield "expired leases (full look)", queries.EXPIRED_LEASES, [shards, 1000, jobs.EVER]
     yield "orphaned claims", queries.ORPHANED_CLAIMS, [shards, epochs, 1000]
     yield "overdue stragglers", queries.OVERDUE_STRAGGLERS, [shards, 15.0, 1000]
     yield "count scheduled", queries.COUNT_STATE, ["scheduled", 10]

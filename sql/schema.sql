@@ -325,7 +325,7 @@ CREATE UNIQUE INDEX jobs_idempotency_key_namespace ON public.jobs USING btree (i
 
 CREATE INDEX jobs_key ON public.jobs USING btree (routing_key, id) INCLUDE (state, namespace);
 
-CREATE INDEX jobs_leased ON public.jobs USING btree (lease_until) INCLUDE (shard, run_at) WHERE (state = 'dispatching'::text);
+CREATE INDEX jobs_lease_until ON public.jobs USING btree (lease_until) INCLUDE (shard, run_at) WHERE (lease_until IS NOT NULL);
 
 CREATE INDEX jobs_namespace ON public.jobs USING btree (namespace, id) WHERE (namespace IS NOT NULL);
 

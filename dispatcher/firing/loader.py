@@ -35,12 +35,12 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from consumers_sdk import validation
 from dispatcher.firing import lanes
 from dispatcher.models import DueEntry
-from dispatcher.store.jobs import JobStore
+from dispatcher.store.jobs import EVER, JobStore
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +48,16 @@ MIN_ID = uuid.UUID(int=0)
 MAX_ID = uuid.UUID(int=(1 << 128) - 1)
 BEGINNING = validation.EARLIEST_DUE  # no job is due before it (the API's bound)
 TRIM_SLACK = 1.1  # trim once submissions have pushed the heap this far past its cap
-# The straggler look reads jobs_due from its lowest entry, through, while a snapshot is held, a
-# dead entry for every job fired since: after a look that took d seconds, the next waits at least
-# STRAGGLER_SPACING * d, so that it never takes more than 1/STRAGGLER_SPACING of the time (a few
-# milliseconds normally: every sweep; 100 ms under a long hold: every 5 s at most).
-STRAGGLER_SPACING = 50.0
+# The full looks (the straggler look, which reads jobs_due from its lowest entry, and the look at
+# every lease run out) walk, while a snapshot is held, a dead entry for every job fired since:
+# after such a look took d seconds, the next waits at least FULL_LOOK_SPACING * d, so that it
+# never takes more than 1/FULL_LOOK_SPACING of the time (a few milliseconds normally: every
+# sweep; 100 ms under a long hold: every 5 s at most).
+FULL_LOOK_SPACING = 50.0
+# Between full looks, the lease look reads only the leases run out since the last complete one,
+# less this much: a claim committed after that look set its lease from its own start, at most a
+# few seconds before its commit. (A claim slower than its lease and this is left to a full look.)
+LEASE_LOOK_BACK_S = 5.0
 # A load or a sweep that PostgreSQL cut off is run again by the supervisor at this pace.
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 5.0
@@ -137,6 +142,10 @@ class Loader:
         self._orphans_possible = False
         self._takeovers = 0
         self._stragglers_after = 0.0  # (monotonic) no straggler look before
+        self._full_lease_look_after = 0.0  # (monotonic) no full lease look before
+        # Every lease run out before this (PostgreSQL's clock) was found by a complete look; None:
+        # none yet over the shards held (the next look is a full one).
+        self._leases_seen_to: datetime | None = None
         self._sweep_now = asyncio.Event()
         self._live: list[Cursor] = []
         self._backlogs: list[Cursor] = []
@@ -153,6 +162,7 @@ class Loader:
         self._epochs.update(epochs)
         self._takeovers += 1
         self._orphans_possible = True
+        self._leases_seen_to = None
         self._sweep_now.set()
         now = _at(self._clock())
         self._backlogs.append(Cursor(set(shards), (BEGINNING, MIN_ID), now, end=now))
@@ -335,12 +345,12 @@ class Loader:
         They go to the recovery lane, which firing serves before the backlog and outside the
         catch-up pace, so a long catch-up never holds them up. (While a backlog drains, the
         overdue stragglers are left to it: it walks every scheduled job of its range. Otherwise
-        they are looked for at most every ``STRAGGLER_SPACING`` times the last look took.)"""
+        they are looked for at most every ``FULL_LOOK_SPACING`` times the last look took.)"""
         shards = sorted(set().union(*(cursor.shards for cursor in self._live)))
         if not shards:
             return 0
         takeovers = self._takeovers
-        entries = await self._store.expired_leases(shards, self._load_batch)
+        entries = await self._expired_leases(shards)
         if entries:
             logger.info("re-firing %d jobs whose lease expired", len(entries))
         if self._orphans_possible:
@@ -371,11 +381,26 @@ class Loader:
                 shards, self._sweep_grace_s, self._load_batch
             )
             took_s = time.monotonic() - looked_at
-            self._stragglers_after = looked_at + took_s * STRAGGLER_SPACING
+            self._stragglers_after = looked_at + took_s * FULL_LOOK_SPACING
             if stragglers:
                 logger.warning("firing %d overdue jobs no load had picked up", len(stragglers))
             entries += stragglers
         return self._lanes.recover(entries)
+
+    async def _expired_leases(self, shards: list[int]) -> list[DueEntry]:
+        """The leases run out since the last complete look (the look's cost is what the last
+        seconds left behind), and, spaced by its cost, all of them: the net under the first."""
+        takeovers = self._takeovers
+        started = time.monotonic()
+        full = self._leases_seen_to is None or started >= self._full_lease_look_after
+        since = EVER if full or self._leases_seen_to is None else self._leases_seen_to
+        entries, looked_at = await self._store.expired_leases(shards, self._load_batch, since=since)
+        if full:
+            self._full_lease_look_after = started + (time.monotonic() - started) * FULL_LOOK_SPACING
+        # Complete, over the shards it looked at: the next look may start where this one did.
+        if len(entries) < self._load_batch and takeovers == self._takeovers:
+            self._leases_seen_to = looked_at - timedelta(seconds=LEASE_LOOK_BACK_S)
+        return entries
 
     @property
     def horizon(self) -> datetime | None:

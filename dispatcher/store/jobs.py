@@ -6,7 +6,7 @@ import contextlib
 import operator
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Final
 
 import asyncpg
@@ -19,6 +19,8 @@ from dispatcher.store.db import Database
 _CURSOR_START = uuid.UUID(int=0)
 # Scheduler statements may legitimately run longer than an API request is allowed to wait.
 SCHEDULER_TIMEOUT_S = 30.0
+# Before any lease: a look at the leases run out since EVER is a look at all of them.
+EVER: Final = datetime(1, 1, 1, tzinfo=UTC)
 
 
 def job_from_row(row: asyncpg.Record) -> models.Job:
@@ -271,10 +273,15 @@ class JobStore:
         last = (rows[-1]["run_at"], rows[-1]["id"]) if rows else None
         return [entry_from_row(row) for row in rows], last
 
-    async def expired_leases(self, shards: Sequence[int], limit: int) -> list[models.DueEntry]:
+    async def expired_leases(
+        self, shards: Sequence[int], limit: int, *, since: datetime = EVER
+    ) -> tuple[list[models.DueEntry], datetime]:
+        """Claims whose lease ran out at ``since`` or later (PostgreSQL's clock), in the order
+        they ran out, and the time of the look by that clock."""
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
-            rows = await connection.fetch(queries.EXPIRED_LEASES, list(shards), limit)
-        return [entry_from_row(row) for row in rows]
+            rows = await connection.fetch(queries.EXPIRED_LEASES, list(shards), limit, since)
+        found = [entry_from_row(row) for row in rows if row["id"] is not None]
+        return found, rows[0]["looked_at"]
 
     async def orphaned_claims(self, epochs: Mapping[int, int], limit: int) -> list[models.DueEntry]:
         """Claims of these shards made under an earlier epoch than the one given (held here)."""

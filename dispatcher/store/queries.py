@@ -201,12 +201,34 @@ ORDER BY run_at, id
 LIMIT $5
 """
 
-# Claimed jobs whose publish was never confirmed (crash, outage). $1 shards, $2 limit.
-EXPIRED_LEASES: Final = """
-SELECT id, shard, run_at, routing_key FROM jobs
-WHERE state = 'dispatching' AND lease_until < now() AND shard = ANY($1::int[])
-ORDER BY lease_until
-LIMIT $2
+# The statements that change jobs named by id find them by id (jobs_pkey), and the sweep of
+# leases by their ends (jobs_lease_until); all test the state row by row: ``_IN_FLIGHT`` is a
+# CASE, which the planner cannot answer from an index. Written as ``state = 'dispatching'``, it
+# let the planner read the whole 'dispatching' range of jobs_state or of a partial index
+# instead, small in its statistics; but while a snapshot is held (a report, a pg_dump) that range
+# keeps a dead entry for every job fired since, and the confirm's mark read 10 000 buffers a call
+# after six minutes (bench/held_snapshot.py).
+_IN_FLIGHT: Final = "CASE state WHEN 'dispatching' THEN true ELSE false END"
+
+# Claimed jobs whose publish was never confirmed (crash, outage), their leases run out since $3
+# (PostgreSQL's clock; the beginning of time for a full look), in the order they ran out, after
+# the time of the look (one row at least: the time alone when none did).
+# They are found through jobs_lease_until, in the range of lease ends since $3 only: that range
+# is what bounds the look while a snapshot is held, when the index keeps a dead entry for every
+# job fired since. lease_until is set exactly while a job is dispatching; the state is still
+# tested, row by row (``_IN_FLIGHT``), so that no index of states matches instead.
+# $1 shards, $2 limit, $3 the lower bound.
+EXPIRED_LEASES: Final = f"""
+SELECT now() AS looked_at, expired.id, expired.shard, expired.run_at, expired.routing_key
+FROM (VALUES (1)) AS one(n)
+LEFT JOIN LATERAL (
+    SELECT id, shard, run_at, routing_key, lease_until FROM jobs
+    WHERE lease_until >= $3 AND lease_until < now() AND {_IN_FLIGHT}
+      AND shard = ANY($1::int[])
+    ORDER BY lease_until
+    LIMIT $2
+) AS expired ON true
+ORDER BY expired.lease_until
 """
 
 # Claims made under an older epoch of a shard this node now holds: their owner died (a restarted
@@ -302,13 +324,6 @@ FROM read_at LEFT JOIN claimed ON true
 """
 )
 
-# The statements that change jobs named by id find them by id (jobs_pkey), and check their state
-# row by row: ``_IN_FLIGHT`` is a CASE, which the planner cannot answer from an index. Written as
-# ``state = 'dispatching'``, it let the planner read the whole 'dispatching' range of jobs_state
-# or jobs_leased instead, small in its statistics; but while a snapshot is held (a report, a
-# pg_dump) that range keeps a dead entry for every job fired since, and the confirm's mark read
-# 10 000 buffers a call after six minutes (bench/held_snapshot.py).
-_IN_FLIGHT: Final = "CASE state WHEN 'dispatching' THEN true ELSE false END"
 
 # RabbitMQ confirmed these. $1 ids. SETTLE_REPORTED follows in the same transaction.
 MARK_DISPATCHED: Final = f"""

@@ -104,7 +104,7 @@ async def test_counting_a_state_reads_only_its_range_of_an_index(
 ) -> None:
     for plan in await plans(million_jobs, queries.COUNT_STATE, (state, 50)):
         assert seq_scans(plan) == [], json.dumps(plan, indent=1)
-        assert indexes(plan) & {"jobs_state", "jobs_due", "jobs_leased"}
+        assert indexes(plan) & {"jobs_state", "jobs_due", "jobs_lease_until"}
 
 
 async def test_what_every_node_reads_each_round_is_the_counts_table_only(million_jobs: str) -> None:

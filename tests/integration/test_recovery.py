@@ -8,15 +8,16 @@ import asyncio
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 import asyncpg
 
 from devstack.collector import Collector
 from dispatcher import models
 from dispatcher.firing import lanes, pacing
-from dispatcher.firing.loader import STRAGGLER_SPACING, Loader, SweepTimes, WindowLimits
+from dispatcher.firing.loader import FULL_LOOK_SPACING, Loader, SweepTimes, WindowLimits
 from dispatcher.store.db import Database
-from dispatcher.store.jobs import JobStore
+from dispatcher.store.jobs import EVER, JobStore
 from dispatcher.store.shards import ShardStore
 from tests.support.nodes import running_node
 from tests.support.overdue import insert_overdue
@@ -80,11 +81,18 @@ async def test_expired_leases_and_released_claims_fire_long_before_a_paced_backl
 
 class CountingStore(JobStore):
     """The real store, counting how often a sweep looks for a previous owner's claims and for
-    stragglers."""
+    stragglers, and from when it looks for expired leases."""
 
     orphan_looks = 0
     straggler_looks = 0
     straggler_slowness_s = 0.0  # added to each straggler look: what a held snapshot does
+    lease_looks_since: tuple[datetime, ...] = ()
+
+    async def expired_leases(
+        self, shards: Sequence[int], limit: int, *, since: datetime = EVER
+    ) -> tuple[list[models.DueEntry], datetime]:
+        self.lease_looks_since += (since,)
+        return await super().expired_leases(shards, limit, since=since)
 
     async def orphaned_claims(self, epochs: Mapping[int, int], limit: int) -> list[models.DueEntry]:
         self.orphan_looks += 1
@@ -145,7 +153,7 @@ async def test_a_previous_owners_claims_are_looked_for_after_each_takeover_until
 
 async def test_a_slow_straggler_look_spaces_out_the_next_ones(database_url: str) -> None:
     """The straggler look walks jobs_due from its start, through every dead entry a held
-    snapshot keeps: however slow it gets, it takes at most 1/STRAGGLER_SPACING of the time."""
+    snapshot keeps: however slow it gets, it takes at most 1/FULL_LOOK_SPACING of the time."""
     db = Database(database_url, min_size=1, max_size=2, timeout_s=5)
     await db.open()
     try:
@@ -168,6 +176,44 @@ async def test_a_slow_straggler_look_spaces_out_the_next_ones(database_url: str)
             await asyncio.sleep(0.1)
             await loader.sweep()
         spaced_s = time.monotonic() - looked
-        assert 0.05 * STRAGGLER_SPACING <= spaced_s < 30
+        assert 0.05 * FULL_LOOK_SPACING <= spaced_s < 30
     finally:
         await db.close()
+
+
+async def test_the_lease_look_starts_where_the_last_complete_one_did_with_full_looks_as_the_net(
+    database_url: str, db: Database
+) -> None:
+    """Between full looks (after each takeover, then spaced by their cost) a sweep reads only the
+    leases run out since the last complete look: one run out since is found; one that ran out
+    long before (a claim slower than its lease) is left to the next full look."""
+    soon, slow = await insert_overdue(database_url, 2, SHARDS, spacing_ms=10, routing_key=KEY)
+    store = CountingStore(db, node_id="sweeper", lease_s=30)
+    loader, epochs = await sweeping(
+        db, store, lanes.Lanes(catchup_share=0.25, pace=pacing.Pace(0, batch=50))
+    )
+    assert await loader.sweep() == 0
+    assert store.lease_looks_since == (EVER,)  # the first look over shards just taken
+    loader._full_lease_look_after = time.monotonic() + 3600  # not due again in this test
+    await claim_as_ghost(database_url, [soon], lease_s=0.2)
+    await asyncio.sleep(0.5)
+    assert await loader.sweep() == 1  # its lease ran out after the last look: found
+    first_mark = store.lease_looks_since[-1]
+    assert first_mark > EVER
+    async with db.connection() as connection:
+        await connection.execute(
+            "UPDATE jobs SET state = 'dispatching', claimed_by = 'ghost',"
+            " lease_until = now() - interval '1 hour' WHERE id = $1",
+            uuid.UUID(slow),
+        )
+    assert await loader.sweep() == 0  # before the mark: not read
+    assert store.lease_looks_since[-1] > first_mark
+    loader._full_lease_look_after = 0.0  # the full look's spacing has passed
+    assert await loader.sweep() == 1  # the net finds it
+    assert store.lease_looks_since[-1] == EVER
+    loader._full_lease_look_after = time.monotonic() + 3600
+    await loader.sweep()
+    assert store.lease_looks_since[-1] > EVER
+    loader.gain({0: epochs[0] + 1})  # a shard taken: its leases were never looked at here
+    await loader.sweep()
+    assert store.lease_looks_since[-1] == EVER

@@ -279,10 +279,11 @@ async def test_a_claim_is_not_taken_twice_until_its_lease_expires(
     epochs = await shards.bump([1], "n1")
     assert len((await store.claim(due(job), epochs)).jobs) == 1
     assert (await store.claim(due(job), epochs)).jobs == []
-    assert await store.expired_leases([1], 10) == []
+    assert (await store.expired_leases([1], 10))[0] == []
     await asyncio.sleep(0.5)
-    [expired] = await store.expired_leases([1], 10)
+    [expired], looked_at = await store.expired_leases([1], 10)
     assert expired.id == job.id
+    assert (await store.expired_leases([1], 10, since=looked_at))[0] == []
     [again] = (await store.claim(due(job), epochs)).jobs
     assert again.id == job.id
     assert (await store.get(job.id)).publish_attempts == 2
