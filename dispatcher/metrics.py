@@ -102,6 +102,19 @@ class Metrics:
             "Times a clock was seen to step (this host's monotonic one, or PostgreSQL's)",
             registry=r,
         )
+        self.oldest_snapshot = Gauge(
+            "dispatcher_oldest_snapshot_seconds",
+            "Age of the oldest snapshot holding vacuum back (a session's transaction, a prepared "
+            "transaction, a replication slot): dead rows pile up in the queue's indexes until it "
+            "ends",
+            registry=r,
+        )
+        self.vacuum_held_back = Gauge(
+            "dispatcher_vacuum_held_back",
+            "1 while the oldest snapshot holding vacuum back is older than "
+            "DISPATCHER_SNAPSHOT_WARN_S",
+            registry=r,
+        )
         self.standing = Gauge(
             "dispatcher_standing",
             "What this node can do: 0 ok, 1 a service failing (under the step-out bound), 2 "

@@ -45,7 +45,10 @@ from dispatcher.store.jobs import JobStore
 from dispatcher.store.listen import ChannelListener
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
+from dispatcher.store.snapshots import SnapshotStore
 from dispatcher.timekeeper import Timekeeper
+from dispatcher.vacuum_horizon import Horizon
+from dispatcher.vacuum_watch import VacuumWatch
 
 logger = logging.getLogger(__name__)
 
@@ -172,6 +175,12 @@ class Node:
             group_commit=settings.group_commit,
             clock=clock,
         )
+        self.vacuum_watch = VacuumWatch(
+            SnapshotStore(self.db),
+            Horizon(warn_after_s=settings.snapshot_warn_s),
+            self.metrics,
+            interval_s=settings.stats_interval_s,
+        )
         self.schedules = ScheduleStore(self.db)
         self.materialiser = Materialiser(
             self.schedules,
@@ -226,6 +235,7 @@ class Node:
             counts=lambda: self.housekeeper.snapshot,
             heap_size=lambda: self.lanes.live_count,
             cluster=self.ownership.describe,
+            vacuum=self.vacuum_watch.horizon.describe,
         )
 
     def _amqp_urls(self) -> tuple[str, ...]:
@@ -295,6 +305,7 @@ class Node:
             Task("firing", self.firer.run, Phase.DRAIN, self.firer.stop),
             Task("events", self.events.run, backoff=events_retry),
             Task("housekeeping", self.housekeeper.run),
+            Task("vacuum-watch", self.vacuum_watch.run),
             Task("schedules", self.materialiser.run, Phase.DRAIN, self.materialiser.stop),
             Task("dependents", self.dependents.run, Phase.DRAIN, self.dependents.stop),
             *([http] if serve_http else []),

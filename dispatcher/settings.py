@@ -229,6 +229,13 @@ class Settings(BaseSettings):
         7.0, gt=0, description="finished jobs (and their events) are deleted after this long"
     )
     retention_batch: int = Field(1000, ge=1, description="rows per retention DELETE")
+    snapshot_warn_s: float = Field(
+        600.0,
+        gt=0,
+        description="/readyz and /metrics warn once the oldest snapshot holding vacuum back (a "
+        "long transaction, a pg_dump, a replication slot) is older than this; looked at every "
+        "stats_interval_s",
+    )
     stats_interval_s: float = Field(
         15.0, gt=0, description="job counts (console, /metrics) and retention run this often"
     )

@@ -46,6 +46,8 @@ class ApiContext:
     counts: Callable[[], Snapshot]
     heap_size: Callable[[], int]
     cluster: Callable[[], Awaitable[dict[str, object]]]  # /v1/cluster: members and shards
+    # /readyz: the oldest snapshot holding vacuum back, and whether it is past the warning.
+    vacuum: Callable[[], dict[str, object]]
 
 
 async def get_deps(request: Request) -> ApiContext:

@@ -73,7 +73,9 @@ async def readyz(context: Context, caller: auth.AnyKey) -> JSONResponse:
     ``clock`` shows this host's measured offset from PostgreSQL's clock (the one the node fires
     on) either way; ``standing`` what the node can do (``ok``, ``failing``, ``out``: its shards
     go to the others, ``recovering``), the failing services, and how long ago each answered a
-    probe and firing last claimed and had a publish confirmed. The reasons (``degraded``'s, the
+    probe and firing last claimed and had a publish confirmed; ``vacuum`` the oldest snapshot
+    holding PostgreSQL's vacuum back and whether it is older than DISPATCHER_SNAPSHOT_WARN_S (a
+    warning: the node stays ready). The reasons (and the snapshot's holder) (``degraded``'s, the
     clock's, the standing's and each failing service's) are for admin keys: others get
     ``WITHHELD`` in their place."""
     checks = await context.readiness()
@@ -90,6 +92,8 @@ async def readyz(context: Context, caller: auth.AnyKey) -> JSONResponse:
     }
     # Either path is ready; per_message is only slower (the reason says why it was chosen).
     answer["publish_path"] = context.publish_path()
+    # A warning, not a failure: another's snapshot slows every node alike, and none can end it.
+    answer["vacuum"] = context.vacuum()
     degraded = context.degraded()  # loop -> its last error, while it restarts
     if not clock.get("trusted", True):
         degraded = {**degraded, "clock": str(clock.get("reason"))}
@@ -109,12 +113,13 @@ def withheld(answer: dict[str, object]) -> dict[str, object]:
     degraded = answer.get("degraded")
     if isinstance(degraded, dict):
         shown["degraded"] = dict.fromkeys(degraded, WITHHELD)
-    for part in ("clock", "standing"):
+    for part in ("clock", "standing", "vacuum"):
         state = answer.get(part)
         if isinstance(state, dict):
             shown[part] = state = dict(state)
-            if state.get("reason") is not None:
-                state["reason"] = WITHHELD
+            for free_text in ("reason", "holder"):
+                if state.get(free_text) is not None:
+                    state[free_text] = WITHHELD
             failing = state.get("failing")
             if isinstance(failing, dict):
                 state["failing"] = {

@@ -60,6 +60,32 @@ class StandingState(BaseModel):
     )
 
 
+class VacuumState(BaseModel):
+    """The oldest snapshot holding PostgreSQL's vacuum back (a long transaction, a pg_dump, a
+    prepared transaction, a replication slot): while it lasts, dead rows pile up in the queue's
+    tables and indexes."""
+
+    held_back: bool = Field(description="whether the oldest is older than `warn_after_s`")
+    oldest_snapshot_s: float | None = Field(
+        description="its age in seconds (a slot's: since this node first saw it); null: none "
+        "held, or not looked at yet"
+    )
+    warn_after_s: float = Field(description="DISPATCHER_SNAPSHOT_WARN_S")
+    sees_all_sessions: bool = Field(
+        description="false when the node's database role cannot see when other roles' "
+        "transactions began (grant it pg_monitor): their age then counts from the node's first "
+        "look"
+    )
+    xmin_age: int | None = Field(
+        default=None, description="how many transactions old the xmin it holds is"
+    )
+    holder: str | None = Field(
+        default=None,
+        description="what holds it: a session's pid and application, a prepared transaction, a "
+        "replication slot (admin keys; others: withheld)",
+    )
+
+
 class Readiness(BaseModel):
     """The answer of /readyz, 200 (ready) or 503 (not)."""
 
@@ -68,6 +94,7 @@ class Readiness(BaseModel):
     auth: Literal["on", "off"] = Field(description="whether API keys are required")
     clock: ClockState
     standing: StandingState
+    vacuum: VacuumState
     publish_path: dict[str, str | None] = Field(
         description="firing's publish path (`path`) and why it fell back (`fallback_reason`, "
         "withheld but for admin keys)"

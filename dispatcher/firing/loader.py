@@ -58,6 +58,9 @@ FULL_LOOK_SPACING = 50.0
 # less this much: a claim committed after that look set its lease from its own start, at most a
 # few seconds before its commit. (A claim slower than its lease and this is left to a full look.)
 LEASE_LOOK_BACK_S = 5.0
+# The full lease look, a net under the windowed one, comes at most this often (and after each
+# takeover): cheap as it is without a held snapshot, it grows with one until spaced by its cost.
+FULL_LEASE_LOOK_EVERY_S = 60.0
 # A load or a sweep that PostgreSQL cut off is run again by the supervisor at this pace.
 RETRY_FIRST_S = 0.5
 RETRY_MAX_S = 5.0
@@ -389,14 +392,17 @@ class Loader:
 
     async def _expired_leases(self, shards: list[int]) -> list[DueEntry]:
         """The leases run out since the last complete look (the look's cost is what the last
-        seconds left behind), and, spaced by its cost, all of them: the net under the first."""
+        seconds left behind), and, once a minute at most and spaced by its cost, all of them:
+        the net under the first."""
         takeovers = self._takeovers
         started = time.monotonic()
         full = self._leases_seen_to is None or started >= self._full_lease_look_after
         since = EVER if full or self._leases_seen_to is None else self._leases_seen_to
         entries, looked_at = await self._store.expired_leases(shards, self._load_batch, since=since)
         if full:
-            self._full_lease_look_after = started + (time.monotonic() - started) * FULL_LOOK_SPACING
+            took_s = time.monotonic() - started
+            spacing_s = max(FULL_LEASE_LOOK_EVERY_S, took_s * FULL_LOOK_SPACING)
+            self._full_lease_look_after = started + spacing_s
         # Complete, over the shards it looked at: the next look may start where this one did.
         if len(entries) < self._load_batch and takeovers == self._takeovers:
             self._leases_seen_to = looked_at - timedelta(seconds=LEASE_LOOK_BACK_S)

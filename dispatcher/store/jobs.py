@@ -311,9 +311,13 @@ class JobStore:
         past the entry's time, shard moved) or not yet due are skipped. With the clock the claim
         read, which says when each may be published."""
         due: dict[uuid.UUID, float] = {}
+        fenced: set[int] = set()
         for entry in entries:  # a job in two entries is due at the later one (a reschedule)
             due[entry.id] = max(entry.run_at_s, due.get(entry.id, entry.run_at_s))
-        shards = list(epochs)
+            fenced.add(entry.shard)
+        # Only the epochs of the batch's shards are locked: each lock writes its row (a few dozen
+        # a batch, not every shard held); a job no longer on its entry's shard is skipped.
+        shards = sorted(fenced.intersection(epochs))
         # In id order, as every statement that locks several jobs takes them (``= ANY`` walks the
         # index in order): two claims of one job (a re-fired claim also due in the heap) or a
         # claim beside a confirm's mark wait for each other instead of deadlocking.

@@ -278,8 +278,9 @@ CLAIMED_COLUMNS: Final = tuple(field.name for field in dataclasses.fields(models
 # talk it round. The second column reads the clock again as the answer is made: a claimed job is
 # published no earlier than its run_at by that reading. One row at least, the clocks alone, when
 # nothing was claimed.
-# $1 ids, $2 shards held, $3 their epochs (same order), $4 node id, $5 lease seconds,
-# $6 the entries' run_at (POSIX seconds, same order as $1), $7 the fence's tolerance (seconds).
+# $1 ids, $2 shards held (those of the ids), $3 their epochs (same order), $4 node id, $5 lease
+# seconds, $6 the entries' run_at (POSIX seconds, same order as $1), $7 the fence's tolerance
+# (seconds).
 # Each row: the two clocks, then CLAIMED_COLUMNS.
 CLAIM_JOBS: Final = (
     """
@@ -733,6 +734,37 @@ PING: Final = "SELECT 1"
 # PostgreSQL's clock as it is read (not the transaction's start, which now() gives), in POSIX
 # seconds: the node's time source (timekeeper.py).
 READ_CLOCK: Final = "SELECT extract(epoch FROM clock_timestamp())::float8"
+
+# --- what holds vacuum back (vacuum_watch.py) ---------------------------------------------------
+
+# The oldest snapshots that keep vacuum from removing dead rows, oldest xmin first: sessions (a
+# report's open transaction, a pg_dump, a standby's feedback through its walsender), prepared
+# transactions, and replication slots (an idle logical consumer). held_s: how long PostgreSQL
+# says each has been held (unknown for a slot, and for other roles' sessions unless this role has
+# pg_read_all_stats, as pg_monitor gives: SEES_ALL_SESSIONS says whether it does). $1 limit.
+OLDEST_SNAPSHOTS: Final = """
+SELECT kind, holder, xmin, xmin_age, held_s FROM (
+    SELECT 'session' AS kind,
+           format('pid %s (%s%s)', pid, coalesce(nullif(application_name, ''), backend_type),
+                  coalesce(', ' || state, '')) AS holder,
+           backend_xmin::text AS xmin, age(backend_xmin) AS xmin_age,
+           extract(epoch FROM now() - coalesce(xact_start, query_start))::float8 AS held_s
+    FROM pg_stat_activity
+    WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+    UNION ALL
+    SELECT 'prepared transaction', gid, transaction::text, age(transaction),
+           extract(epoch FROM now() - prepared)::float8
+    FROM pg_prepared_xacts
+    UNION ALL
+    SELECT 'replication slot', slot_name::text, xmin::text, age(xmin), NULL
+    FROM pg_replication_slots
+    WHERE xmin IS NOT NULL
+) AS holders
+ORDER BY xmin_age DESC
+LIMIT $1
+"""
+
+SEES_ALL_SESSIONS: Final = "SELECT pg_has_role('pg_read_all_stats', 'USAGE')"
 
 # --- job dependencies (sql/0006, 0010: the trigger that releases or cancels dependents) ---------
 

@@ -48,6 +48,7 @@ def document() -> dict[str, Any]:
         counts=unused,
         heap_size=unused,
         cluster=unused,
+        vacuum=unused,
     )
     return api.create_api(context).fastapi.openapi()
 

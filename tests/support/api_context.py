@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from dispatcher import housekeeping
+from dispatcher import housekeeping, vacuum_horizon
 from dispatcher.api.context import ApiContext
 from dispatcher.cluster.ownership import SingleNode
 from dispatcher.intake import Intake
@@ -50,6 +50,10 @@ class Checks:
             "last_claim_s_ago": 0.2,
             "last_confirm_s_ago": 0.2,
         }
+        self.vacuum = vacuum_horizon.Horizon(warn_after_s=600.0)
+
+    def vacuum_state(self) -> dict[str, object]:
+        return self.vacuum.describe()
 
     def clock_state(self) -> dict[str, object]:
         return dict(self.clock)
@@ -114,4 +118,5 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiContext:
         counts=housekeeping.Snapshot,
         heap_size=lambda: HEAP_SIZE,
         cluster=describe,
+        vacuum=checks.vacuum_state,
     )
