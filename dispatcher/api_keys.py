@@ -32,6 +32,7 @@ class Scope(StrEnum):
     PRODUCER = "producer"  # submit, read, list and cancel jobs of its namespace
     MONITOR = "monitor"  # /readyz and /metrics only (for probes and Prometheus)
     ADMIN = "admin"  # everything: every namespace, /v1/cluster, /metrics
+    LIMITS = "limits"  # pause and resume the routing keys of its namespace (/v1/limits)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +108,10 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
+# The scopes bound to one namespace and, optionally, to routing-key prefixes.
+NAMESPACED = frozenset({Scope.PRODUCER, Scope.LIMITS})
+
+
 def digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
 
@@ -115,9 +120,9 @@ def check_grant(
     scope: Scope, namespace: str | None, routing_key_prefixes: Sequence[str]
 ) -> tuple[str | None, tuple[str, ...]]:
     """Validate what a key grants; ValueError names what is wrong (never the token)."""
-    if scope is not Scope.PRODUCER and (namespace or routing_key_prefixes):
+    if scope not in NAMESPACED and (namespace or routing_key_prefixes):
         raise ValueError(
-            f"only producer keys take a namespace or routing-key prefixes, not {scope}"
+            f"only producer and limits keys take a namespace or routing-key prefixes, not {scope}"
         )
     if namespace is not None and not NAMESPACE.fullmatch(namespace):
         raise ValueError("a namespace is 1-64 letters, digits, '_' or '-'")

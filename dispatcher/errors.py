@@ -127,6 +127,14 @@ class ScheduleQuotaReached(DispatcherError):
         self.field = field  # the timing field of the schedule that would pass the quota
 
 
+class FlowRuleNotFound(DispatcherError):
+    """No flow rule has this key in this namespace."""
+
+
+class FlowRuleLimitReached(DispatcherError):
+    """As many flow rules exist as DISPATCHER_MAX_FLOW_RULES allows."""
+
+
 # What the services raise while they are away: a loop retries these after a backoff, quietly.
 TRANSIENT: tuple[type[DispatcherError], ...] = (
     StoreUnavailable,

@@ -12,7 +12,8 @@ import ipaddress
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import uvicorn
 
@@ -28,6 +29,8 @@ from dispatcher.dependents_followup import DependentsFollower
 from dispatcher.firing import lanes, loader, pacing
 from dispatcher.firing.firer import Firer, Publishers
 from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
+from dispatcher.flow import watch as flow_watch
+from dispatcher.flow.watch import RuleWatch
 from dispatcher.health import Health, Service, Standing
 from dispatcher.housekeeping import Housekeeper
 from dispatcher.intake import Intake
@@ -40,6 +43,7 @@ from dispatcher.store import due_notices, listen, migrate
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.clock import ClockStore
 from dispatcher.store.db import Database
+from dispatcher.store.flow_rules import FlowRuleStore
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.listen import ChannelListener
@@ -96,7 +100,15 @@ class Node:
             mono=mono,
         )
         clock = self.timekeeper.now
-        self.store = JobStore(self.db, node_id=settings.node_id, lease_s=settings.lease_s)
+        # The flow rules, read before firing: loads and claims pass over the jobs they hold.
+        self.flow_rules = FlowRuleStore(self.db, max_rules=settings.max_flow_rules)
+        self.rule_watch = RuleWatch(self.flow_rules, clock=self.timekeeper.now_dt)
+        self.store = JobStore(
+            self.db,
+            node_id=settings.node_id,
+            lease_s=settings.lease_s,
+            held=self.rule_watch.held,
+        )
         self.shard_store = ShardStore(self.db)
         self.history = HistoryStore(self.db, settings.event_grants())
         self.events = EventsConsumer(
@@ -155,6 +167,12 @@ class Node:
             shard_count=settings.shard_count,
         )
         self.keyring.listen(self.notices)
+        self.notices.subscribe(
+            flow_watch.CHANNEL,
+            on_notice=lambda _payload: self.rule_watch.changed(),
+            on_connect=self.rule_watch.changed,
+        )
+        self.rule_watch.when_released(self.loader.release)
         self.firer = Firer(
             store=self.store,
             publishers=Publishers(shared=self.publisher, live=self.live_publisher),
@@ -236,6 +254,9 @@ class Node:
             heap_size=lambda: self.lanes.live_count,
             cluster=self.ownership.describe,
             vacuum=self.vacuum_watch.horizon.describe,
+            flow_rules=self.flow_rules,
+            rules=lambda: self.rule_watch.book,
+            rules_changed=self.rule_watch.refresh,
         )
 
     def _amqp_urls(self) -> tuple[str, ...]:
@@ -305,6 +326,7 @@ class Node:
             Task("firing", self.firer.run, Phase.DRAIN, self.firer.stop),
             Task("events", self.events.run, backoff=events_retry),
             Task("housekeeping", self.housekeeper.run),
+            Task("flow-rules", self.rule_watch.run),
             Task("vacuum-watch", self.vacuum_watch.run),
             Task("schedules", self.materialiser.run, Phase.DRAIN, self.materialiser.stop),
             Task("dependents", self.dependents.run, Phase.DRAIN, self.dependents.stop),
@@ -327,10 +349,10 @@ class Node:
                 self.supervisor.close()
                 await tasks.stop()
         finally:
-            await self.ownership.stop()
-            await self.publisher.close()
-            await self.live_publisher.close()
-            await self.db.close()
+            await _closed("ownership", self.ownership.stop())
+            await _closed("publisher", self.publisher.close())
+            await _closed("live publisher", self.live_publisher.close())
+            await _closed("database pool", self.db.close())
             logger.info("stopped", extra={"action": "stopped"})
 
     async def _start(self) -> bool:
@@ -345,6 +367,7 @@ class Node:
                 else:
                     await migrate.check(self.settings.database_url)
                 await self.timekeeper.start()
+                await self.rule_watch.load()
                 await self._log_auth_mode()
                 await self.ownership.start()
                 return True
@@ -500,3 +523,27 @@ def _tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+# A stop never hangs on a service: each close is given this long (a broker slow to answer its
+# Close, a connection the pool waits for), then left behind (the process is ending).
+CLOSE_TIMEOUT_S = 5.0
+
+
+async def _closed(what: str, closing: Coroutine[Any, Any, None]) -> None:
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await closing
+    except TimeoutError:
+        logger.warning(
+            "stopping: closing the %s took over %.0fs; left behind",
+            what,
+            CLOSE_TIMEOUT_S,
+            extra={"action": "stop"},
+        )
+    except Exception as exc:  # a close that failed: the next one must still run
+        logger.warning("stopping: closing the %s failed: %r", what, exc, extra={"action": "stop"})
+    else:
+        if (took_s := time.monotonic() - started) > 1.0:
+            logger.info("stopping: closing the %s took %.1fs", what, took_s)

@@ -304,6 +304,9 @@ class Settings(BaseSettings):
     max_schedules_per_namespace: int = Field(
         1000, ge=1, description="schedules one namespace may hold (409 beyond)"
     )
+    max_flow_rules: int = Field(
+        10_000, ge=1, description="flow rules (pauses of routing keys) that may exist (409 beyond)"
+    )
     schedule_min_interval_s: int = Field(
         60, ge=1, description="the shortest interval_s a schedule may have (422 below)"
     )

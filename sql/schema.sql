@@ -79,12 +79,35 @@ SELECT (SELECT count(*) FROM edges),
        (SELECT count(*) FROM cancelled)
 $$;
 
+CREATE FUNCTION public.dispatcher_held(rk text, ns text, keys text[], nss text[], held boolean[]) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce((
+        SELECT r.held
+        FROM unnest(keys, nss, held) AS r(key, namespace, held)
+        WHERE (rk = r.key OR starts_with(rk, r.key || '.'))
+          AND (r.namespace IS NULL OR r.namespace = coalesce(ns, ''))
+        ORDER BY length(r.key) DESC, r.namespace IS NULL
+        LIMIT 1
+    ), false)
+$$;
+
 CREATE FUNCTION public.dispatcher_notify_due_v1(job_id uuid, job_shard integer, job_run_at timestamp with time zone, job_routing_key text) RETURNS void
     LANGUAGE sql
     AS $$
 SELECT pg_notify('dispatcher_due',
                  job_id::text || ',' || job_shard || ',' || extract(epoch FROM job_run_at)
                  || coalesce(',' || job_routing_key, ''))
+$$;
+
+CREATE FUNCTION public.flow_rules_changed() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    UPDATE flow_rules_epoch SET epoch = epoch + 1;
+    PERFORM pg_notify('dispatcher_flow_rules', '');
+    RETURN NULL;
+END
 $$;
 
 CREATE FUNCTION public.jobs_follow_prerequisite() RETURNS trigger
@@ -132,7 +155,7 @@ CREATE TABLE public.api_keys (
     routing_key_prefixes text[] DEFAULT '{}'::text[] NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     revoked_at timestamp with time zone,
-    CONSTRAINT api_keys_scope_known CHECK ((scope = ANY (ARRAY['producer'::text, 'monitor'::text, 'admin'::text])))
+    CONSTRAINT api_keys_scope_known CHECK ((scope = ANY (ARRAY['producer'::text, 'monitor'::text, 'admin'::text, 'limits'::text])))
 );
 
 ALTER TABLE public.api_keys ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
@@ -159,6 +182,24 @@ ALTER TABLE public.dependency_followups ALTER COLUMN id ADD GENERATED ALWAYS AS 
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+CREATE TABLE public.flow_rules (
+    key text NOT NULL,
+    namespace text,
+    paused boolean DEFAULT false NOT NULL,
+    paused_until timestamp with time zone,
+    note text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT flow_rules_key_words CHECK (((key <> ''::text) AND ("right"(key, 1) <> '.'::text))),
+    CONSTRAINT flow_rules_until_paused CHECK (((paused_until IS NULL) OR paused))
+);
+
+CREATE TABLE public.flow_rules_epoch (
+    one boolean DEFAULT true NOT NULL,
+    epoch bigint NOT NULL,
+    CONSTRAINT flow_rules_epoch_one_check CHECK (one)
 );
 
 CREATE TABLE public.job_counts (
@@ -287,6 +328,12 @@ ALTER TABLE ONLY public.api_keys
 ALTER TABLE ONLY public.dependency_followups
     ADD CONSTRAINT dependency_followups_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.flow_rules_epoch
+    ADD CONSTRAINT flow_rules_epoch_pkey PRIMARY KEY (one);
+
+ALTER TABLE ONLY public.flow_rules
+    ADD CONSTRAINT flow_rules_one_per_key UNIQUE NULLS NOT DISTINCT (key, namespace);
+
 ALTER TABLE ONLY public.job_counts
     ADD CONSTRAINT job_counts_pkey PRIMARY KEY (state);
 
@@ -317,7 +364,7 @@ CREATE INDEX job_dependencies_prerequisite_job ON public.job_dependencies USING 
 
 CREATE INDEX job_events_job ON public.job_events USING btree (job_id, at);
 
-CREATE INDEX jobs_due ON public.jobs USING btree (run_at, id) INCLUDE (shard, routing_key) WHERE (state = 'scheduled'::text);
+CREATE INDEX jobs_due ON public.jobs USING btree (run_at, id) INCLUDE (shard, routing_key, namespace) WHERE (state = 'scheduled'::text);
 
 CREATE INDEX jobs_finished ON public.jobs USING btree (updated_at) WHERE (state = ANY (ARRAY['dispatched'::text, 'succeeded'::text, 'dead'::text, 'cancelled'::text, 'expired'::text]));
 
@@ -334,6 +381,8 @@ CREATE INDEX jobs_state ON public.jobs USING btree (state, id) INCLUDE (namespac
 CREATE INDEX schedules_due ON public.schedules USING btree (next_at) WHERE ((NOT paused) AND (next_at IS NOT NULL));
 
 CREATE UNIQUE INDEX schedules_name ON public.schedules USING btree (COALESCE(namespace, ''::text), name);
+
+CREATE TRIGGER flow_rules_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.flow_rules FOR EACH STATEMENT EXECUTE FUNCTION public.flow_rules_changed();
 
 CREATE TRIGGER jobs_follow_prerequisite AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN ((new.has_dependents AND (new.state IS DISTINCT FROM old.state) AND (new.state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'expired'::text])))) EXECUTE FUNCTION public.jobs_follow_prerequisite();
 

@@ -41,6 +41,8 @@ PRODUCER = Access(needs_key=True, scope=Scope.PRODUCER)
 PRODUCER_DOCUMENT = Access(needs_key=True, scope=Scope.PRODUCER, body=Body.DOCUMENT)
 MONITOR = Access(needs_key=True, scope=Scope.MONITOR)
 ADMIN = Access(needs_key=True, scope=Scope.ADMIN)
+LIMITS = Access(needs_key=True, scope=Scope.LIMITS)
+LIMITS_DOCUMENT = Access(needs_key=True, scope=Scope.LIMITS, body=Body.DOCUMENT)
 
 # (method, path template) -> access, in the order the app's router tries its routes. A route
 # that serves GET also answers HEAD (Starlette's): HEAD takes the GET entry's rule.
@@ -65,6 +67,13 @@ ROUTES: Mapping[tuple[str, str], Access] = {
     ("GET", "/v1/schedules/{name}"): PRODUCER,
     ("PATCH", "/v1/schedules/{name}"): PRODUCER_DOCUMENT,
     ("DELETE", "/v1/schedules/{name}"): PRODUCER,
+    # /v1/limits (api/limits.py): flow rules
+    ("GET", "/v1/limits"): LIMITS,
+    ("GET", "/v1/limits/{key}"): LIMITS,
+    ("PUT", "/v1/limits/{key}"): LIMITS_DOCUMENT,
+    ("DELETE", "/v1/limits/{key}"): LIMITS,
+    ("POST", "/v1/limits/{key}/pause"): LIMITS_DOCUMENT,
+    ("POST", "/v1/limits/{key}/resume"): LIMITS,
     # operations (api/ops.py): probes see a live node without a key; readiness needs one.
     ("GET", "/healthz"): OPEN,
     ("GET", "/readyz"): ANY_KEY,

@@ -63,4 +63,5 @@ def check_routing_key(caller: api_keys.Principal, routing_key: str, field: str) 
 AnyKey = Annotated[api_keys.Principal, Depends(principal)]
 Producer = Annotated[api_keys.Principal, Depends(ScopeCheck(api_keys.Scope.PRODUCER))]
 Monitor = Annotated[api_keys.Principal, Depends(ScopeCheck(api_keys.Scope.MONITOR))]
+Limits = Annotated[api_keys.Principal, Depends(ScopeCheck(api_keys.Scope.LIMITS))]
 Admin = Annotated[api_keys.Principal, Depends(ScopeCheck(api_keys.Scope.ADMIN))]

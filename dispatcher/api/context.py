@@ -11,11 +11,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from dispatcher.flow.rules import RuleBook
 from dispatcher.housekeeping import Snapshot
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
+from dispatcher.store.flow_rules import FlowRuleStore
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.schedules import ScheduleStore
@@ -48,6 +50,11 @@ class ApiContext:
     cluster: Callable[[], Awaitable[dict[str, object]]]  # /v1/cluster: members and shards
     # /readyz: the oldest snapshot holding vacuum back, and whether it is past the warning.
     vacuum: Callable[[], dict[str, object]]
+    # /v1/limits: the flow rules as stored; the node's rules as it applies them (a job's
+    # ``held_by``); ``rules_changed`` makes this node's watch read them again (before answering).
+    flow_rules: FlowRuleStore
+    rules: Callable[[], RuleBook]
+    rules_changed: Callable[[], Awaitable[None]]
 
 
 async def get_deps(request: Request) -> ApiContext:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Annotated
 
@@ -12,6 +12,7 @@ from fastapi import APIRouter, Query, Request, Response
 from dispatcher import api_keys, errors, intake, models
 from dispatcher.api import auth, schemas
 from dispatcher.api.context import ApiContext, Context
+from dispatcher.flow.rules import Rule
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -121,6 +122,7 @@ async def get_job(job_id: uuid.UUID, context: Context, caller: auth.Producer) ->
         history.events,
         ignored_dropped=history.ignored_dropped,
         events_omitted=history.events_omitted,
+        held_by=_held_by(context, job),
     )
     prerequisites = await context.jobs.prerequisites(job_id)
     document["after"] = [str(prerequisite) for prerequisite, _ in prerequisites]
@@ -185,9 +187,7 @@ async def list_jobs(
             namespace=caller.namespace_filter,
             routing_keys=caller.routing_key_filter,
         )
-        return schemas.json_response(
-            {"jobs": [schemas.job_document(job) for job in found], "next_after": None}
-        )
+        return schemas.json_response({"jobs": _documents(context, found), "next_after": None})
     jobs, more = await context.jobs.page(
         state=state,
         routing_key=routing_key,
@@ -198,6 +198,15 @@ async def list_jobs(
         max_bytes=context.settings.max_page_bytes,
     )
     next_after = str(jobs[-1].id) if more else None
-    return schemas.json_response(
-        {"jobs": [schemas.job_document(job) for job in jobs], "next_after": next_after}
-    )
+    return schemas.json_response({"jobs": _documents(context, jobs), "next_after": next_after})
+
+
+def _held_by(context: ApiContext, job: models.Job) -> Rule | None:
+    """The flow rule holding a scheduled job back now, as this node applies the rules."""
+    if job.state is not models.JobState.SCHEDULED:
+        return None
+    return context.rules().holds(job.routing_key, job.namespace, context.now())
+
+
+def _documents(context: ApiContext, jobs: Sequence[models.Job]) -> list[dict[str, object]]:
+    return [schemas.job_document(job, held_by=_held_by(context, job)) for job in jobs]

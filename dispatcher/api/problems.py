@@ -108,7 +108,7 @@ def dispatcher_problem(exc: Exception) -> Response:
             return problem(403, "forbidden", str(exc), fields=named)
         case errors.JobNotFound():
             return problem(404, "not_found", str(exc))
-        case errors.ScheduleNotFound():
+        case errors.ScheduleNotFound() | errors.FlowRuleNotFound():
             return problem(404, "not_found", str(exc))
         case errors.ScheduleExists():
             return problem(
@@ -117,6 +117,10 @@ def dispatcher_problem(exc: Exception) -> Response:
         case errors.ScheduleLimitReached():
             return problem(
                 409, "limit_reached", str(exc), fields=[{"field": "name", "message": str(exc)}]
+            )
+        case errors.FlowRuleLimitReached():
+            return problem(
+                409, "limit_reached", str(exc), fields=[{"field": "key", "message": str(exc)}]
             )
         case errors.ScheduleQuotaReached():
             named = [{"field": exc.field, "message": str(exc)}]

@@ -30,6 +30,7 @@ from pydantic import (
 
 from consumers_sdk import contract, validation
 from dispatcher import dependency_plan, errors, models
+from dispatcher.flow.rules import Rule
 from dispatcher.settings import Settings
 
 # Defined once in the SDK, which ``enqueue`` validates with too.
@@ -191,6 +192,15 @@ BATCH_REQUEST_BODY: dict[str, object] = {
 }
 
 
+class HeldBy(BaseModel):
+    """The flow rule holding a scheduled job back (``/v1/limits``)."""
+
+    key: str
+    namespace: str | None = Field(description="null: the rule is for every namespace")
+    paused_until: datetime | None
+    note: str | None
+
+
 class JobOut(BaseModel):
     """A job as the API shows it. Documents the shape; ``job_document`` renders it."""
 
@@ -210,6 +220,9 @@ class JobOut(BaseModel):
     publish_attempts: int
     namespace: str | None = None
     last_error: str | None = Field(None, description="a dead job's error, from its consumer")
+    held_by: HeldBy | None = Field(
+        None, description="the flow rule holding the job back while it is due (scheduled only)"
+    )
 
 
 class HistoryEntry(BaseModel):
@@ -270,7 +283,9 @@ class Problem(BaseModel):
     state: str | None = None
 
 
-def job_document(job: models.Job, *, created: bool | None = None) -> dict[str, object]:
+def job_document(
+    job: models.Job, *, created: bool | None = None, held_by: Rule | None = None
+) -> dict[str, object]:
     """A job in the shape of ``JobOut`` (``JobSubmitted`` with ``created``), ready for orjson.
 
     Rendered without pydantic: on the submit path, building and serialising response models cost
@@ -294,6 +309,14 @@ def job_document(job: models.Job, *, created: bool | None = None) -> dict[str, o
         "publish_attempts": job.publish_attempts,
         "namespace": job.namespace,
         "last_error": job.last_error,
+        "held_by": None
+        if held_by is None
+        else {
+            "key": held_by.key,
+            "namespace": held_by.namespace,
+            "paused_until": held_by.limits.paused_until,
+            "note": held_by.limits.note,
+        },
     }
     if created is not None:
         document["created"] = created
@@ -306,6 +329,7 @@ def history_document(
     *,
     ignored_dropped: int = 0,
     events_omitted: int = 0,
+    held_by: Rule | None = None,
 ) -> dict[str, object]:
     """``job_document`` plus ``history`` (``JobWithHistory``), oldest first, and
     ``ignored_dropped``.
@@ -341,7 +365,7 @@ def history_document(
     steps = [step for round_steps in rounds for step in round_steps]
     if job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED):
         steps.append({"event": job.state.value, "at": job.updated_at})
-    document = job_document(job)
+    document = job_document(job, held_by=held_by)
     document["history"] = steps
     document["ignored_dropped"] = ignored_dropped
     document["events_omitted"] = events_omitted

@@ -200,14 +200,17 @@ def _keys_parser(commands: parsers.Commands) -> None:
         "--scope",
         required=True,
         choices=[scope.value for scope in api_keys.Scope],
-        help="producer: its namespace's jobs; monitor: probes and metrics; admin: everything",
+        help="producer: its namespace's jobs; monitor: probes and metrics; limits: pause and"
+        " resume its namespace's routing keys; admin: everything",
     )
-    create.add_argument("--namespace", default=None, help="producer keys: the key's namespace")
+    create.add_argument(
+        "--namespace", default=None, help="producer and limits keys: the key's namespace"
+    )
     create.add_argument(
         "--routing-key-prefix",
         action="append",
         default=[],
-        help="producer keys: allowed routing-key prefix (repeat for several; none: any)",
+        help="producer and limits keys: allowed routing-key prefix (repeat for several; none: any)",
     )
     create.add_argument("--name", default="", help="a label for humans, shown by 'keys list'")
     listing = parsers.command(keys_commands, "list", "every key, revoked ones too; no secrets")

@@ -153,6 +153,7 @@ class Loader:
         self._live: list[Cursor] = []
         self._backlogs: list[Cursor] = []
         self._wake = asyncio.Event()
+        self._releases = 0  # how many times ``release`` rewound the cursors
 
     # --- ownership ------------------------------------------------------------------------------
 
@@ -203,6 +204,21 @@ class Loader:
         back = (_at(self._clock() - back_s), MIN_ID)
         for cursor in self._live:
             cursor.position = min(cursor.position, back)
+        self._wake.set()
+
+    def release(self) -> None:
+        """Jobs the loads passed over may be held no more (a flow rule let them go): a backlog
+        cursor walks again everything due up to now, oldest first (at the catch-up pace, keys
+        taking turns), and the live cursors load the window again from now. A load that ran
+        meanwhile, under the rules before, moves no cursor (``_load``)."""
+        shards = set().union(*(cursor.shards for cursor in self._live))
+        if not shards:
+            return
+        self._releases += 1
+        now = _at(self._clock())
+        self._backlogs = [Cursor(shards, (BEGINNING, MIN_ID), now, end=now)]
+        for cursor in self._live:
+            cursor.position = min(cursor.position, (now, MIN_ID))
         self._wake.set()
 
     def on_taken(self) -> None:
@@ -256,16 +272,19 @@ class Loader:
             assert cursor.end is not None
             budget = self._backlog_cap - self._lanes.backlog_count
             done = await self._load(cursor, cursor.end, budget, live=False)
-            if done:
+            if done and cursor in self._backlogs:  # not replaced by a ``release`` meanwhile
                 self._backlogs.remove(cursor)
 
     async def _load(self, cursor: Cursor, until: datetime, budget: int, *, live: bool) -> bool:
         """Advance a cursor towards ``until`` within ``budget`` entries; True when it got there."""
         while budget > 0:
             limit = min(self._load_batch, budget)
+            releases = self._releases
             entries, last = await self._store.load_due(
                 sorted(cursor.shards), after=cursor.position, until=until, limit=limit
             )
+            if releases != self._releases:
+                return False  # released meanwhile: the cursors were moved back; load from there
             if live:
                 self._lanes.fill_live(entries)
             else:

@@ -104,9 +104,16 @@ class Database:
             )
 
     async def close(self) -> None:
+        """Close every connection; one still held when the node stops is cut (``terminate``)
+        rather than waited for."""
         pool, self._pool = self._pool, None
-        if pool is not None:
+        if pool is None:
+            return
+        try:
             await pool.close()
+        except asyncio.CancelledError:
+            pool.terminate()
+            raise
 
     @asynccontextmanager
     async def connection(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
@@ -13,6 +13,7 @@ import asyncpg
 import orjson
 
 from dispatcher import errors, models
+from dispatcher.flow import rules
 from dispatcher.store import dependencies, queries
 from dispatcher.store.db import Database
 
@@ -71,10 +72,19 @@ def entry_from_row(row: asyncpg.Record) -> models.DueEntry:
 
 
 class JobStore:
-    def __init__(self, db: Database, *, node_id: str, lease_s: float) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        node_id: str,
+        lease_s: float,
+        held: Callable[[], rules.HeldKeys] = lambda: rules.NOTHING_HELD,
+    ) -> None:
+        """``held`` says what flow rules hold now: loads, sweeps and claims pass over it."""
         self._db = db
         self._node_id = node_id
         self._lease_s = lease_s
+        self._held = held
 
     # --- intake ---------------------------------------------------------------------------------
 
@@ -265,10 +275,12 @@ class JobStore:
         until: datetime,
         limit: int,
     ) -> tuple[list[models.DueEntry], tuple[datetime, uuid.UUID] | None]:
-        """Due entries after the keyset cursor, and the exact key of the last one."""
+        """Due entries after the keyset cursor that no flow rule holds, and the exact key of the
+        last one."""
+        held = self._held()  # as the look starts: a release after it looks again (``Loader``)
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
-                queries.LOAD_DUE, list(shards), after[0], after[1], until, limit
+                queries.LOAD_DUE, list(shards), after[0], after[1], until, limit, *_arrays(held)
             )
         last = (rows[-1]["run_at"], rows[-1]["id"]) if rows else None
         return [entry_from_row(row) for row in rows], last
@@ -295,8 +307,11 @@ class JobStore:
     async def overdue_stragglers(
         self, shards: Sequence[int], grace_s: float, limit: int
     ) -> list[models.DueEntry]:
+        held = self._held()
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
-            rows = await connection.fetch(queries.OVERDUE_STRAGGLERS, list(shards), grace_s, limit)
+            rows = await connection.fetch(
+                queries.OVERDUE_STRAGGLERS, list(shards), grace_s, limit, *_arrays(held)
+            )
         return [entry_from_row(row) for row in rows]
 
     async def claim(
@@ -322,6 +337,7 @@ class JobStore:
         # index in order): two claims of one job (a re-fired claim also due in the heap) or a
         # claim beside a confirm's mark wait for each other instead of deadlocking.
         ids = sorted(due)
+        held = self._held()
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
                 queries.CLAIM_JOBS,
@@ -332,6 +348,7 @@ class JobStore:
                 self._lease_s,
                 [due[job_id] for job_id in ids],
                 ahead_s,
+                *_arrays(held),
             )
         jobs = [claimed_from_row(row) for row in rows if row[_CLAIM_CLOCKS] is not None]
         return models.Claim(jobs, fenced_at_s=rows[0][0], answered_at_s=rows[0][1])
@@ -454,3 +471,7 @@ def insert_arrays(jobs: Sequence[models.NewJob]) -> list[list[object]]:
 
 def _json_text(headers: Mapping[str, models.HeaderValue]) -> str:
     return orjson.dumps(dict(headers)).decode()
+
+
+def _arrays(held: rules.HeldKeys) -> tuple[list[str], list[str | None], list[bool]]:
+    return held.keys, held.namespaces, held.held

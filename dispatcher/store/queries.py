@@ -192,11 +192,26 @@ WITH parked AS (
 SELECT id, routing_key FROM parked
 """
 
+
+# Jobs a flow rule holds (``flow.rules``) stay scheduled and are passed over by the loads, the
+# straggler look and the claims: three parameters from ``first`` on are ``rules.HeldKeys``'s
+# arrays, all empty when nothing is held (the function is then not called). ``alias`` prefixes
+# the job's columns.
+def _not_held(alias: str, first: int) -> str:
+    keys, namespaces, held = (f"${first + n}" for n in range(3))
+    return (
+        f"(cardinality({keys}::text[]) = 0 OR NOT dispatcher_held({alias}routing_key, "
+        f"{alias}namespace, {keys}::text[], {namespaces}::text[], {held}::boolean[]))"
+    )
+
+
 # Scheduled jobs of the owned shards after the keyset cursor, up to a horizon, in due order.
-# $1 shards, $2 cursor run_at, $3 cursor id, $4 horizon, $5 limit.
-LOAD_DUE: Final = """
+# $1 shards, $2 cursor run_at, $3 cursor id, $4 horizon, $5 limit, $6-$8 what flow
+# rules hold (``_not_held``).
+LOAD_DUE: Final = f"""
 SELECT id, shard, run_at, routing_key FROM jobs
 WHERE state = 'scheduled' AND (run_at, id) > ($2, $3) AND run_at <= $4 AND shard = ANY($1::int[])
+  AND {_not_held("", 6)}
 ORDER BY run_at, id
 LIMIT $5
 """
@@ -247,11 +262,11 @@ LIMIT $3
 
 # Safety net: scheduled jobs of the owned shards overdue by more than a grace period, which no
 # load put in memory (a job committed on a shard while it moved to another node, say).
-# $1 shards, $2 grace seconds, $3 limit.
-OVERDUE_STRAGGLERS: Final = """
+# $1 shards, $2 grace seconds, $3 limit, $4-$6 what flow rules hold (``_not_held``).
+OVERDUE_STRAGGLERS: Final = f"""
 SELECT id, shard, run_at, routing_key FROM jobs
 WHERE state = 'scheduled' AND run_at < now() - make_interval(secs => $2)
-  AND shard = ANY($1::int[])
+  AND shard = ANY($1::int[]) AND {_not_held("", 4)}
 ORDER BY run_at, id
 LIMIT $3
 """
@@ -280,7 +295,9 @@ CLAIMED_COLUMNS: Final = tuple(field.name for field in dataclasses.fields(models
 # nothing was claimed.
 # $1 ids, $2 shards held (those of the ids), $3 their epochs (same order), $4 node id, $5 lease
 # seconds, $6 the entries' run_at (POSIX seconds, same order as $1), $7 the fence's tolerance
-# (seconds).
+# (seconds), $8-$10 what flow rules hold (``_not_held``): a scheduled job held since its entry
+# was loaded is skipped (and loaded again when released); a claim run out is re-fired regardless
+# (it was dispatched once already).
 # Each row: the two clocks, then CLAIMED_COLUMNS.
 CLAIM_JOBS: Final = (
     """
@@ -309,7 +326,9 @@ claimed AS (
       AND j.run_at <= (SELECT db_now FROM read_at) + make_interval(secs => $7)
       AND j.shard = ANY((SELECT shards FROM fence)::int[])
       AND CASE j.state
-            WHEN 'scheduled' THEN true
+            WHEN 'scheduled' THEN """
+    + _not_held("j.", 8)
+    + """
             -- a lease run out, or a claim of an earlier epoch (ORPHANED_CLAIMS)
             WHEN 'dispatching' THEN j.lease_until < now()
                 OR j.claim_epoch < ($3::bigint[])[array_position($2::int[], j.shard)]
@@ -963,4 +982,47 @@ PARK_SCHEDULES: Final = """
 UPDATE schedules s SET paused = true, error = p.reason, updated_at = now()
 FROM unnest($1::bigint[], $2::text[]) AS p(id, reason)
 WHERE s.id = p.id
+"""
+
+# --- flow rules (store/flow_rules.py) ---------------------------------------------------------
+
+_FLOW_RULE_COLUMNS: Final = "key, namespace, paused, paused_until, note, updated_at"
+
+# Every rule, with the epoch read in the same snapshot (the nodes poll the epoch).
+FLOW_RULES: Final = f"""
+SELECT (SELECT epoch FROM flow_rules_epoch) AS epoch, {_FLOW_RULE_COLUMNS}
+FROM (VALUES (1)) AS one(n) LEFT JOIN flow_rules ON true
+ORDER BY key, namespace NULLS FIRST
+"""
+
+FLOW_RULES_EPOCH: Final = "SELECT epoch FROM flow_rules_epoch"
+
+# The rules a caller may see: $1 the namespace ('' default; NULL: every rule).
+LIST_FLOW_RULES: Final = f"""
+SELECT {_FLOW_RULE_COLUMNS} FROM flow_rules
+WHERE $1::text IS NULL OR namespace = $1
+ORDER BY key, namespace NULLS FIRST
+"""
+
+GET_FLOW_RULE: Final = f"""
+SELECT {_FLOW_RULE_COLUMNS} FROM flow_rules WHERE key = $1 AND namespace IS NOT DISTINCT FROM $2
+"""
+
+# Rule changes are few: one lock orders them, so the cap on their number holds.
+LOCK_FLOW_RULES: Final = "LOCK TABLE flow_rules IN SHARE ROW EXCLUSIVE MODE"
+COUNT_FLOW_RULES: Final = "SELECT count(*) FROM flow_rules"
+
+# $1 key, $2 namespace, $3 paused, $4 paused_until, $5 note.
+PUT_FLOW_RULE: Final = f"""
+INSERT INTO flow_rules (key, namespace, paused, paused_until, note)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (key, namespace) DO UPDATE
+SET paused = excluded.paused, paused_until = excluded.paused_until, note = excluded.note,
+    updated_at = now()
+RETURNING {_FLOW_RULE_COLUMNS}
+"""
+
+DELETE_FLOW_RULE: Final = f"""
+DELETE FROM flow_rules WHERE key = $1 AND namespace IS NOT DISTINCT FROM $2
+RETURNING {_FLOW_RULE_COLUMNS}
 """

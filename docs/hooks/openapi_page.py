@@ -49,6 +49,9 @@ def document() -> dict[str, Any]:
         heap_size=unused,
         cluster=unused,
         vacuum=unused,
+        flow_rules=unused,
+        rules=unused,
+        rules_changed=unused,
     )
     return api.create_api(context).fastapi.openapi()
 

@@ -320,7 +320,7 @@ async def test_keys_command_creates_lists_and_revokes_stored_keys(
         database_url, "create", "--scope", "admin", "--namespace", "x"
     )
     assert code == 2
-    assert "only producer keys" in err
+    assert "only producer and limits keys" in err
 
 
 async def test_keys_never_appear_in_logs_or_metrics(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from dispatcher import housekeeping, vacuum_horizon
 from dispatcher.api.context import ApiContext
 from dispatcher.cluster.ownership import SingleNode
+from dispatcher.flow.rules import RuleBook
 from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.metrics import Metrics
@@ -16,6 +17,7 @@ from dispatcher.models import DueEntry
 from dispatcher.settings import Settings
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database
+from dispatcher.store.flow_rules import FlowRuleStore
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.schedules import ScheduleStore
@@ -79,6 +81,10 @@ async def describe() -> dict[str, object]:
     return dict(CLUSTER)
 
 
+async def _nothing_to_refresh() -> None:
+    pass
+
+
 def build(database_url: str, db: Database, checks: Checks) -> ApiContext:
     settings = Settings(
         database_url=database_url, shard_count=SHARDS, api_keys=f"{ADMIN}:admin,{MONITOR}:monitor"
@@ -119,4 +125,7 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiContext:
         heap_size=lambda: HEAP_SIZE,
         cluster=describe,
         vacuum=checks.vacuum_state,
+        flow_rules=FlowRuleStore(db, max_rules=settings.max_flow_rules),
+        rules=RuleBook,
+        rules_changed=_nothing_to_refresh,
     )

@@ -12,8 +12,10 @@ from dispatcher.store import migrate
 ROOT = Path(__file__).resolve().parents[2]
 DEFINING_MIGRATION = 12
 CHANNEL_OWNER = ROOT / "dispatcher" / "store" / "due_notices.py"
-# Sends on a channel other than the key notices', or names the due channel.
-HAND_BUILT = re.compile(r"pg_notify\s*\((?!\s*'dispatcher_keys')|dispatcher_due", re.IGNORECASE)
+# Sends on a channel other than the key notices' or the flow rules', or names the due channel.
+HAND_BUILT = re.compile(
+    r"pg_notify\s*\((?!\s*'dispatcher_(keys|flow_rules)')|dispatcher_due", re.IGNORECASE
+)
 NOTIFY_FUNCTION = re.compile(
     r"CREATE (OR REPLACE )?FUNCTION dispatcher_notify_due_v1\b.*?\$\$.*?\$\$;", re.DOTALL
 )

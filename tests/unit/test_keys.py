@@ -40,7 +40,7 @@ def test_no_static_keys_is_an_empty_setting() -> None:
     [
         (f"{TOKEN_A}:root", "scope must be one of"),
         ("short:admin", "at least 16 characters"),
-        (f"{TOKEN_A}:admin:billing", "only producer keys take a namespace"),
+        (f"{TOKEN_A}:admin:billing", "only producer and limits keys take a namespace"),
         (f"{TOKEN_A}:producer:bad namespace", "a namespace is"),
         (f"{TOKEN_A}:producer::orders.*", "a routing-key prefix is"),
         (f"{TOKEN_A}:admin,,{TOKEN_B}:admin", "entry 2 is empty"),

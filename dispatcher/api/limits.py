@@ -1,0 +1,177 @@
+"""/v1/limits: flow rules, what an operator holds back at dispatch per routing key or prefix
+(``flow.rules``). Validate -> store; every node's ``RuleWatch`` applies the change within a
+second (this node's at once). No SQL, no AMQP here.
+
+A rule is named by its key and its namespace: the query's ``namespace`` (absent: every
+namespace; empty: the default one). A key of scope ``limits`` manages the rules of its own
+namespace, within its routing-key prefixes; an admin any rule."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response
+
+from dispatcher import api_keys, errors
+from dispatcher.api import auth, limit_schemas, schemas
+from dispatcher.api.context import ApiContext, Context
+from dispatcher.api.jobs import ERRORS
+from dispatcher.flow import rules
+
+logger = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/limits", tags=["limits"])
+
+KeyParam = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=rules.MAX_KEY_LENGTH + 1,
+        description="a routing key, or a prefix of its words (billing governs billing.invoice)",
+    ),
+]
+NamespaceParam = Annotated[
+    str | None,
+    Query(
+        max_length=64,
+        description="the rule's namespace (empty: the default one); absent: every namespace (an"
+        " admin's rule), or the caller's own",
+    ),
+]
+
+
+def _named(caller: api_keys.Principal, key: str, namespace: str | None) -> tuple[str, str | None]:
+    """The rule's stored key and namespace, or 4xx naming the field."""
+    try:
+        stored = rules.check_key(key)
+    except rules.RuleRefused as exc:
+        raise errors.InvalidField(exc.field, exc.message) from None
+    where = _namespace(caller, namespace)
+    if caller.scope is not api_keys.Scope.ADMIN:
+        auth.check_routing_key(caller, stored, "key")
+    return stored, where
+
+
+def _namespace(caller: api_keys.Principal, namespace: str | None) -> str | None:
+    """The namespace a caller names: an admin's as given, another's its own (403 for another)."""
+    if namespace and not api_keys.NAMESPACE.fullmatch(namespace):
+        raise errors.InvalidField("namespace", "a namespace is 1-64 letters, digits, '_' or '-'")
+    if caller.scope is api_keys.Scope.ADMIN:
+        return namespace
+    own = caller.namespace or ""
+    if namespace is not None and namespace != own:
+        raise errors.Forbidden(
+            f"this key manages the rules of namespace {own!r} only", field="namespace"
+        )
+    return own
+
+
+def _checked(
+    limits: rules.Limits, context: ApiContext, *, named: dict[str, str] | None = None
+) -> rules.Limits:
+    """The limits if storable, else 422 naming the field (as the body names it: ``named``)."""
+    try:
+        return rules.check(limits, context.now())
+    except rules.RuleRefused as exc:
+        field = (named or {}).get(exc.field, exc.field)
+        raise errors.InvalidField(field, exc.message.replace(exc.field, field)) from None
+
+
+def _answer(context: ApiContext, rule: rules.Rule, status_code: int = 200) -> Response:
+    return schemas.json_response(limit_schemas.rule_document(rule, context.now()), status_code)
+
+
+@router.get("", response_model=limit_schemas.RulePage, responses=ERRORS)
+async def list_limits(
+    context: Context, caller: auth.Limits, namespace: NamespaceParam = None
+) -> Response:
+    """The rules: an admin's, every one (or one namespace's); others, their namespace's."""
+    found = await context.flow_rules.list(_namespace(caller, namespace))
+    if caller.routing_key_filter is not None:
+        found = [rule for rule in found if caller.may_route(rule.key)]
+    now = context.now()
+    return schemas.json_response(
+        {"limits": [limit_schemas.rule_document(rule, now) for rule in found]}
+    )
+
+
+@router.get("/{key}", response_model=limit_schemas.RuleOut, responses=ERRORS)
+async def get_limit(
+    key: KeyParam, context: Context, caller: auth.Limits, namespace: NamespaceParam = None
+) -> Response:
+    stored, where = _named(caller, key, namespace)
+    return _answer(context, await context.flow_rules.get(stored, where))
+
+
+@router.put("/{key}", response_model=limit_schemas.RuleOut, responses=ERRORS)
+async def put_limit(
+    key: KeyParam,
+    body: limit_schemas.LimitsIn,
+    context: Context,
+    caller: auth.Limits,
+    namespace: NamespaceParam = None,
+) -> Response:
+    """Create or replace the rule of this key in this namespace."""
+    stored, where = _named(caller, key, namespace)
+    limits = _checked(
+        rules.Limits(paused=body.paused, paused_until=body.paused_until, note=body.note), context
+    )
+    rule = await context.flow_rules.put(stored, where, limits)
+    await _changed(context, caller, "set", rule)
+    return _answer(context, rule)
+
+
+@router.delete("/{key}", response_model=limit_schemas.RuleOut, responses=ERRORS)
+async def delete_limit(
+    key: KeyParam, context: Context, caller: auth.Limits, namespace: NamespaceParam = None
+) -> Response:
+    """Delete the rule: its jobs go as if it never was. Answers the rule deleted."""
+    stored, where = _named(caller, key, namespace)
+    rule = await context.flow_rules.delete(stored, where)
+    await _changed(context, caller, "deleted", rule)
+    return _answer(context, rule)
+
+
+@router.post("/{key}/pause", response_model=limit_schemas.RuleOut, responses=ERRORS)
+async def pause_key(
+    key: KeyParam,
+    body: limit_schemas.PauseIn,
+    context: Context,
+    caller: auth.Limits,
+    namespace: NamespaceParam = None,
+) -> Response:
+    """Hold the key's jobs until resumed (or ``until``)."""
+    stored, where = _named(caller, key, namespace)
+    limits = _checked(
+        rules.Limits(paused=True, paused_until=body.until, note=body.note),
+        context,
+        named={"paused_until": "until"},
+    )
+    rule = await context.flow_rules.put(stored, where, limits)
+    await _changed(context, caller, "paused", rule)
+    return _answer(context, rule)
+
+
+@router.post("/{key}/resume", response_model=limit_schemas.RuleOut, responses=ERRORS)
+async def resume_key(
+    key: KeyParam, context: Context, caller: auth.Limits, namespace: NamespaceParam = None
+) -> Response:
+    """Let the key's held jobs go, oldest due first. Answers the rule as it was."""
+    stored, where = _named(caller, key, namespace)
+    rule = await context.flow_rules.delete(stored, where)
+    await _changed(context, caller, "resumed", rule)
+    return _answer(context, rule)
+
+
+async def _changed(
+    context: ApiContext, caller: api_keys.Principal, what: str, rule: rules.Rule
+) -> None:
+    await context.rules_changed()  # this node applies it before answering; the others within 1 s
+    logger.info(
+        "flow rule %s: %s in %s by key %s",
+        what,
+        rule.key,
+        "every namespace" if rule.namespace is None else repr(rule.namespace),
+        caller.key,
+        extra={"action": "flow_rule"},
+    )

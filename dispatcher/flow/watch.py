@@ -1,0 +1,113 @@
+"""RuleWatch: the node's copy of the flow rules, kept within a second of PostgreSQL's.
+
+The rules are read before the node fires anything, again on each notice of a change (LISTEN
+``dispatcher_flow_rules``), and whenever the change counter moved (polled every ``poll_s``: a
+notice lost with its connection is caught by the next poll). The watch also wakes when a pause
+runs out by itself (``paused_until``).
+
+When something held may be held no more (a resume, a rule deleted or changed, a pause run out),
+the watch says so (``when_released``): the loader then looks again at what its loads passed over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from dispatcher import errors
+from dispatcher.flow import rules
+from dispatcher.flow.rules import HeldKeys, Rule, RuleBook
+from dispatcher.store.flow_rules import FlowRuleStore
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "dispatcher_flow_rules"
+POLL_S = 0.5
+
+
+class RuleWatch:
+    def __init__(
+        self, store: FlowRuleStore, *, clock: Callable[[], datetime], poll_s: float = POLL_S
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._poll_s = poll_s
+        self._epoch: int | None = None
+        self._book = RuleBook()
+        self._held = rules.NOTHING_HELD
+        self._held_until: datetime | None = None  # recompute ``_held`` from this instant
+        self._changed = asyncio.Event()
+        self._on_release: list[Callable[[], None]] = []
+        self.loaded = asyncio.Event()
+
+    @property
+    def book(self) -> RuleBook:
+        return self._book
+
+    def when_released(self, callback: Callable[[], None]) -> None:
+        self._on_release.append(callback)
+
+    def held(self) -> HeldKeys:
+        """What the rules hold now (the store's loads and claims pass over it)."""
+        if self._held_until is not None and self._clock() >= self._held_until:
+            self._recompute()
+        return self._held
+
+    def changed(self) -> None:
+        """A notice, or a change made through this node: read the rules again at once."""
+        self._changed.set()
+
+    async def refresh(self) -> None:
+        """A change made through this node: read the rules now (PostgreSQL away: at the next
+        poll, which retries)."""
+        try:
+            await self.load()
+        except errors.StoreUnavailable:
+            self.changed()
+
+    async def load(self) -> None:
+        """Read every rule (before the node fires: a paused key is never fired by a start)."""
+        epoch, stored = await self._store.snapshot()
+        self._apply(epoch, stored)
+
+    async def run(self) -> None:
+        """Follow the rules forever; PostgreSQL away ends it (the supervisor runs it again)."""
+        while True:
+            self._changed.clear()
+            if self._epoch is None or await self._store.epoch() != self._epoch:
+                await self.load()
+            wait_s = self._poll_s
+            if self._held_until is not None:
+                until_s = (self._held_until - self._clock()).total_seconds()
+                wait_s = max(0.0, min(wait_s, until_s))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait_s):
+                    await self._changed.wait()
+            if self._held_until is not None and self._clock() >= self._held_until:
+                self._recompute()
+
+    def _apply(self, epoch: int, stored: list[Rule]) -> None:
+        if self._epoch is not None and epoch < self._epoch:
+            return  # read before a load that was applied already (the API's and the loop's)
+        self._epoch = epoch
+        self._book = RuleBook(stored)
+        self.loaded.set()
+        self._recompute()
+
+    def _recompute(self) -> None:
+        now = self._clock()
+        before, self._held = self._held, self._book.holding(now)
+        self._held_until = self._book.next_change(now)
+        if before and _weighed(before) != _weighed(self._held):
+            logger.info(
+                "flow rules changed: %d keys held", sum(self._held.held), extra={"action": "flow"}
+            )
+            for callback in self._on_release:
+                callback()
+
+
+def _weighed(keys: HeldKeys) -> set[tuple[str, str | None, bool]]:
+    return set(zip(keys.keys, keys.namespaces, keys.held, strict=True))

@@ -1,0 +1,86 @@
+"""FlowRuleStore: the only code that runs SQL on flow rules; returns ``flow.rules`` records."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from dispatcher import errors
+from dispatcher.flow.rules import Limits, Rule
+from dispatcher.store import queries
+from dispatcher.store.db import Database
+
+
+def rule_from_row(row: asyncpg.Record) -> Rule:
+    return Rule(
+        key=row["key"],
+        namespace=row["namespace"],
+        limits=Limits(paused=row["paused"], paused_until=row["paused_until"], note=row["note"]),
+        updated_at=row["updated_at"],
+    )
+
+
+class FlowRuleStore:
+    def __init__(self, db: Database, *, max_rules: int) -> None:
+        self._db = db
+        self._max_rules = max_rules
+
+    async def snapshot(self) -> tuple[int, list[Rule]]:
+        """Every rule, and the epoch they were read at."""
+        async with self._db.connection() as connection:
+            rows = await connection.fetch(queries.FLOW_RULES)
+        return rows[0]["epoch"], [rule_from_row(row) for row in rows if row["key"] is not None]
+
+    async def epoch(self) -> int:
+        """The count of changes so far: a node reads the rules again when it moved."""
+        async with self._db.connection() as connection:
+            epoch: int = await connection.fetchval(queries.FLOW_RULES_EPOCH)
+        return epoch
+
+    async def list(self, namespace: str | None) -> list[Rule]:
+        """The rules of ``namespace`` ("" the default), or every rule (None)."""
+        async with self._db.connection() as connection:
+            rows = await connection.fetch(queries.LIST_FLOW_RULES, namespace)
+        return [rule_from_row(row) for row in rows]
+
+    async def get(self, key: str, namespace: str | None) -> Rule:
+        async with self._db.connection() as connection:
+            row = await connection.fetchrow(queries.GET_FLOW_RULE, key, namespace)
+        if row is None:
+            raise errors.FlowRuleNotFound(_named(key, namespace))
+        return rule_from_row(row)
+
+    async def put(self, key: str, namespace: str | None, limits: Limits) -> Rule:
+        """Create or replace the rule of ``key`` in ``namespace`` (None: every namespace)."""
+        async with self._db.connection() as connection, connection.transaction():
+            await connection.execute(queries.LOCK_FLOW_RULES)
+            existing = await connection.fetchrow(queries.GET_FLOW_RULE, key, namespace)
+            if (
+                existing is None
+                and await connection.fetchval(queries.COUNT_FLOW_RULES) >= self._max_rules
+            ):
+                raise errors.FlowRuleLimitReached(
+                    f"{self._max_rules} flow rules exist, the most DISPATCHER_MAX_FLOW_RULES"
+                    " allows: delete one first"
+                )
+            row = await connection.fetchrow(
+                queries.PUT_FLOW_RULE,
+                key,
+                namespace,
+                limits.paused,
+                limits.paused_until,
+                limits.note,
+            )
+        assert row is not None
+        return rule_from_row(row)
+
+    async def delete(self, key: str, namespace: str | None) -> Rule:
+        async with self._db.connection() as connection:
+            row = await connection.fetchrow(queries.DELETE_FLOW_RULE, key, namespace)
+        if row is None:
+            raise errors.FlowRuleNotFound(_named(key, namespace))
+        return rule_from_row(row)
+
+
+def _named(key: str, namespace: str | None) -> str:
+    where = "every namespace" if namespace is None else f"namespace {namespace!r}"
+    return f"no flow rule for {key!r} in {where}"
