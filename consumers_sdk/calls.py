@@ -18,9 +18,10 @@ from consumers_sdk import contract, records, tracing
 
 T = TypeVar("T")
 Duration = timedelta | float
-Subject = Literal["job", "schedule"]  # what a 404/409/422 is about
+Subject = Literal["job", "schedule", "limit"]  # what a 404/409/422 is about
 JOBS = "/v1/jobs"
 SCHEDULES = "/v1/schedules"
+LIMITS = "/v1/limits"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -326,4 +327,80 @@ def change_schedule(name: str, **change: Unpack[ScheduleChange]) -> Call[records
 def delete_schedule(name: str) -> Call[records.Schedule]:
     return Call(
         method="DELETE", path=_schedule_path(name), parse=records.schedule, subject="schedule"
+    )
+
+
+# --- flow rules (/v1/limits) -------------------------------------------------------------------
+
+
+def _limit_path(key: str) -> str:
+    return f"{LIMITS}/{quote(key, safe='')}"
+
+
+def _scope(namespace: str | None) -> dict[str, object]:
+    return {} if namespace is None else {"namespace": namespace}
+
+
+def limits(*, namespace: str | None = None) -> Call[tuple[records.FlowRule, ...]]:
+    return Call(
+        method="GET",
+        path=LIMITS,
+        params=_scope(namespace),
+        parse=records.flow_rules,
+        replay_safe=True,
+        subject="limit",
+    )
+
+
+def get_limit(key: str, *, namespace: str | None = None) -> Call[records.FlowRule]:
+    return Call(
+        method="GET",
+        path=_limit_path(key),
+        params=_scope(namespace),
+        parse=records.flow_rule,
+        replay_safe=True,
+        subject="limit",
+    )
+
+
+def pause_key(
+    key: str,
+    *,
+    until: datetime | None = None,
+    note: str | None = None,
+    namespace: str | None = None,
+) -> Call[records.FlowRule]:
+    body: dict[str, Any] = {"note": note}
+    if until is not None:
+        body["until"] = _time("until", until)
+    # The same pause sent twice leaves the rule as once.
+    return Call(
+        method="POST",
+        path=f"{_limit_path(key)}/pause",
+        params=_scope(namespace),
+        json=body,
+        parse=records.flow_rule,
+        replay_safe=True,
+        subject="limit",
+    )
+
+
+def resume_key(key: str, *, namespace: str | None = None) -> Call[records.FlowRule]:
+    # Not replayed: a replay of a resume that did happen would answer 404.
+    return Call(
+        method="POST",
+        path=f"{_limit_path(key)}/resume",
+        params=_scope(namespace),
+        parse=records.flow_rule,
+        subject="limit",
+    )
+
+
+def delete_limit(key: str, *, namespace: str | None = None) -> Call[records.FlowRule]:
+    return Call(
+        method="DELETE",
+        path=_limit_path(key),
+        params=_scope(namespace),
+        parse=records.flow_rule,
+        subject="limit",
     )

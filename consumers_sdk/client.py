@@ -1,7 +1,7 @@
-"""DispatcherClient: the whole HTTP API from asyncio (jobs, and recurring schedules under
-``client.schedules``), returning frozen records. ``SyncDispatcherClient`` (``sync_client``) has the
-same methods for Django, Flask and scripts; both send the requests ``calls`` builds through the
-retry rules of ``exchange``.
+"""DispatcherClient: the whole HTTP API from asyncio (jobs, recurring schedules under
+``client.schedules``, flow rules under ``client.limits``), returning frozen records.
+``SyncDispatcherClient`` (``sync_client``) has the same methods for Django, Flask and scripts;
+both send the requests ``calls`` builds through the retry rules of ``exchange``.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack
 
 import httpx
@@ -48,6 +49,7 @@ class DispatcherClient:
         self._http = httpx.AsyncClient(**options, transport=transport)
         self._retries = retries
         self.schedules = Schedules(self)
+        self.limits = Limits(self)
 
     async def __aenter__(self) -> Self:
         return self
@@ -196,6 +198,41 @@ class Schedules:
     async def delete(self, name: str) -> records.Schedule:
         """Delete it; the jobs it made already stay ordinary jobs."""
         return await self._client._run(calls.delete_schedule(name))
+
+
+class Limits:
+    """``client.limits``: flow rules, what the dispatcher holds back per routing key (or prefix of
+    its words) at dispatch. ``namespace``: the rule's (""; the default one); None: an admin's rule
+    for every namespace, another key's own namespace."""
+
+    def __init__(self, client: DispatcherClient) -> None:
+        self._client = client
+
+    async def list(self, *, namespace: str | None = None) -> tuple[records.FlowRule, ...]:
+        return await self._client._run(calls.limits(namespace=namespace))
+
+    async def get(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
+        return await self._client._run(calls.get_limit(key, namespace=namespace))
+
+    async def pause(
+        self,
+        key: str,
+        *,
+        until: datetime | None = None,
+        note: str | None = None,
+        namespace: str | None = None,
+    ) -> records.FlowRule:
+        """Hold the key's jobs (scheduled, never published) until resumed, or ``until``."""
+        call = calls.pause_key(key, until=until, note=note, namespace=namespace)
+        return await self._client._run(call)
+
+    async def resume(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
+        """Let the held jobs go, oldest due first; the rule as it was (``FlowRuleNotFound``
+        when none holds the key)."""
+        return await self._client._run(calls.resume_key(key, namespace=namespace))
+
+    async def delete(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
+        return await self._client._run(calls.delete_limit(key, namespace=namespace))
 
 
 class Scheduler(Protocol[S_co]):

@@ -76,6 +76,18 @@ class InvalidSchedule(ClientError):
     """422/400/413: the schedule was refused; ``body["fields"]`` names the fields."""
 
 
+class FlowRuleNotFound(ClientError):
+    """404: no flow rule has this key (in this namespace)."""
+
+
+class FlowRuleConflict(ClientError):
+    """409: as many flow rules exist as the dispatcher allows (``DISPATCHER_MAX_FLOW_RULES``)."""
+
+
+class InvalidFlowRule(ClientError):
+    """422/400: the rule was refused; ``body["fields"]`` names the fields."""
+
+
 class DispatcherUnavailable(ClientError):
     """503 or no connection, after every retry."""
 

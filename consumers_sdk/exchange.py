@@ -88,9 +88,21 @@ def parsed(call: calls.Call[T], response: httpx.Response) -> T:
         ) from None
 
 
-_NOT_FOUND = {"job": errors.JobNotFound, "schedule": errors.ScheduleNotFound}
-_CONFLICT = {"job": errors.JobConflict, "schedule": errors.ScheduleConflict}
-_INVALID = {"job": errors.InvalidJob, "schedule": errors.InvalidSchedule}
+_NOT_FOUND = {
+    "job": errors.JobNotFound,
+    "schedule": errors.ScheduleNotFound,
+    "limit": errors.FlowRuleNotFound,
+}
+_CONFLICT = {
+    "job": errors.JobConflict,
+    "schedule": errors.ScheduleConflict,
+    "limit": errors.FlowRuleConflict,
+}
+_INVALID = {
+    "job": errors.InvalidJob,
+    "schedule": errors.InvalidSchedule,
+    "limit": errors.InvalidFlowRule,
+}
 
 
 def error(response: httpx.Response, subject: calls.Subject = "job") -> errors.ClientError:

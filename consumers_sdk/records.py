@@ -1,5 +1,5 @@
 """What the client returns: frozen records of the API's answers (a job, its history, a page of
-jobs, a recurring schedule, a page of schedules), parsed from their JSON.
+jobs, a recurring schedule, a page of schedules, a flow rule), parsed from their JSON.
 
 Keys the API adds in a later release are ignored, so an older SDK keeps working against a newer
 dispatcher. Times are timezone-aware ``datetime``s; ids are strings, as on a delivered ``Job``.
@@ -58,6 +58,16 @@ class HistoryEntry:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HeldBy:
+    """The flow rule holding a scheduled job back (``client.limits``)."""
+
+    key: str
+    namespace: str | None  # None: the rule is for every namespace
+    paused_until: datetime | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class JobRecord(_ReadByKey):
     """A job as the dispatcher stores it. ``state`` is one of ``waiting``, ``scheduled``,
     ``dispatching``, ``dispatched``, ``succeeded``, ``dead``, ``cancelled``, ``expired``.
@@ -84,6 +94,7 @@ class JobRecord(_ReadByKey):
     history: tuple[HistoryEntry, ...] = ()
     after: tuple[str, ...] = ()  # the jobs it waits for
     pending: tuple[str, ...] = ()  # those of ``after`` that have not succeeded yet
+    held_by: HeldBy | None = None  # the flow rule holding it back while it is due
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +173,7 @@ def job(document: Document) -> JobRecord:
         history=tuple(_entry(step) for step in document.get("history") or ()),
         after=tuple(document.get("after") or ()),
         pending=tuple(document.get("pending") or ()),
+        held_by=_held_by(document.get("held_by")),
     )
 
 
@@ -213,6 +225,48 @@ def schedule(document: Document) -> Schedule:
         updated_at=_at(document["updated_at"]),
         error=document.get("error"),
         upcoming=tuple(_at(moment) for moment in document.get("upcoming") or ()),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowRule:
+    """A flow rule (``client.limits``): what the dispatcher holds back for ``key`` (a routing key
+    and everything below it) in ``namespace`` (None: every namespace; "": the default one).
+    ``holding``: whether it holds its jobs now."""
+
+    key: str
+    namespace: str | None
+    paused: bool
+    paused_until: datetime | None
+    note: str | None
+    holding: bool
+    updated_at: datetime
+
+
+def flow_rule(document: Document) -> FlowRule:
+    return FlowRule(
+        key=document["key"],
+        namespace=document.get("namespace"),
+        paused=document["paused"],
+        paused_until=_maybe_at(document.get("paused_until")),
+        note=document.get("note"),
+        holding=document["holding"],
+        updated_at=_at(document["updated_at"]),
+    )
+
+
+def flow_rules(document: Document) -> tuple[FlowRule, ...]:
+    return tuple(flow_rule(rule) for rule in document["limits"])
+
+
+def _held_by(document: Document | None) -> HeldBy | None:
+    if not document:
+        return None
+    return HeldBy(
+        key=document["key"],
+        namespace=document.get("namespace"),
+        paused_until=_maybe_at(document.get("paused_until")),
+        note=document.get("note"),
     )
 
 

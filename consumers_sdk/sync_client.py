@@ -9,6 +9,7 @@ from __future__ import annotations
 import builtins
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any, ParamSpec, Self, TypeVar, Unpack
 
 import httpx
@@ -39,6 +40,7 @@ class SyncDispatcherClient:
         self._http = httpx.Client(**options, transport=transport)
         self._retries = retries
         self.schedules = SyncSchedules(self)
+        self.limits = SyncLimits(self)
 
     def __enter__(self) -> Self:
         return self
@@ -160,3 +162,33 @@ class SyncSchedules:
 
     def delete(self, name: str) -> records.Schedule:
         return self._client._run(calls.delete_schedule(name))
+
+
+class SyncLimits:
+    """``client.limits`` of the sync client: as ``Limits``, blocking."""
+
+    def __init__(self, client: SyncDispatcherClient) -> None:
+        self._client = client
+
+    def list(self, *, namespace: str | None = None) -> tuple[records.FlowRule, ...]:
+        return self._client._run(calls.limits(namespace=namespace))
+
+    def get(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
+        return self._client._run(calls.get_limit(key, namespace=namespace))
+
+    def pause(
+        self,
+        key: str,
+        *,
+        until: datetime | None = None,
+        note: str | None = None,
+        namespace: str | None = None,
+    ) -> records.FlowRule:
+        call = calls.pause_key(key, until=until, note=note, namespace=namespace)
+        return self._client._run(call)
+
+    def resume(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
+        return self._client._run(calls.resume_key(key, namespace=namespace))
+
+    def delete(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
+        return self._client._run(calls.delete_limit(key, namespace=namespace))

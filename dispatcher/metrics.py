@@ -41,6 +41,10 @@ class RoutingKeyLabels:
         return OTHER
 
 
+# A held job's lateness is the pause's length: minutes to days.
+HELD_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 7 * 86400.0)
+
+
 class Metrics:
     def __init__(self, *, routing_key_labels: int = 50) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -158,8 +162,21 @@ class Metrics:
         )
         self.fire_lateness = Histogram(
             "dispatcher_fire_lateness_seconds",
-            "Confirmed-in-RabbitMQ time minus run_at",
+            "Confirmed-in-RabbitMQ time minus run_at, of the jobs no flow rule held",
             buckets=LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.held_lateness = Histogram(
+            "dispatcher_held_lateness_seconds",
+            "Confirmed-in-RabbitMQ time minus run_at, of the jobs a flow rule held back (a paused"
+            " key's, fired once let go): lateness an operator chose, apart from the dispatcher's",
+            buckets=HELD_BUCKETS,
+            registry=r,
+        )
+        self.flow_rules = Gauge(
+            "dispatcher_flow_rules",
+            "Flow rules this node applies, by what they do now (paused: holding its jobs)",
+            ["limit"],
             registry=r,
         )
         self.auth_refused = Counter(

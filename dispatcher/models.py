@@ -106,8 +106,8 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A job claimed for firing: only what its message is made of (``CLAIM_JOBS`` returns these
-    columns in this order, and no others: firing decodes nothing it does not publish)."""
+    """A job claimed for firing: what its message is made of, and its namespace (``CLAIM_JOBS``
+    returns these columns in this order, and no others: firing decodes nothing it does not use)."""
 
     id: uuid.UUID
     shard: ShardId
@@ -119,6 +119,7 @@ class Claimed:
     priority: int | None
     ttl_ms: int | None
     dispatch_round: uuid.UUID  # sent as ``x-dispatcher-round``; consumers' events echo it
+    namespace: str | None = None  # not published: which flow rules governed it (its lateness)
 
     @property
     def expires_at(self) -> datetime | None:
@@ -192,16 +193,38 @@ class Submitted:
 
 class DueEntry(NamedTuple):
     """What the scheduler keeps of a job: enough to order it, to claim it and to take turns
-    between routing keys (about 190 B; the key string is shared, see ``routing_key_of``)."""
+    between routing keys (about 200 B; the key string is shared, see ``routing_key_of``).
+
+    Ordered by time, then by ``rank``: of two jobs due at the same instant, the one of higher
+    priority comes first. Build one with keywords (``DueEntry.make``): the fields' order is the
+    order of comparison."""
 
     run_at_s: float  # POSIX seconds
+    rank: int  # minus the job's priority (0 without one): lower comes first
     id: uuid.UUID
     shard: ShardId
     key: str = ""  # the routing key; "" when unknown (a due notice), which only affects turns
 
+    @property
+    def priority(self) -> int:
+        return -self.rank
+
+    @classmethod
+    def make(
+        cls,
+        run_at_s: float,
+        id: uuid.UUID,
+        shard: ShardId,
+        key: str = "",
+        priority: int | None = None,
+    ) -> DueEntry:
+        return cls(run_at_s, -(priority or 0), id, shard, key)
+
     @classmethod
     def of(cls, job: Job | Claimed) -> DueEntry:
-        return cls(job.run_at.timestamp(), job.id, job.shard, routing_key_of(job.routing_key))
+        return cls.make(
+            job.run_at.timestamp(), job.id, job.shard, routing_key_of(job.routing_key), job.priority
+        )
 
 
 def routing_key_of(routing_key: str) -> str:

@@ -173,6 +173,7 @@ class Node:
             on_connect=self.rule_watch.changed,
         )
         self.rule_watch.when_released(self.loader.release)
+        self.rule_watch.count_with(self._count_rules)
         self.firer = Firer(
             store=self.store,
             publishers=Publishers(shared=self.publisher, live=self.live_publisher),
@@ -182,6 +183,7 @@ class Node:
             batch=settings.fire_batch,
             workers=settings.fire_workers,
             clock=self.timekeeper,
+            held_at=self.rule_watch.held_at,
         )
         self.intake = Intake(
             store=self.store,
@@ -258,6 +260,10 @@ class Node:
             rules=lambda: self.rule_watch.book,
             rules_changed=self.rule_watch.refresh,
         )
+
+    def _count_rules(self, counts: dict[str, int]) -> None:
+        for kind, count in counts.items():
+            self.metrics.flow_rules.labels(limit=kind).set(count)
 
     def _amqp_urls(self) -> tuple[str, ...]:
         """The broker URLs with a heartbeat of half ``dead_connection_s`` where a URL sets none:

@@ -48,10 +48,11 @@ RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     ), false)
 $$;
 
--- The due index carries the namespace too: the loads tell held jobs from the index alone.
--- Built in the migration's transaction: inserts wait for it (seconds per million scheduled
--- jobs; see README "Upgrading").
-CREATE INDEX jobs_due_flow ON jobs (run_at, id) INCLUDE (shard, routing_key, namespace)
+-- The due index carries the namespace and the priority too: the loads tell held jobs from the
+-- index alone, and order what they load by priority (a job's priority orders it among jobs due
+-- at the same instant and in a catch-up). Built in the migration's transaction: inserts wait
+-- for it (seconds per million scheduled jobs; see README "Upgrading").
+CREATE INDEX jobs_due_flow ON jobs (run_at, id) INCLUDE (shard, routing_key, namespace, priority)
     WHERE state = 'scheduled';
 DROP INDEX jobs_due;
 ALTER INDEX jobs_due_flow RENAME TO jobs_due;

@@ -364,7 +364,7 @@ CREATE INDEX job_dependencies_prerequisite_job ON public.job_dependencies USING 
 
 CREATE INDEX job_events_job ON public.job_events USING btree (job_id, at);
 
-CREATE INDEX jobs_due ON public.jobs USING btree (run_at, id) INCLUDE (shard, routing_key, namespace) WHERE (state = 'scheduled'::text);
+CREATE INDEX jobs_due ON public.jobs USING btree (run_at, id) INCLUDE (shard, routing_key, namespace, priority) WHERE (state = 'scheduled'::text);
 
 CREATE INDEX jobs_finished ON public.jobs USING btree (updated_at) WHERE (state = ANY (ARRAY['dispatched'::text, 'succeeded'::text, 'dead'::text, 'cancelled'::text, 'expired'::text]));
 

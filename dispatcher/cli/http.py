@@ -1,5 +1,6 @@
 """The commands that talk to a dispatcher's HTTP API with an API key: ``jobs list|show|cancel|
-requeue``, ``schedules list|show|pause|resume|delete``, ``cluster status`` and ``stats``.
+requeue``, ``schedules list|show|pause|resume|delete``, ``limits list|show|pause|resume|delete``,
+``cluster status`` and ``stats``.
 Tables that fit the terminal by default, ``--json`` with everything for scripts; errors go to
 stderr with exit code 1."""
 
@@ -54,6 +55,7 @@ def add_parsers(commands: parsers.Commands) -> None:
         )
         action.add_argument("ids", nargs="+", metavar="id", help="a job's id (several: a bar)")
     _schedules_parsers(commands, common)
+    _limits_parsers(commands, common)
     parsers.command(
         parsers.group(commands, "cluster", "the cluster, through the HTTP API"),
         "status",
@@ -89,6 +91,50 @@ def _schedules_parsers(commands: parsers.Commands, common: argparse.ArgumentPars
         action.add_argument("name", help="the schedule's name")
 
 
+def _limits_parsers(commands: parsers.Commands, common: argparse.ArgumentParser) -> None:
+    limits = parsers.group(
+        commands, "limits", "flow rules: hold a routing key's jobs back, through the HTTP API"
+    )
+    scoped = argparse.ArgumentParser(add_help=False)
+    scoped.add_argument(
+        "--namespace",
+        default=None,
+        help="the rule's namespace ('' the default one); none: an admin's rule for every"
+        " namespace, another key's own namespace",
+    )
+    parsers.command(
+        limits,
+        "list",
+        "every rule the key may see",
+        example="dispatcher limits list --json | jq '.[] | select(.holding)'",
+        parents=[common, scoped],
+    )
+    pause = parsers.command(
+        limits,
+        "pause",
+        "hold the key's jobs (and its prefix's): scheduled, never published, until resumed",
+        example="dispatcher limits pause billing --note 'card processor down' \\\n"
+        "    --until 2026-12-01T08:00:00Z",
+        parents=[common, scoped],
+    )
+    pause.add_argument("key", help="a routing key, or a prefix of its words (billing)")
+    pause.add_argument("--until", default=None, help="end the pause by itself then (RFC 3339)")
+    pause.add_argument("--note", default=None, help="why, for the next operator")
+    for name, text in (
+        ("show", "one rule"),
+        ("resume", "let the key's held jobs go, oldest due first"),
+        ("delete", "delete the rule: its jobs go as if it never was"),
+    ):
+        action = parsers.command(
+            limits,
+            name,
+            text,
+            example=f"dispatcher limits {name} billing",
+            parents=[common, scoped],
+        )
+        action.add_argument("key", help="the rule's key")
+
+
 def run(args: argparse.Namespace, default_url: str) -> int:
     # httpx logs every request at INFO: a line per job would bury the results and the bar.
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -103,6 +149,8 @@ def run(args: argparse.Namespace, default_url: str) -> int:
                 return _jobs(http, args)
             if args.command == "schedules":
                 return _schedules(http, args)
+            if args.command == "limits":
+                return _limits(http, args)
             if args.command == "cluster":
                 return _print(args, _get(http, "/v1/cluster"), _cluster_table)
             return _print(args, _get(http, "/v1/stats"), _stats_table)
@@ -205,6 +253,61 @@ def _schedules(http: httpx.Client, args: argparse.Namespace) -> int:
         done = {"pause": "paused", "delete": "deleted"}[args.schedules_command]
         print(f"{done} schedule {args.name}")
     return 0
+
+
+def _limits(http: httpx.Client, args: argparse.Namespace) -> int:
+    scope = {"namespace": args.namespace} if args.namespace is not None else {}
+    if args.limits_command == "list":
+        found = _get(http, "/v1/limits", **scope)["limits"]
+        return _print(args, found, _limits_table)
+    path = f"/v1/limits/{quote(args.key, safe='')}"
+    try:
+        if args.limits_command == "show":
+            return _print(args, _check(http.get(path, params=scope)), _limit_table)
+        if args.limits_command == "pause":
+            body = {"until": args.until, "note": args.note}
+            rule = _check(http.post(f"{path}/pause", params=scope, json=body))
+        elif args.limits_command == "resume":
+            rule = _check(http.post(f"{path}/resume", params=scope))
+        else:
+            rule = _check(http.delete(path, params=scope))
+    except _Refused as exc:
+        if exc.status != 404:
+            raise
+        print(f"dispatcher limits: no rule for {args.key}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(rule))
+    else:
+        done = {"pause": "paused", "resume": "resumed", "delete": "deleted the rule of"}
+        until = f" until {rule['paused_until']}" if rule.get("paused_until") else ""
+        print(f"{done[args.limits_command]} {rule['key']} in {_where(rule)}{until}")
+    return 0
+
+
+def _where(rule: Row) -> str:
+    namespace = rule.get("namespace")
+    if namespace is None:
+        return "every namespace"
+    return "the default namespace" if namespace == "" else f"namespace {namespace}"
+
+
+def _limits_table(rules: list[Row]) -> str:
+    rows = [
+        (
+            r["key"],
+            "*" if r["namespace"] is None else r["namespace"] or "(default)",
+            "held" if r["holding"] else "-",
+            r.get("paused_until"),
+            r.get("note"),
+        )
+        for r in rules
+    ]
+    return tables.table(rows, ["key", "namespace", "now", "paused until", "note"])
+
+
+def _limit_table(rule: Row) -> str:
+    return tables.table([(name, rule.get(name)) for name in rule], ["field", "value"])
 
 
 def _print(args: argparse.Namespace, data: Any, render: Callable[[Any], str]) -> int:

@@ -1,4 +1,4 @@
-"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | schedules |
+"""Command line: ``dispatcher serve | migrate | keys | dlq | broker | jobs | schedules | limits |
 cluster | stats``. Parses, builds Settings, calls; no logic (the HTTP API's commands are in
 ``cli.http``)."""
 
@@ -273,8 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dispatcher",
         description="Run and operate a delay dispatcher: serve a node, migrate its database, "
-        "manage API keys and dead letters, and look at the jobs, schedules and cluster behind a "
-        "node's HTTP API.",
+        "manage API keys and dead letters, look at the jobs, schedules and cluster behind a "
+        "node's HTTP API, and hold a routing key's jobs back.",
         epilog="Settings come from DISPATCHER_* environment variables (DISPATCHER_DATABASE_URL, "
         "DISPATCHER_AMQP_URL, ...). 'dispatcher COMMAND --help' shows a command's options.",
         formatter_class=parsers.Formatter,

@@ -8,6 +8,7 @@ const PAYLOAD_SHOWN_BYTES = 4096; // a larger payload is cut, and says so
 const KEY = "dispatcher.apiKey";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 let shownJob = null; // the id whose history is on screen, refreshed with the rest
+let rules = []; // the flow rules of the last poll: the due panel marks the keys they hold
 let ui = { url: "", vhost: "/", exchange: "dispatcher.jobs" };
 
 const $ = (id) => document.getElementById(id);
@@ -120,8 +121,10 @@ function renderDue(stats) {
       const minute = new Date(group.minute);
       const when = el("span", `${minute.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })} (${since(group.minute)})`);
       when.title = group.minute;
-      const tr = row([when, group.routing_key, jobs]);
+      const held = holding(group.routing_key);
+      const tr = row([when, held ? `${group.routing_key} (paused)` : group.routing_key, jobs]);
       tr.dataset.routingKey = group.routing_key;
+      if (held) tr.classList.add("held");
       tr.cells[2].className = "jobs";
       return tr;
     }),
@@ -297,6 +300,71 @@ function renderSchedules(page) {
   if (!page.schedules.length) fill($("schedules").tBodies[0], [row(["no schedules"])]);
 }
 
+// Whether a rule holds a routing key's jobs: the longest rule key that is the routing key or a
+// prefix of its words governs it (namespaces aside: the panel counts every namespace together).
+function holding(routingKey) {
+  const governing = rules
+    .filter((rule) => routingKey === rule.key || routingKey.startsWith(`${rule.key}.`))
+    .sort((a, b) => b.key.length - a.key.length)[0];
+  return Boolean(governing && governing.holding);
+}
+
+function scope(rule) {
+  return rule.namespace === null ? "" : `?namespace=${encodeURIComponent(rule.namespace)}`;
+}
+
+function where(rule) {
+  if (rule.namespace === null) return "every namespace";
+  return rule.namespace === "" ? "(default)" : rule.namespace;
+}
+
+async function resumeKey(rule, button) {
+  if (!window.confirm(`Resume ${rule.key} in ${where(rule)}? Its held jobs go now, oldest due first.`)) return;
+  button.disabled = true;
+  const message = $("limits-message");
+  try {
+    await api(`/v1/limits/${encodeURIComponent(rule.key)}/resume${scope(rule)}`, { method: "POST" });
+    message.textContent = `resumed ${rule.key}`;
+  } catch (error) {
+    message.textContent = `could not resume ${rule.key}: ${error.message}`;
+    button.disabled = false;
+  }
+  await refresh(true);
+}
+
+async function pauseKey(key, note) {
+  const message = $("limits-message");
+  if (!key) return;
+  if (!window.confirm(`Pause ${key} in every namespace? None of its jobs is published until it is resumed.`)) return;
+  try {
+    await api(`/v1/limits/${encodeURIComponent(key)}/pause`, { method: "POST", body: JSON.stringify({ note: note || null }) });
+    message.textContent = `paused ${key}`;
+    $("pause-key").value = "";
+    $("pause-note").value = "";
+  } catch (error) {
+    message.textContent = `could not pause ${key}: ${error.message}`;
+  }
+  await refresh(true);
+}
+
+function renderLimits(answer) {
+  rules = answer.limits;
+  fill(
+    $("limits").tBodies[0],
+    rules.map((rule) => {
+      const until = rule.paused_until ? `paused until ${new Date(rule.paused_until).toLocaleString()} (${since(rule.paused_until)})` : "paused";
+      const button = el("button", "Resume", "resume-key");
+      button.dataset.key = rule.key;
+      button.addEventListener("click", () => resumeKey(rule, button));
+      const tr = row([rule.key, where(rule), rule.holding ? until : "not holding", rule.note, button]);
+      tr.dataset.key = rule.key;
+      tr.cells[2].className = rule.holding ? "limit-state paused" : "limit-state";
+      return tr;
+    }),
+  );
+  if (!rules.length) fill($("limits").tBodies[0], [row(["no routing key is held back"])]);
+}
+
 function ranges(shards) {
   const sorted = shards.map(Number).sort((a, b) => a - b);
   const parts = [];
@@ -371,6 +439,7 @@ async function refreshAll() {
   // A monitor key sees the figures above; jobs and schedules need a producer or admin key.
   await api("/v1/jobs?state=dead&limit=50").then(renderDead, (error) => unavailable($("dead"), error));
   await api("/v1/schedules?limit=100").then(renderSchedules, (error) => unavailable($("schedules"), error));
+  await api("/v1/limits").then(renderLimits, (error) => { rules = []; unavailable($("limits"), error); });
   // Admin and management views: shown when this key may see them.
   await api("/v1/cluster").then(renderCluster, () => fill($("cluster").tBodies[0], [row(["needs an admin key"])]));
   await api("/v1/queues").then(renderQueues, (error) => $("queues").replaceChildren(el("li", error.message)));
@@ -382,6 +451,10 @@ $("key-form").addEventListener("submit", (event) => {
   event.preventDefault();
   sessionStorage.setItem(KEY, $("api-key").value.trim());
   refresh();
+});
+$("pause-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  pauseKey($("pause-key").value.trim(), $("pause-note").value.trim());
 });
 $("search-form").addEventListener("submit", (event) => {
   event.preventDefault();

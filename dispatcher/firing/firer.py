@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import itertools
 import logging
 import time
 import uuid
@@ -46,6 +47,8 @@ from dispatcher.firing.quarantine import Quarantine
 from dispatcher.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
+# (routing key, namespace, run_at) -> whether a flow rule held the job (``flow.watch``).
+HeldAt = Callable[[str, str | None, datetime], bool]
 
 FIRST_BACKOFF_S = 0.2  # a worker's pause after a failed batch, doubling up to the next
 MAX_BACKOFF_S = 5.0
@@ -97,7 +100,9 @@ class Firer:
         workers: int,
         clock: Clock,
         mono: Callable[[], float] = time.monotonic,
+        held_at: HeldAt = lambda _key, _namespace, _run_at: False,
     ) -> None:
+        """``held_at`` says whether a flow rule held a job back (its lateness counts apart)."""
         self._store = store
         self._publishers = publishers
         self._ownership = ownership
@@ -108,6 +113,7 @@ class Firer:
         self._time = clock
         self._clock = clock.now
         self._mono = mono
+        self._held_at = held_at
         self._stop = asyncio.Event()
         self._marks = DispatchMarks(store.mark_dispatched)
         self._quarantine = Quarantine()
@@ -296,7 +302,13 @@ class Firer:
         self._metrics.claims.inc()
         self.claimed_at = read_mono
         fenced = self._fenced(mine, claim)
-        claimed = sorted(claim.jobs, key=lambda job: job.run_at)
+        # Those due already go in the order the lanes gave them (a catch-up's priorities, the
+        # turns of its keys); those claimed ahead, each at its time.
+        place = {entry.id: n for n, entry in enumerate(mine)}
+        fenced_at = datetime.fromtimestamp(claim.fenced_at_s, UTC)
+        claimed = sorted(
+            claim.jobs, key=lambda job: (max(job.run_at, fenced_at), place.get(job.id, 0))
+        )
         # Each of two clocks may say a job is due, on the monotonic clock: the claim's own
         # reading of PostgreSQL's, carried from when its answer was read (late by the round trip
         # and any event-loop delay, never early); and the node's time as the claim was sent, less
@@ -324,6 +336,8 @@ class Firer:
                 len(claimed),
                 extra={"action": "fence"},
             )
+        # Never earlier than each job's own time, in the order sorted above (bisect needs it).
+        due_mono = list(itertools.accumulate(due_mono, max))
         published = 0  # claimed[:published] are handed to _publish_claimed
         try:
             while published < len(claimed):
@@ -432,7 +446,11 @@ class Firer:
         now_s = self._clock()
         self._metrics.count_by_key(self._metrics.jobs_dispatched, jobs)
         for job in jobs:
-            self._metrics.fire_lateness.observe(max(0.0, now_s - job.run_at.timestamp()))
+            late_s = max(0.0, now_s - job.run_at.timestamp())
+            if self._held_at(job.routing_key, job.namespace, job.run_at):
+                self._metrics.held_lateness.observe(late_s)  # an operator's choice: apart
+            else:
+                self._metrics.fire_lateness.observe(late_s)
 
 
 def _entries(jobs: list[models.Claimed]) -> list[models.DueEntry]:

@@ -18,6 +18,8 @@ from dispatcher.models import DueEntry
 # (head run_at, head id, routing key): a key's earliest entry as the top heap saw it. It is stale
 # once that entry is no longer the key's head; stale records are dropped when they surface.
 _Head = tuple[float, object, str]
+# A backlog entry as its key's heap orders it: (rank, run_at, id, entry).
+_Ranked = tuple[int, float, object, DueEntry]
 
 
 class DueHeap:
@@ -147,11 +149,11 @@ class DueHeap:
 
 
 class Backlog:
-    """Overdue jobs found at start, at a takeover or left behind by the live lane, fired oldest
-    first within each routing key, the keys in turn."""
+    """Overdue jobs found at start, at a takeover, left behind by the live lane or let go by a flow
+    rule, the routing keys in turn; within a key, the highest priority first, then the oldest."""
 
     def __init__(self) -> None:
-        self._keys: dict[str, deque[DueEntry]] = {}
+        self._keys: dict[str, list[_Ranked]] = {}
         self._turns: deque[str] = deque()  # keys with entries, next turn first
         self._size = 0
 
@@ -162,9 +164,9 @@ class Backlog:
         for entry in entries:
             queue = self._keys.get(entry.key)
             if queue is None:
-                queue = self._keys[entry.key] = deque()
+                queue = self._keys[entry.key] = []
                 self._turns.append(entry.key)
-            queue.append(entry)
+            heapq.heappush(queue, (entry.rank, entry.run_at_s, entry.id, entry))
             self._size += 1
 
     def pop(self, limit: int) -> list[DueEntry]:
@@ -172,7 +174,7 @@ class Backlog:
         while self._turns and len(taken) < limit:
             key = self._turns.popleft()
             queue = self._keys[key]
-            taken.append(queue.popleft())
+            taken.append(heapq.heappop(queue)[3])
             if queue:
                 self._turns.append(key)
             else:
@@ -181,7 +183,9 @@ class Backlog:
         return taken
 
     def retain(self, keep: Callable[[DueEntry], bool]) -> None:
-        entries = [entry for key in self._turns for entry in self._keys[key] if keep(entry)]
+        entries = [
+            ranked[3] for key in self._turns for ranked in self._keys[key] if keep(ranked[3])
+        ]
         self._keys = {}
         self._turns = deque()
         self._size = 0

@@ -112,10 +112,14 @@ NOTHING_HELD = HeldKeys()
 
 
 class RuleBook:
-    """Every rule, as last read from PostgreSQL."""
+    """Every rule, as last read from PostgreSQL, found by key: a job's governing rule is looked up
+    by the words of its routing key (a few dictionary lookups, whatever the number of rules)."""
 
     def __init__(self, rules: Iterable[Rule] = ()) -> None:
         self._rules = sorted(rules, key=lambda rule: (rule.key, rule.namespace or ""))
+        self._by_key: dict[str, list[Rule]] = {}
+        for rule in self._rules:
+            self._by_key.setdefault(rule.key, []).append(rule)
 
     def __iter__(self) -> Iterator[Rule]:
         return iter(self._rules)
@@ -125,15 +129,24 @@ class RuleBook:
 
     def governing(self, routing_key: str, namespace: str | None) -> Rule | None:
         """The rule that governs jobs of ``routing_key`` in ``namespace`` (None or "" the
-        default), if any."""
+        default), if any: the longest key first, then the one naming the namespace."""
+        if not self._by_key:
+            return None
         ns = namespace or ""
-        best: Rule | None = None
-        for rule in self._rules:
-            if not rule.matches(routing_key, ns):
-                continue
-            if best is None or _rank(rule) > _rank(best):
-                best = rule
-        return best
+        prefix = routing_key
+        while True:
+            every: Rule | None = None
+            for rule in self._by_key.get(prefix, ()):
+                if rule.namespace == ns:
+                    return rule
+                if rule.namespace is None:
+                    every = rule
+            if every is not None:
+                return every
+            cut = prefix.rfind(".")
+            if cut < 0:
+                return None
+            prefix = prefix[:cut]
 
     def holds(self, routing_key: str, namespace: str | None, now: datetime) -> Rule | None:
         """The rule holding such a job at ``now``, if one does."""
@@ -168,7 +181,3 @@ class RuleBook:
     def counts(self, now: datetime) -> dict[str, int]:
         """How many rules there are of each kind, for the metrics."""
         return {"paused": sum(1 for rule in self._rules if rule.limits.holds_at(now))}
-
-
-def _rank(rule: Rule) -> tuple[int, bool]:
-    return (len(rule.key), rule.namespace is not None)

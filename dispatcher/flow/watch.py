@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from dispatcher import errors
 from dispatcher.flow import rules
@@ -26,6 +28,16 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "dispatcher_flow_rules"
 POLL_S = 0.5
+# The rules that stopped holding are remembered this long (at most RELEASES_KEPT of them): the
+# jobs they held, fired since, count their lateness apart (``held_at``).
+RELEASES_KEPT = 100
+RELEASE_MEMORY = timedelta(days=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    rule: Rule
+    at: datetime
 
 
 class RuleWatch:
@@ -41,6 +53,9 @@ class RuleWatch:
         self._held_until: datetime | None = None  # recompute ``_held`` from this instant
         self._changed = asyncio.Event()
         self._on_release: list[Callable[[], None]] = []
+        self._releases: deque[Release] = deque(maxlen=RELEASES_KEPT)
+        self._last_holding: list[Rule] = []
+        self._counted: Callable[[dict[str, int]], None] = lambda _counts: None
         self.loaded = asyncio.Event()
 
     @property
@@ -49,6 +64,23 @@ class RuleWatch:
 
     def when_released(self, callback: Callable[[], None]) -> None:
         self._on_release.append(callback)
+
+    def count_with(self, counted: Callable[[dict[str, int]], None]) -> None:
+        """Hand the rules' counts by kind to ``counted`` whenever they change (the metrics)."""
+        self._counted = counted
+
+    def held_at(self, routing_key: str, namespace: str | None, run_at: datetime) -> bool:
+        """Whether a rule held a job due at ``run_at``: one holds it now (a claim re-fired
+        while its key is paused), or one that held it was let go since (its lateness was chosen
+        by an operator, not the dispatcher's)."""
+        if not self._held and not self._releases:
+            return False  # nothing holds, nothing was let go: the common case, at once
+        if self._book.holds(routing_key, namespace, self._clock()) is not None:
+            return True
+        return any(
+            release.at > run_at and release.rule.matches(routing_key, namespace or "")
+            for release in self._releases
+        )
 
     def held(self) -> HeldKeys:
         """What the rules hold now (the store's loads and claims pass over it)."""
@@ -101,12 +133,27 @@ class RuleWatch:
         now = self._clock()
         before, self._held = self._held, self._book.holding(now)
         self._held_until = self._book.next_change(now)
+        self._counted(self._book.counts(now))
+        self._remember_releases(now)
         if before and _weighed(before) != _weighed(self._held):
             logger.info(
                 "flow rules changed: %d keys held", sum(self._held.held), extra={"action": "flow"}
             )
             for callback in self._on_release:
                 callback()
+
+    def _remember_releases(self, now: datetime) -> None:
+        """Note each rule that held until now and holds no more (resumed, deleted, run out)."""
+        holding = [rule for rule in self._book if rule.limits.holds_at(now)]
+        still = {(rule.key, rule.namespace) for rule in holding}
+        self._releases.extend(
+            Release(rule, now)
+            for rule in self._last_holding
+            if (rule.key, rule.namespace) not in still
+        )
+        self._last_holding = holding
+        while self._releases and self._releases[0].at < now - RELEASE_MEMORY:
+            self._releases.popleft()
 
 
 def _weighed(keys: HeldKeys) -> set[tuple[str, str | None, bool]]:

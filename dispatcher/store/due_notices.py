@@ -54,7 +54,9 @@ def parse(payload: str, shard_count: int | None = None) -> DueEntry | None:
             raise ValueError("no such shard")
         if key and key[0] and validation.routing_key_problem(key[0]) is not None:
             raise ValueError("not a routing key")
-        return DueEntry(run_at_s, uuid.UUID(job_id), shard, routing_key_of(key[0] if key else ""))
+        # No priority in a notice: such a job goes by its time alone until a load reads it.
+        key_of = routing_key_of(key[0] if key else "")
+        return DueEntry.make(run_at_s, uuid.UUID(job_id), shard, key_of)
     except ValueError as exc:
         logger.warning("ignoring a due notice (%s): %r", exc, payload[:200])
         return None

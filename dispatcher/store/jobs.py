@@ -68,7 +68,9 @@ def claimed_from_row(row: asyncpg.Record) -> models.Claimed:
 
 def entry_from_row(row: asyncpg.Record) -> models.DueEntry:
     key = models.routing_key_of(row["routing_key"])
-    return models.DueEntry(row["run_at"].timestamp(), row["id"], row["shard"], key)
+    return models.DueEntry.make(
+        row["run_at"].timestamp(), row["id"], row["shard"], key, row["priority"]
+    )
 
 
 class JobStore:

@@ -209,7 +209,7 @@ def _not_held(alias: str, first: int) -> str:
 # $1 shards, $2 cursor run_at, $3 cursor id, $4 horizon, $5 limit, $6-$8 what flow
 # rules hold (``_not_held``).
 LOAD_DUE: Final = f"""
-SELECT id, shard, run_at, routing_key FROM jobs
+SELECT id, shard, run_at, routing_key, priority FROM jobs
 WHERE state = 'scheduled' AND (run_at, id) > ($2, $3) AND run_at <= $4 AND shard = ANY($1::int[])
   AND {_not_held("", 6)}
 ORDER BY run_at, id
@@ -234,10 +234,11 @@ _IN_FLIGHT: Final = "CASE state WHEN 'dispatching' THEN true ELSE false END"
 # tested, row by row (``_IN_FLIGHT``), so that no index of states matches instead.
 # $1 shards, $2 limit, $3 the lower bound.
 EXPIRED_LEASES: Final = f"""
-SELECT now() AS looked_at, expired.id, expired.shard, expired.run_at, expired.routing_key
+SELECT now() AS looked_at, expired.id, expired.shard, expired.run_at, expired.routing_key,
+       expired.priority
 FROM (VALUES (1)) AS one(n)
 LEFT JOIN LATERAL (
-    SELECT id, shard, run_at, routing_key, lease_until FROM jobs
+    SELECT id, shard, run_at, routing_key, priority, lease_until FROM jobs
     WHERE lease_until >= $3 AND lease_until < now() AND {_IN_FLIGHT}
       AND shard = ANY($1::int[])
     ORDER BY lease_until
@@ -252,7 +253,7 @@ ORDER BY expired.lease_until
 # than when their lease runs out (the lease is for a live owner that stopped confirming).
 # $1 shards held, $2 their epochs (same order), $3 limit.
 ORPHANED_CLAIMS: Final = """
-SELECT j.id, j.shard, j.run_at, j.routing_key
+SELECT j.id, j.shard, j.run_at, j.routing_key, j.priority
 FROM jobs j
 JOIN unnest($1::int[], $2::bigint[]) AS held(shard, epoch) ON j.shard = held.shard
 WHERE j.state = 'dispatching' AND j.claim_epoch < held.epoch
@@ -264,7 +265,7 @@ LIMIT $3
 # load put in memory (a job committed on a shard while it moved to another node, say).
 # $1 shards, $2 grace seconds, $3 limit, $4-$6 what flow rules hold (``_not_held``).
 OVERDUE_STRAGGLERS: Final = f"""
-SELECT id, shard, run_at, routing_key FROM jobs
+SELECT id, shard, run_at, routing_key, priority FROM jobs
 WHERE state = 'scheduled' AND run_at < now() - make_interval(secs => $2)
   AND shard = ANY($1::int[]) AND {_not_held("", 4)}
 ORDER BY run_at, id

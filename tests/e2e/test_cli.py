@@ -216,6 +216,43 @@ async def test_schedules_list_show_pause_resume_delete(dispatcher: DispatcherPro
     assert "401" in refused.stderr
 
 
+async def test_limits_pause_list_show_resume_delete(dispatcher: DispatcherProcess) -> None:
+    env = {"DISPATCHER_URL": dispatcher.url, "DISPATCHER_API_KEY": ADMIN}
+    paused = await cli(env, "limits", "pause", "billing.", "--note", "card processor down")
+    assert (paused.returncode, paused.stdout) == (0, "paused billing in every namespace\n")
+    until = await cli(
+        env, "limits", "pause", "mail", "--namespace", "", "--until", "2099-01-01T00:00:00Z"
+    )
+    assert until.returncode == 0, until.stderr
+    assert until.stdout == ("paused mail in the default namespace until 2099-01-01T00:00:00Z\n")
+    listed = await cli(env, "limits", "list")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split()[:3] == ["key", "namespace", "now"]
+    assert lines[1].split()[:3] == ["billing", "*", "held"]
+    assert lines[2].split()[:3] == ["mail", "(default)", "held"]
+    as_json = json.loads((await cli(env, "limits", "list", "--json")).stdout)
+    assert [(r["key"], r["note"]) for r in as_json] == [
+        ("billing", "card processor down"),
+        ("mail", None),
+    ]
+    shown = await cli(env, "limits", "show", "mail", "--namespace", "", "--json")
+    assert json.loads(shown.stdout)["paused_until"] == "2099-01-01T00:00:00Z"
+
+    resumed = await cli(env, "limits", "resume", "billing")
+    assert (resumed.returncode, resumed.stdout) == (0, "resumed billing in every namespace\n")
+    deleted = await cli(env, "limits", "delete", "mail", "--namespace", "")
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads((await cli(env, "limits", "list", "--json")).stdout) == []
+    for action in ("show", "resume", "delete"):
+        missing = await cli(env, "limits", action, "billing")
+        assert (missing.returncode, missing.stdout) == (1, ""), action
+        assert missing.stderr == "dispatcher limits: no rule for billing\n"
+    refused = await cli(env, "limits", "pause", "bill..ing")
+    assert refused.returncode == 1
+    assert "422" in refused.stderr
+
+
 async def test_schedules_list_follows_the_pages(
     dispatcher: DispatcherProcess,
     tmp_path: Path,

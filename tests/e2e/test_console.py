@@ -176,6 +176,45 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     assert browser.save_screenshot(str(ARTIFACTS / "console.png"))
 
 
+def test_the_console_pauses_and_resumes_a_routing_key_after_confirmation(
+    dispatcher: DispatcherProcess, http: httpx.Client, browser: webdriver.Chrome
+) -> None:
+    later = {"routing_key": "billing.charge", "payload": {"order": 9}, "delay_ms": 600_000}
+    http.post("/v1/jobs", json=later).raise_for_status()
+    wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
+    browser.get(f"{dispatcher.url}/console/")
+    browser.find_element(By.ID, "api-key").send_keys(ADMIN)
+    browser.find_element(By.ID, "key-save").click()
+    wait.until(lambda b: "no routing key is held back" in b.find_element(By.ID, "limits").text)
+
+    # Asked to confirm, and declined: nothing is paused.
+    browser.find_element(By.ID, "pause-key").send_keys("billing")
+    browser.find_element(By.ID, "pause-note").send_keys("card processor down")
+    browser.find_element(By.ID, "pause-go").click()
+    dialog = wait.until(lambda b: b.switch_to.alert)
+    assert "Pause billing" in dialog.text
+    dialog.dismiss()
+    assert http.get("/v1/limits").json()["limits"] == []
+    browser.find_element(By.ID, "pause-go").click()
+    wait.until(lambda b: b.switch_to.alert).accept()
+    wait.until(lambda b: "paused billing" in b.find_element(By.ID, "limits-message").text)
+    [rule] = http.get("/v1/limits").json()["limits"]
+    assert (rule["key"], rule["note"], rule["holding"]) == ("billing", "card processor down", True)
+    held_row = '#limits tr[data-key="billing"]'
+    wait.until(lambda b: "paused" in b.find_element(By.CSS_SELECTOR, held_row).text)
+    assert "every namespace" in text_of(browser, held_row)
+    # The next-due panel says the key is paused.
+    due_row = '#due tr[data-routing-key="billing.charge"]'
+    wait.until(lambda b: "billing.charge (paused)" in b.find_element(By.CSS_SELECTOR, due_row).text)
+
+    # Resume: one click and a confirmation.
+    wait.until(lambda b: click(b, 'button.resume-key[data-key="billing"]'))
+    wait.until(lambda b: b.switch_to.alert).accept()
+    wait.until(lambda b: "resumed billing" in b.find_element(By.ID, "limits-message").text)
+    assert http.get("/v1/limits").json()["limits"] == []
+    wait.until(lambda b: "no routing key is held back" in b.find_element(By.ID, "limits").text)
+
+
 def test_a_monitor_key_sees_the_figures_but_neither_jobs_nor_schedules(
     dispatcher: DispatcherProcess, http: httpx.Client, browser: webdriver.Chrome
 ) -> None:
@@ -190,6 +229,7 @@ def test_a_monitor_key_sees_the_figures_but_neither_jobs_nor_schedules(
     wait.until(lambda b: "orders.remind" in b.find_element(By.ID, "due").text)
     wait.until(lambda b: "this needs producer" in b.find_element(By.ID, "schedules").text)
     assert "this needs producer" in text_of(browser, "#dead")
+    assert "this needs limits" in text_of(browser, "#limits")
     assert not browser.find_elements(By.CSS_SELECTOR, "button.pause-toggle")
 
 

@@ -119,7 +119,7 @@ async def test_at_the_confirm_the_outcome_received_last_wins_whatever_its_date(
     job_id, _ = await dispatched.insert_dispatched(database_url, state="scheduled")
     [claimed] = (
         await jobs.claim(
-            [models.DueEntry(datetime.now(UTC).timestamp() + 1, job_id, 0)],
+            [models.DueEntry.make(datetime.now(UTC).timestamp() + 1, job_id, 0)],
             await shards.bump([0], "n1"),
         )
     ).jobs

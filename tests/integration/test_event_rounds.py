@@ -166,7 +166,9 @@ async def test_a_succeeded_recorded_while_dispatching_becomes_the_state_at_the_c
         for _ in range(3)
     ]
     await jobs.insert(stored)
-    entries = [models.DueEntry(job.spec.run_at.timestamp(), job.id, job.shard) for job in stored]
+    entries = [
+        models.DueEntry.make(job.spec.run_at.timestamp(), job.id, job.shard) for job in stored
+    ]
     claimed = (await jobs.claim(entries, await shards.bump([0], "n1"))).jobs
     by_id = {job.id: job for job in claimed}
     fast, forged, quiet = (by_id[job.id] for job in stored)
@@ -199,7 +201,7 @@ async def test_a_claim_gives_a_round_to_a_job_stored_before_rounds_and_a_requeue
     assert none is None
     [claimed] = (
         await jobs.claim(
-            [models.DueEntry(datetime.now(UTC).timestamp() + 1, job_id, 0)],
+            [models.DueEntry.make(datetime.now(UTC).timestamp() + 1, job_id, 0)],
             await shards.bump([0], "n1"),
         )
     ).jobs

@@ -88,6 +88,9 @@ async def test_a_paused_key_publishes_nothing_until_resumed_then_all_oldest_firs
         # The other key fired on time beside it.
         free_late = collector.lateness(free)
         assert statistics.quantiles(free_late, n=100)[98] < 5.0
+        fired_before = sample(node, "dispatcher_fire_lateness_seconds_count")
+        assert sample(node, "dispatcher_held_lateness_seconds_count") == 0
+        assert sample(node, "dispatcher_flow_rules", limit="paused") == 1
         resumed_at = time.time()
         resumed = await http.post("/v1/limits/payments/resume")
         assert resumed.status_code == 200, resumed.text
@@ -95,6 +98,10 @@ async def test_a_paused_key_publishes_nothing_until_resumed_then_all_oldest_firs
     assert ledger.lost == []
     assert ledger.early == []
     print(ledger)  # duplicates are counted, not failed: at-least-once allows them
+    # Their lateness, an operator's choice, is counted apart from the dispatcher's own.
+    assert sample(node, "dispatcher_held_lateness_seconds_count") >= JOBS
+    assert sample(node, "dispatcher_fire_lateness_seconds_count") == fired_before
+    assert sample(node, "dispatcher_flow_rules", limit="paused") == 0
     firsts = {job: collector.deliveries[job][0].received_at for job in held}
     assert min(firsts.values()) >= resumed_at
     # Oldest due first, a firing batch at a time: the batches in flight at once (FIRE_WORKERS)
@@ -140,6 +147,10 @@ async def test_a_held_job_moved_or_cancelled_is_moved_or_cancelled(
         await collector.settle(1.0)
     assert collector.deliveries.keys() == {third}
     assert await states(database_url, HELD) == {"cancelled": 1, "scheduled": 1, "dispatched": 1}
+
+
+def sample(node: Node, name: str, **labels: str) -> float:
+    return node.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 def member(database_url: str, amqp_url: str, zk_hosts: str, name: str) -> Any:

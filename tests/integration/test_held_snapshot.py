@@ -67,7 +67,7 @@ async def fire_a_round(store: JobStore, epochs: dict[int, int]) -> None:
         for i in range(FIRED_A_ROUND)
     ]
     await store.insert(jobs)
-    entries = [models.DueEntry(now.timestamp(), job.id, job.shard) for job in jobs]
+    entries = [models.DueEntry.make(now.timestamp(), job.id, job.shard) for job in jobs]
     claim = await store.claim(entries, epochs)
     assert len(claim.jobs) == FIRED_A_ROUND
     await store.mark_dispatched(job.id for job in claim.jobs)
@@ -121,6 +121,7 @@ async def test_the_lease_look_reads_what_the_last_round_left_however_many_came_b
     assert all(a < b for a, b in zip(store.since[1:], store.since[2:], strict=False)), store.since
     # The dead entries pile up (what a full look reads grows with every round)...
     assert full[-1] >= 3 * full[0], full
-    # ...while the windowed look reads what a round or two left, the same count each round.
-    assert max(windowed[1:]) <= 1.5 * min(windowed[1:]) + 10, windowed
+    # ...while the windowed look reads what a round or two left (a look that came late reads the
+    # round before too), not what every round left.
+    assert max(windowed[1:]) <= 2 * min(windowed[1:]) + 10, windowed
     assert max(windowed[1:]) * 2 < full[-1], (windowed, full)

@@ -8,9 +8,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import httpx
 import pytest
 import pytest_asyncio
 
+from consumers_sdk.client import DispatcherClient
+from consumers_sdk.errors import AccessDenied, FlowRuleNotFound, InvalidFlowRule
 from dispatcher.node import Node
 from tests.support.nodes import ON_THE_MODULES_NODE, client, running_node
 
@@ -245,3 +248,32 @@ async def test_a_held_job_shows_the_rule_holding_it(node: Node) -> None:
         cancelled = await http.delete(f"/v1/jobs/{job.json()['id']}", headers=bearer(PRODUCER))
         assert cancelled.json()["state"] == "cancelled"
         assert cancelled.json()["held_by"] is None
+
+
+async def test_the_client_pauses_lists_and_resumes_a_key(node: Node) -> None:
+    transport = httpx.ASGITransport(app=node.app)
+    async with DispatcherClient("http://127.0.0.1", api_key=SHOP, transport=transport) as shop:
+        until = datetime.now(UTC) + timedelta(hours=2)
+        paused = await shop.limits.pause("mail", until=until, note="smtp relay down")
+        assert (paused.key, paused.namespace, paused.holding) == ("mail", "shop", True)
+        assert paused.paused_until == until
+        assert [rule.key for rule in await shop.limits.list()] == ["mail"]
+        assert (await shop.limits.get("mail")).note == "smtp relay down"
+        with pytest.raises(InvalidFlowRule) as refused:
+            await shop.limits.pause("mail..x")
+        assert refused.value.body["fields"][0]["field"] == "key"
+        with pytest.raises(AccessDenied):
+            await shop.limits.pause("mail", namespace="other")
+        resumed = await shop.limits.resume("mail")
+        assert resumed.key == "mail"
+        with pytest.raises(FlowRuleNotFound):
+            await shop.limits.resume("mail")
+        assert await shop.limits.list() == ()
+    async with DispatcherClient("http://127.0.0.1", api_key=ADMIN, transport=transport) as admin:
+        await admin.limits.pause("billing", note="held")
+        job = await admin.schedule("billing.charge", 1, delay=60)
+        held = await admin.get(job.id)
+        assert held.held_by is not None
+        assert (held.held_by.key, held.held_by.note) == ("billing", "held")
+        await admin.limits.delete("billing")
+        assert (await admin.get(job.id)).held_by is None

@@ -29,7 +29,7 @@ async def shards(db: Database) -> ShardStore:
 
 
 def due(*jobs: models.NewJob) -> list[models.DueEntry]:
-    return [models.DueEntry(job.spec.run_at.timestamp(), job.id, job.shard) for job in jobs]
+    return [models.DueEntry.make(job.spec.run_at.timestamp(), job.id, job.shard) for job in jobs]
 
 
 def new_job(

@@ -6,7 +6,7 @@ from dispatcher.models import DueEntry
 
 
 def entry(run_at_s: float, shard: int = 0) -> DueEntry:
-    return DueEntry(run_at_s, uuid.uuid4(), shard)
+    return DueEntry.make(run_at_s, uuid.uuid4(), shard)
 
 
 def test_pop_due_returns_only_due_entries_earliest_first() -> None:
@@ -65,7 +65,7 @@ def test_ties_on_run_at_are_ordered_by_id() -> None:
     heap = DueHeap()
     ids = sorted(uuid.uuid4() for _ in range(5))
     for job_id in reversed(ids):
-        heap.push(DueEntry(1.0, job_id, 0))
+        heap.push(DueEntry.make(1.0, job_id, 0))
     assert [e.id for e in heap.pop_due(1.0, 10)] == ids
 
 
@@ -80,7 +80,7 @@ def test_backlog_is_fifo_and_filters() -> None:
 
 
 def keyed(run_at_s: float, key: str) -> DueEntry:
-    return DueEntry(run_at_s, uuid.uuid4(), 0, key)
+    return DueEntry.make(run_at_s, uuid.uuid4(), 0, key)
 
 
 def test_a_batch_takes_turns_between_routing_keys() -> None:
@@ -151,3 +151,39 @@ def test_backlog_takes_turns_between_keys_oldest_first_within_each() -> None:
     assert backlog.pop(4) == [big[0], small[0], big[1], small[1]]
     assert backlog.pop(3) == big[2:5]
     assert len(backlog) == 95
+
+
+def ranked(run_at_s: float, priority: int | None, key: str = "k") -> DueEntry:
+    return DueEntry.make(run_at_s, uuid.uuid4(), 0, key, priority)
+
+
+def test_of_jobs_due_at_the_same_instant_the_higher_priority_fires_first() -> None:
+    heap = DueHeap()
+    low, none, high, earlier = ranked(5.0, 1), ranked(5.0, None), ranked(5.0, 9), ranked(4.0, 0)
+    heap.extend([low, none, high, earlier])
+    assert heap.pop_due(10.0, limit=10) == [earlier, high, low, none]
+    assert high.priority == 9
+    assert none.priority == 0
+
+
+def test_a_catch_up_fires_the_highest_priority_first_then_the_oldest() -> None:
+    backlog = Backlog()
+    jobs = [ranked(float(t), p) for t, p in [(1, 0), (2, 9), (3, 5), (4, 9), (5, None), (6, 5)]]
+    backlog.extend(jobs)
+    assert [(e.run_at_s, e.priority) for e in backlog.pop(10)] == [
+        (2.0, 9),
+        (4.0, 9),
+        (3.0, 5),
+        (6.0, 5),
+        (1.0, 0),
+        (5.0, 0),
+    ]
+
+
+def test_priority_orders_within_a_routing_key_and_keys_still_take_turns() -> None:
+    backlog = Backlog()
+    urgent = [ranked(float(t), 9, "urgent") for t in range(4)]
+    plain = [ranked(float(t), None, "plain") for t in range(4)]
+    backlog.extend(plain + urgent)
+    taken = backlog.pop(4)
+    assert [e.key for e in taken] == ["plain", "urgent", "plain", "urgent"]

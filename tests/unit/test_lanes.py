@@ -13,7 +13,7 @@ NOW = 1000.0
 
 
 def entry(run_at_s: float, key: str = "k", shard: int = 0) -> DueEntry:
-    return DueEntry(run_at_s, uuid.uuid4(), shard, key)
+    return DueEntry.make(run_at_s, uuid.uuid4(), shard, key)
 
 
 def lanes(*, share: float = 0.2, rate: float = 0.0, batch: int = 10) -> Lanes:
