@@ -32,20 +32,36 @@ $$;
 CREATE TRIGGER flow_rules_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON flow_rules
     FOR EACH STATEMENT EXECUTE FUNCTION flow_rules_changed();
 
--- Whether a job of routing key RK in namespace NS (NULL: the default) is held, given the rules
--- that hold and those that override them below (rules.HeldKeys: KEYS, NSS, HELD of one length):
--- the governing rule is the longest key matching RK word by word, one naming NS before one for
--- every namespace. Loads, sweeps and claims pass over held jobs.
-CREATE FUNCTION dispatcher_held(rk text, ns text, keys text[], nss text[], held boolean[])
-RETURNS boolean LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce((
-        SELECT r.held
-        FROM unnest(keys, nss, held) AS r(key, namespace, held)
-        WHERE (rk = r.key OR starts_with(rk, r.key || '.'))
-          AND (r.namespace IS NULL OR r.namespace = coalesce(ns, ''))
-        ORDER BY length(r.key) DESC, r.namespace IS NULL
-        LIMIT 1
-    ), false)
+-- Whether a job of routing key RK in namespace NS (NULL: the default) is held, given RULES, a
+-- jsonb object {key: {namespace or "*": held}} of the rules that hold and of those that override
+-- them below (rules.HeldKeys): the governing rule is the longest key matching RK word by word,
+-- one naming NS before one for every namespace ("*"). Each of RK's prefixes, longest first, is
+-- looked up once (a jsonb object's keys are sorted: a binary search, whatever the number of
+-- rules). Loads, sweeps and claims pass over held jobs; they call this only for a job whose
+-- first word some rule starts with (``queries.not_held``).
+CREATE FUNCTION dispatcher_held(rk text, ns text, rules jsonb)
+RETURNS boolean LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    candidate text := rk;
+    by_namespace jsonb;
+    held jsonb;
+    last_dot integer;
+BEGIN
+    LOOP
+        by_namespace := rules -> candidate;
+        IF by_namespace IS NOT NULL THEN
+            held := coalesce(by_namespace -> coalesce(ns, ''), by_namespace -> '*');
+            IF held IS NOT NULL THEN
+                RETURN held::boolean;
+            END IF;
+        END IF;
+        last_dot := length(candidate) + 1 - strpos(reverse(candidate), '.');
+        IF last_dot > length(candidate) THEN
+            RETURN false;  -- no dot left: no shorter prefix
+        END IF;
+        candidate := left(candidate, last_dot - 1);
+    END LOOP;
+END
 $$;
 
 -- The due index carries the namespace and the priority too: the loads tell held jobs from the

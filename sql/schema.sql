@@ -79,17 +79,30 @@ SELECT (SELECT count(*) FROM edges),
        (SELECT count(*) FROM cancelled)
 $$;
 
-CREATE FUNCTION public.dispatcher_held(rk text, ns text, keys text[], nss text[], held boolean[]) RETURNS boolean
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+CREATE FUNCTION public.dispatcher_held(rk text, ns text, rules jsonb) RETURNS boolean
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
     AS $$
-    SELECT coalesce((
-        SELECT r.held
-        FROM unnest(keys, nss, held) AS r(key, namespace, held)
-        WHERE (rk = r.key OR starts_with(rk, r.key || '.'))
-          AND (r.namespace IS NULL OR r.namespace = coalesce(ns, ''))
-        ORDER BY length(r.key) DESC, r.namespace IS NULL
-        LIMIT 1
-    ), false)
+DECLARE
+    candidate text := rk;
+    by_namespace jsonb;
+    held jsonb;
+    last_dot integer;
+BEGIN
+    LOOP
+        by_namespace := rules -> candidate;
+        IF by_namespace IS NOT NULL THEN
+            held := coalesce(by_namespace -> coalesce(ns, ''), by_namespace -> '*');
+            IF held IS NOT NULL THEN
+                RETURN held::boolean;
+            END IF;
+        END IF;
+        last_dot := length(candidate) + 1 - strpos(reverse(candidate), '.');
+        IF last_dot > length(candidate) THEN
+            RETURN false;  -- no dot left: no shorter prefix
+        END IF;
+        candidate := left(candidate, last_dot - 1);
+    END LOOP;
+END
 $$;
 
 CREATE FUNCTION public.dispatcher_notify_due_v1(job_id uuid, job_shard integer, job_run_at timestamp with time zone, job_routing_key text) RETURNS void

@@ -17,6 +17,7 @@ Pure: no I/O; the caller passes the time.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -94,18 +95,51 @@ class Rule:
         return within(routing_key, self.key) and self.namespace in (None, namespace)
 
 
+EVERY_NAMESPACE = "*"  # a rule for every namespace, in ``HeldKeys.weighed`` (never a namespace)
+
+
 @dataclass(frozen=True, slots=True)
 class HeldKeys:
     """The rules the node's SQL must weigh to tell a held job (``dispatcher_held``): every rule
-    that holds, and every rule that does not but governs jobs below one that does. Three arrays
-    of one length; all empty when nothing is held (the queries skip the test)."""
+    that holds, and every rule that does not but governs jobs below one that does, as
+    ``{key: {namespace or "*": held}}``; and their keys' first words (a job whose routing key
+    starts with none of them is not held, and the SQL tells so without calling the function).
+    Empty when nothing is held (the queries skip the test)."""
 
-    keys: list[str] = field(default_factory=list)
-    namespaces: list[str | None] = field(default_factory=list)
-    held: list[bool] = field(default_factory=list)
+    weighed: dict[str, dict[str, bool]] = field(default_factory=dict)
+    first_words: list[str] = field(default_factory=list)
+    rules_json: str = "{}"  # ``weighed`` as the jsonb the function reads
+
+    @classmethod
+    def of(cls, rules: Iterable[Rule], now: datetime) -> HeldKeys:
+        weighed: dict[str, dict[str, bool]] = {}
+        for rule in rules:
+            namespace = EVERY_NAMESPACE if rule.namespace is None else rule.namespace
+            weighed.setdefault(rule.key, {})[namespace] = rule.limits.holds_at(now)
+        return cls(
+            weighed=weighed,
+            first_words=sorted({key.split(".", 1)[0] for key in weighed}),
+            rules_json=json.dumps(weighed, sort_keys=True, separators=(",", ":")),
+        )
 
     def __bool__(self) -> bool:
-        return bool(self.keys)
+        return bool(self.weighed)
+
+    def may_hold(self, routing_key: str) -> bool:
+        """Whether some weighed rule matches ``routing_key`` (an unknown key, "", may be held):
+        when none does, no job of that key is held, in any namespace, and the SQL need not ask."""
+        if not routing_key:
+            return bool(self.weighed)
+        prefix = routing_key
+        while prefix not in self.weighed:
+            cut = prefix.rfind(".")
+            if cut < 0:
+                return False
+            prefix = prefix[:cut]
+        return True
+
+    def held_count(self) -> int:
+        return sum(held for by_namespace in self.weighed.values() for held in by_namespace.values())
 
 
 NOTHING_HELD = HeldKeys()
@@ -163,11 +197,7 @@ class RuleBook:
             for rule in self._rules
             if rule.limits.holds_at(now) or any(within(rule.key, h.key) for h in holding)
         ]
-        return HeldKeys(
-            keys=[rule.key for rule in weighed],
-            namespaces=[rule.namespace for rule in weighed],
-            held=[rule.limits.holds_at(now) for rule in weighed],
-        )
+        return HeldKeys.of(weighed, now)
 
     def next_change(self, now: datetime) -> datetime | None:
         """The next instant a rule stops holding by itself (its ``paused_until``), if any."""

@@ -135,9 +135,11 @@ class RuleWatch:
         self._held_until = self._book.next_change(now)
         self._counted(self._book.counts(now))
         self._remember_releases(now)
-        if before and _weighed(before) != _weighed(self._held):
+        if before and before.weighed != self._held.weighed:
             logger.info(
-                "flow rules changed: %d keys held", sum(self._held.held), extra={"action": "flow"}
+                "flow rules changed: %d keys held",
+                self._held.held_count(),
+                extra={"action": "flow"},
             )
             for callback in self._on_release:
                 callback()
@@ -154,7 +156,3 @@ class RuleWatch:
         self._last_holding = holding
         while self._releases and self._releases[0].at < now - RELEASE_MEMORY:
             self._releases.popleft()
-
-
-def _weighed(keys: HeldKeys) -> set[tuple[str, str | None, bool]]:
-    return set(zip(keys.keys, keys.namespaces, keys.held, strict=True))

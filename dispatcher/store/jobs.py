@@ -329,9 +329,11 @@ class JobStore:
         read, which says when each may be published."""
         due: dict[uuid.UUID, float] = {}
         fenced: set[int] = set()
+        keys: set[str] = set()
         for entry in entries:  # a job in two entries is due at the later one (a reschedule)
             due[entry.id] = max(entry.run_at_s, due.get(entry.id, entry.run_at_s))
             fenced.add(entry.shard)
+            keys.add(entry.key)
         # Only the epochs of the batch's shards are locked: each lock writes its row (a few dozen
         # a batch, not every shard held); a job no longer on its entry's shard is skipped.
         shards = sorted(fenced.intersection(epochs))
@@ -340,6 +342,8 @@ class JobStore:
         # claim beside a confirm's mark wait for each other instead of deadlocking.
         ids = sorted(due)
         held = self._held()
+        if held and not any(held.may_hold(key) for key in keys):
+            held = rules.NOTHING_HELD  # no rule matches these keys: the claim need not ask
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
                 queries.CLAIM_JOBS,
@@ -475,5 +479,6 @@ def _json_text(headers: Mapping[str, models.HeaderValue]) -> str:
     return orjson.dumps(dict(headers)).decode()
 
 
-def _arrays(held: rules.HeldKeys) -> tuple[list[str], list[str | None], list[bool]]:
-    return held.keys, held.namespaces, held.held
+def _arrays(held: rules.HeldKeys) -> tuple[str, list[str]]:
+    """The parameters of ``queries.not_held``."""
+    return held.rules_json, held.first_words

@@ -194,24 +194,26 @@ SELECT id, routing_key FROM parked
 
 
 # Jobs a flow rule holds (``flow.rules``) stay scheduled and are passed over by the loads, the
-# straggler look and the claims: three parameters from ``first`` on are ``rules.HeldKeys``'s
-# arrays, all empty when nothing is held (the function is then not called). ``alias`` prefixes
-# the job's columns.
-def _not_held(alias: str, first: int) -> str:
-    keys, namespaces, held = (f"${first + n}" for n in range(3))
+# straggler look and the claims: two parameters from ``first`` on are ``rules.HeldKeys``'s rules
+# (jsonb) and first words, both empty when nothing is held. The function is called only for a
+# job whose routing key starts with a rule's first word: the rest cost one comparison against
+# that short array. ``alias`` prefixes the job's columns.
+def not_held(alias: str, first: int) -> str:
+    rules, words = f"${first}", f"${first + 1}"
     return (
-        f"(cardinality({keys}::text[]) = 0 OR NOT dispatcher_held({alias}routing_key, "
-        f"{alias}namespace, {keys}::text[], {namespaces}::text[], {held}::boolean[]))"
+        f"(cardinality({words}::text[]) = 0"
+        f" OR split_part({alias}routing_key, '.', 1) <> ALL({words}::text[])"
+        f" OR NOT dispatcher_held({alias}routing_key, {alias}namespace, {rules}::jsonb))"
     )
 
 
 # Scheduled jobs of the owned shards after the keyset cursor, up to a horizon, in due order.
-# $1 shards, $2 cursor run_at, $3 cursor id, $4 horizon, $5 limit, $6-$8 what flow
-# rules hold (``_not_held``).
+# $1 shards, $2 cursor run_at, $3 cursor id, $4 horizon, $5 limit, $6-$7 what flow
+# rules hold (``not_held``).
 LOAD_DUE: Final = f"""
 SELECT id, shard, run_at, routing_key, priority FROM jobs
 WHERE state = 'scheduled' AND (run_at, id) > ($2, $3) AND run_at <= $4 AND shard = ANY($1::int[])
-  AND {_not_held("", 6)}
+  AND {not_held("", 6)}
 ORDER BY run_at, id
 LIMIT $5
 """
@@ -263,11 +265,11 @@ LIMIT $3
 
 # Safety net: scheduled jobs of the owned shards overdue by more than a grace period, which no
 # load put in memory (a job committed on a shard while it moved to another node, say).
-# $1 shards, $2 grace seconds, $3 limit, $4-$6 what flow rules hold (``_not_held``).
+# $1 shards, $2 grace seconds, $3 limit, $4-$5 what flow rules hold (``not_held``).
 OVERDUE_STRAGGLERS: Final = f"""
 SELECT id, shard, run_at, routing_key, priority FROM jobs
 WHERE state = 'scheduled' AND run_at < now() - make_interval(secs => $2)
-  AND shard = ANY($1::int[]) AND {_not_held("", 4)}
+  AND shard = ANY($1::int[]) AND {not_held("", 4)}
 ORDER BY run_at, id
 LIMIT $3
 """
@@ -296,7 +298,7 @@ CLAIMED_COLUMNS: Final = tuple(field.name for field in dataclasses.fields(models
 # nothing was claimed.
 # $1 ids, $2 shards held (those of the ids), $3 their epochs (same order), $4 node id, $5 lease
 # seconds, $6 the entries' run_at (POSIX seconds, same order as $1), $7 the fence's tolerance
-# (seconds), $8-$10 what flow rules hold (``_not_held``): a scheduled job held since its entry
+# (seconds), $8-$9 what flow rules hold (``not_held``): a scheduled job held since its entry
 # was loaded is skipped (and loaded again when released); a claim run out is re-fired regardless
 # (it was dispatched once already).
 # Each row: the two clocks, then CLAIMED_COLUMNS.
@@ -328,7 +330,7 @@ claimed AS (
       AND j.shard = ANY((SELECT shards FROM fence)::int[])
       AND CASE j.state
             WHEN 'scheduled' THEN """
-    + _not_held("j.", 8)
+    + not_held("j.", 8)
     + """
             -- a lease run out, or a claim of an earlier epoch (ORPHANED_CLAIMS)
             WHEN 'dispatching' THEN j.lease_until < now()

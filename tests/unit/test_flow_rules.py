@@ -47,10 +47,9 @@ def test_a_pause_holds_until_its_end_and_the_sql_is_told_so() -> None:
     assert book.holds("a.x", None, NOW) is not None
     assert book.holds("a.x", None, until) is None
     held = book.holding(NOW)
-    assert sorted(held.keys) == ["a", "b"]
-    assert all(held.held)
+    assert held.weighed == {"a": {"*": True}, "b": {"*": True}}
     assert book.next_change(NOW) == until
-    assert sorted(book.holding(until).keys) == ["b"]
+    assert book.holding(until).weighed == {"b": {"*": True}}
     assert book.next_change(until) is None
     assert book.counts(NOW) == {"paused": 2}
 
@@ -67,10 +66,9 @@ def test_a_rule_below_a_held_one_is_weighed_so_it_can_let_its_jobs_go() -> None:
         [rule("billing"), rule("billing.urgent", limits=free), rule("other", limits=free)]
     )
     held = book.holding(NOW)
-    assert dict(zip(held.keys, held.held, strict=True)) == {
-        "billing": True,
-        "billing.urgent": False,
-    }
+    assert held.weighed == {"billing": {"*": True}, "billing.urgent": {"*": False}}
+    assert held.first_words == ["billing"]
+    assert held.rules_json == '{"billing":{"*":true},"billing.urgent":{"*":false}}'
     assert book.holds("billing.urgent.x", None, NOW) is None
     assert book.holds("billing.late", None, NOW) == rule("billing")
 
@@ -112,3 +110,15 @@ def test_a_pause_until_resumed_or_until_a_later_instant_is_accepted() -> None:
     assert check(PAUSED, NOW) == PAUSED
     later = Limits(paused=True, paused_until=NOW + timedelta(seconds=1), note="db migration")
     assert check(later, NOW) == later
+
+
+def test_a_key_no_weighed_rule_matches_is_known_free_without_asking_the_sql() -> None:
+    held = RuleBook([rule("billing.card"), rule("mail", "shop")]).holding(NOW)
+    assert held.may_hold("billing.card")
+    assert held.may_hold("billing.card.visa")
+    assert held.may_hold("mail.send")  # held in one namespace: the SQL decides for the others
+    assert not held.may_hold("billing")
+    assert not held.may_hold("billing.cardx")
+    assert not held.may_hold("other.card")
+    assert held.may_hold("")  # a key unknown (a due notice without one)
+    assert not RuleBook().holding(NOW).may_hold("")
