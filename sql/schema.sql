@@ -40,6 +40,72 @@ SELECT i.id, i.created_at, i.run_at FROM inserted i, noticed;
 END
 $$;
 
+CREATE FUNCTION public.dispatcher_flow_take(rule_key text, rule_namespace text, rate double precision, burst integer, max_in_flight integer, timeout_s double precision, wanted uuid[]) RETURNS uuid[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    bucket flow_buckets%ROWTYPE;
+    taken_at timestamptz;
+    available double precision := 0;
+    free bigint := 0;
+    used bigint;
+    granted integer;
+BEGIN
+    INSERT INTO flow_buckets AS b (key, namespace, tokens, refilled_at)
+    VALUES (rule_key, rule_namespace, coalesce(burst, 0), clock_timestamp())
+    ON CONFLICT (key, namespace) DO UPDATE SET key = b.key
+    RETURNING * INTO bucket;
+    taken_at := clock_timestamp();
+    IF rate IS NOT NULL THEN
+        available := least(burst::double precision, bucket.tokens
+            + rate * greatest(0, extract(epoch FROM taken_at - bucket.refilled_at)));
+    END IF;
+    IF max_in_flight IS NOT NULL THEN
+        -- The slots of jobs other than WANTED: one of WANTED let go before keeps its own.
+        SELECT count(*) INTO used FROM flow_slots s
+        WHERE s.key = rule_key AND s.namespace IS NOT DISTINCT FROM rule_namespace
+          AND s.job_id <> ALL(wanted);
+        IF used + cardinality(wanted) > max_in_flight THEN
+            DELETE FROM flow_slots s
+            WHERE s.key = rule_key AND s.namespace IS NOT DISTINCT FROM rule_namespace
+              AND (s.expires_at <= taken_at OR NOT EXISTS (
+                    SELECT 1 FROM jobs j
+                    WHERE j.id = s.job_id
+                      AND CASE j.state
+                            WHEN 'scheduled' THEN true  -- let go, not claimed yet
+                            WHEN 'dispatching' THEN true
+                            WHEN 'dispatched' THEN j.ttl_ms IS NULL OR j.dispatched_at IS NULL
+                                OR j.dispatched_at + j.ttl_ms * interval '1 millisecond' > taken_at
+                            ELSE false
+                          END));
+            SELECT count(*) INTO used FROM flow_slots s
+            WHERE s.key = rule_key AND s.namespace IS NOT DISTINCT FROM rule_namespace
+              AND s.job_id <> ALL(wanted);
+        END IF;
+        free := greatest(0, max_in_flight - used);
+    END IF;
+    granted := cardinality(wanted);
+    IF rate IS NOT NULL THEN
+        granted := least(granted, greatest(0, floor(available))::integer);
+    END IF;
+    IF max_in_flight IS NOT NULL THEN
+        granted := least(granted, free)::integer;
+    END IF;
+    IF rate IS NOT NULL THEN
+        UPDATE flow_buckets SET tokens = available - granted, refilled_at = taken_at
+        WHERE key = rule_key AND namespace IS NOT DISTINCT FROM rule_namespace;
+    END IF;
+    IF max_in_flight IS NOT NULL AND granted > 0 THEN
+        INSERT INTO flow_slots (job_id, key, namespace, expires_at)
+        SELECT id, rule_key, rule_namespace, taken_at + make_interval(secs => timeout_s)
+        FROM unnest(wanted[1:granted]) AS w(id)
+        ON CONFLICT (job_id) DO UPDATE
+        SET key = excluded.key, namespace = excluded.namespace, expires_at = excluded.expires_at;
+    END IF;
+    RETURN wanted[1:granted];
+END
+$$;
+
 CREATE FUNCTION public.dispatcher_follow_dependents(prerequisite uuid, reached text, reached_at timestamp with time zone, after_job uuid, batch_size integer) RETURNS TABLE(followed bigint, last_job_id uuid, released bigint, cancelled bigint)
     LANGUAGE sql
     AS $$
@@ -197,6 +263,13 @@ ALTER TABLE public.dependency_followups ALTER COLUMN id ADD GENERATED ALWAYS AS 
     CACHE 1
 );
 
+CREATE TABLE public.flow_buckets (
+    key text NOT NULL,
+    namespace text,
+    tokens double precision NOT NULL,
+    refilled_at timestamp with time zone NOT NULL
+);
+
 CREATE TABLE public.flow_rules (
     key text NOT NULL,
     namespace text,
@@ -205,7 +278,13 @@ CREATE TABLE public.flow_rules (
     note text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    rate_per_s double precision,
+    burst integer,
+    max_in_flight integer,
+    in_flight_timeout_s double precision,
+    CONSTRAINT flow_rules_in_flight CHECK ((((max_in_flight IS NULL) AND (in_flight_timeout_s IS NULL)) OR ((max_in_flight >= 1) AND (in_flight_timeout_s > (0)::double precision)))),
     CONSTRAINT flow_rules_key_words CHECK (((key <> ''::text) AND ("right"(key, 1) <> '.'::text))),
+    CONSTRAINT flow_rules_rate CHECK ((((rate_per_s IS NULL) AND (burst IS NULL)) OR ((rate_per_s > (0)::double precision) AND (burst >= 1)))),
     CONSTRAINT flow_rules_until_paused CHECK (((paused_until IS NULL) OR paused))
 );
 
@@ -213,6 +292,13 @@ CREATE TABLE public.flow_rules_epoch (
     one boolean DEFAULT true NOT NULL,
     epoch bigint NOT NULL,
     CONSTRAINT flow_rules_epoch_one_check CHECK (one)
+);
+
+CREATE TABLE public.flow_slots (
+    job_id uuid NOT NULL,
+    key text NOT NULL,
+    namespace text,
+    expires_at timestamp with time zone NOT NULL
 );
 
 CREATE TABLE public.job_counts (
@@ -341,11 +427,17 @@ ALTER TABLE ONLY public.api_keys
 ALTER TABLE ONLY public.dependency_followups
     ADD CONSTRAINT dependency_followups_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.flow_buckets
+    ADD CONSTRAINT flow_buckets_one_per_rule UNIQUE NULLS NOT DISTINCT (key, namespace);
+
 ALTER TABLE ONLY public.flow_rules_epoch
     ADD CONSTRAINT flow_rules_epoch_pkey PRIMARY KEY (one);
 
 ALTER TABLE ONLY public.flow_rules
     ADD CONSTRAINT flow_rules_one_per_key UNIQUE NULLS NOT DISTINCT (key, namespace);
+
+ALTER TABLE ONLY public.flow_slots
+    ADD CONSTRAINT flow_slots_pkey PRIMARY KEY (job_id);
 
 ALTER TABLE ONLY public.job_counts
     ADD CONSTRAINT job_counts_pkey PRIMARY KEY (state);
@@ -372,6 +464,8 @@ ALTER TABLE ONLY public.shard_epochs
     ADD CONSTRAINT shard_epochs_pkey PRIMARY KEY (shard);
 
 CREATE INDEX dependency_followups_prerequisite ON public.dependency_followups USING btree (prerequisite_id, id);
+
+CREATE INDEX flow_slots_rule ON public.flow_slots USING btree (key, namespace);
 
 CREATE INDEX job_dependencies_prerequisite_job ON public.job_dependencies USING btree (prerequisite_id, job_id);
 

@@ -94,11 +94,12 @@ class EventsConsumer:
                 await self._record(await self._next_batch())
         finally:
             counting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await counting
             connection, self._connection = self._connection, None
-            with contextlib.suppress(Exception):
-                await connection.close()
+            # Waited for a while, never awaited: a close that swallows a cancel (aiormq's may)
+            # or a count stuck on a dead socket must not hold this task, and the node's stop
+            # with it (this task's own cancellation still ends the wait at once).
+            closing = asyncio.ensure_future(_closed(connection))
+            await asyncio.wait({counting, closing}, timeout=CLOSE_WAIT_S)
 
     async def _connect(self) -> AbstractRobustConnection:
         standing = await topology.declare(
@@ -294,3 +295,12 @@ class EventsConsumer:
         finally:
             if backoff.failures:
                 supervision.report_recovered("recording")
+
+
+# How long the consumer's end waits for its connection to close.
+CLOSE_WAIT_S = 5.0
+
+
+async def _closed(connection: AbstractRobustConnection) -> None:
+    with contextlib.suppress(Exception):
+        await connection.close()

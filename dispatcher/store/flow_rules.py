@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import asyncpg
 
 from dispatcher import errors
 from dispatcher.flow.rules import Limits, Rule
 from dispatcher.store import queries
 from dispatcher.store.db import Database
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Meter:
+    """What a metered rule lets go: at most ``rate_per_s`` jobs a second in bursts of ``burst``,
+    and at most ``max_in_flight`` let go and not finished, a silent one's slot free again after
+    ``in_flight_timeout_s`` (None: no such limit)."""
+
+    rate_per_s: float | None = None
+    burst: int | None = None
+    max_in_flight: int | None = None
+    in_flight_timeout_s: float | None = None
 
 
 def rule_from_row(row: asyncpg.Record) -> Rule:
@@ -72,6 +88,28 @@ class FlowRuleStore:
             )
         assert row is not None
         return rule_from_row(row)
+
+    async def take(
+        self, key: str, namespace: str | None, meter: Meter, wanted: Sequence[uuid.UUID]
+    ) -> tuple[uuid.UUID, ...]:
+        """Let go what the rule of ``key`` in ``namespace`` allows of ``wanted`` (oldest first)
+        now, across the cluster: tokens of its rate, slots of its jobs in flight. The ids let go,
+        a prefix of ``wanted``; what they took is spent (a job let go and not fired keeps its
+        slot until it is fired and finished, or the slot times out)."""
+        if not wanted:
+            return ()
+        async with self._db.connection() as connection:
+            taken: Sequence[uuid.UUID] = await connection.fetchval(
+                queries.FLOW_TAKE,
+                key,
+                namespace,
+                meter.rate_per_s,
+                meter.burst,
+                meter.max_in_flight,
+                meter.in_flight_timeout_s,
+                [*wanted],
+            )
+        return tuple(taken)
 
     async def delete(self, key: str, namespace: str | None) -> Rule:
         async with self._db.connection() as connection:

@@ -1029,3 +1029,9 @@ DELETE_FLOW_RULE: Final = f"""
 DELETE FROM flow_rules WHERE key = $1 AND namespace IS NOT DISTINCT FROM $2
 RETURNING {_FLOW_RULE_COLUMNS}
 """
+
+# Let go at most as many of the job ids $7 (oldest first) as the rule ($1 key, $2 namespace)
+# allows now: $3 a rate a second and $4 its burst, $5 a number in flight and $6 the seconds
+# after which a silent job's slot is free (NULLs: no such limit). The ids let go, a prefix of
+# $7 (sql/0017).
+FLOW_TAKE: Final = "SELECT dispatcher_flow_take($1, $2, $3, $4, $5, $6, $7::uuid[])"
