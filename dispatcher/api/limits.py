@@ -116,9 +116,7 @@ async def put_limit(
     limits = _checked(
         rules.Limits(paused=body.paused, paused_until=body.paused_until, note=body.note), context
     )
-    rule = await context.flow_rules.put(stored, where, limits)
-    await _changed(context, caller, "set", rule)
-    return _answer(context, rule)
+    return await _put(context, caller, "set", stored, where, limits)
 
 
 @router.delete("/{key}", response_model=limit_schemas.RuleOut, responses=ERRORS)
@@ -127,9 +125,7 @@ async def delete_limit(
 ) -> Response:
     """Delete the rule: its jobs go as if it never was. Answers the rule deleted."""
     stored, where = _named(caller, key, namespace)
-    rule = await context.flow_rules.delete(stored, where)
-    await _changed(context, caller, "deleted", rule)
-    return _answer(context, rule)
+    return await _delete(context, caller, "deleted", stored, where)
 
 
 @router.post("/{key}/pause", response_model=limit_schemas.RuleOut, responses=ERRORS)
@@ -147,9 +143,7 @@ async def pause_key(
         context,
         named={"paused_until": "until"},
     )
-    rule = await context.flow_rules.put(stored, where, limits)
-    await _changed(context, caller, "paused", rule)
-    return _answer(context, rule)
+    return await _put(context, caller, "paused", stored, where, limits)
 
 
 @router.post("/{key}/resume", response_model=limit_schemas.RuleOut, responses=ERRORS)
@@ -158,8 +152,27 @@ async def resume_key(
 ) -> Response:
     """Let the key's held jobs go, oldest due first. Answers the rule as it was."""
     stored, where = _named(caller, key, namespace)
-    rule = await context.flow_rules.delete(stored, where)
-    await _changed(context, caller, "resumed", rule)
+    return await _delete(context, caller, "resumed", stored, where)
+
+
+async def _put(
+    context: ApiContext,
+    caller: api_keys.Principal,
+    what: str,
+    key: str,
+    namespace: str | None,
+    limits: rules.Limits,
+) -> Response:
+    rule = await context.flow_rules.put(key, namespace, limits)
+    await _changed(context, caller, what, rule)
+    return _answer(context, rule)
+
+
+async def _delete(
+    context: ApiContext, caller: api_keys.Principal, what: str, key: str, namespace: str | None
+) -> Response:
+    rule = await context.flow_rules.delete(key, namespace)
+    await _changed(context, caller, what, rule)
     return _answer(context, rule)
 
 

@@ -56,7 +56,6 @@ class RuleWatch:
         self._releases: deque[Release] = deque(maxlen=RELEASES_KEPT)
         self._last_holding: list[Rule] = []
         self._counted: Callable[[dict[str, int]], None] = lambda _counts: None
-        self.loaded = asyncio.Event()
 
     @property
     def book(self) -> RuleBook:
@@ -126,7 +125,6 @@ class RuleWatch:
             return  # read before a load that was applied already (the API's and the loop's)
         self._epoch = epoch
         self._book = RuleBook(stored)
-        self.loaded.set()
         self._recompute()
 
     def _recompute(self) -> None:
