@@ -2,13 +2,15 @@
 
 - throughput: ``--jobs`` due at one instant, fired into a queue (as ``bench.throughput``'s fire),
   with no rule, then with ``--rules`` paused rules (half of them under the fired key's first word,
-  so that every fired job is weighed against them in SQL), in turn, ``--runs`` times each;
+  so that every fired job is weighed against them in SQL), then with as many rules of which
+  ``--metered`` meter a rate (on keys with no jobs: what their meter's looks cost), in turn,
+  ``--runs`` times each;
 - lateness: a steady ``--rate`` of jobs for ``--seconds``, with no rule, then while five keys are
   paused with ``--held`` jobs due between them (half overdue, half falling due meanwhile); and
   the node's RSS in each (the held jobs are not in memory).
 
-    .venv/bin/python -m bench.flow_rules [--jobs 50000] [--rules 1000] [--rate 1000]
-        [--seconds 60] [--held 1000000] [--runs 2] [--throughput-only]
+    .venv/bin/python -m bench.flow_rules [--jobs 50000] [--rules 1000] [--metered 100]
+        [--rate 1000] [--seconds 60] [--held 1000000] [--runs 2] [--throughput-only]
 """
 
 from __future__ import annotations
@@ -33,15 +35,24 @@ from dispatcher.store.migrate import apply_migrations
 HELD_KEYS = [f"bench.held{n}" for n in range(5)]
 
 
-async def set_rules(dsn: str, keys: list[str]) -> None:
-    """Exactly these paused rules (for every namespace)."""
+async def set_rules(dsn: str, keys: list[str], metered: int = 0) -> None:
+    """Exactly these rules (for every namespace): the first ``metered`` a rate, the rest paused."""
     connection = await asyncpg.connect(dsn)
     try:
         async with connection.transaction():
             await connection.execute("DELETE FROM flow_rules")
             await connection.executemany(
-                "INSERT INTO flow_rules (key, paused, note) VALUES ($1, true, 'bench')",
-                [(key,) for key in keys],
+                "INSERT INTO flow_rules (key, paused, note, rate_per_s, burst)"
+                " VALUES ($1, $2, 'bench', $3, $4)",
+                [
+                    (
+                        key,
+                        n >= metered,
+                        1000.0 if n < metered else None,
+                        100 if n < metered else None,
+                    )
+                    for n, key in enumerate(keys)
+                ],
             )
     finally:
         await connection.close()
@@ -55,17 +66,27 @@ def many_rules(count: int) -> list[str]:
 
 
 async def throughput(
-    node: DispatcherProcess, svc: Services, jobs: int, rules: int, runs: int
+    node: DispatcherProcess, svc: Services, jobs: int, rules: int, metered: int, runs: int
 ) -> dict[str, object]:
-    each: dict[str, list[float]] = {"none": [], "rules": []}
+    each: dict[str, list[float]] = {"none": [], "rules": [], "metered": []}
+    variants = (("none", [], 0), ("rules", many_rules(rules), 0))
+    variants += (("metered", many_rules(rules), metered),)
     for _ in range(runs):
-        for name, keys in (("none", []), ("rules", many_rules(rules))):
-            await set_rules(svc.database_url, keys)
+        for name, keys, meters in variants:
+            await set_rules(svc.database_url, keys, meters)
             rate, _ = await fire(node.url, svc.amqp_url, jobs)
             each[name].append(rate)
-            print(f"    {name:5}: {rate:,.0f} jobs/s", flush=True)
-    none, with_rules = harness.median(each["none"]), harness.median(each["rules"])
-    return {"none": none, "rules": with_rules, "ratio": with_rules / none, "runs": each}
+            print(f"    {name:7}: {rate:,.0f} jobs/s", flush=True)
+    none = harness.median(each["none"])
+    with_rules, with_metered = harness.median(each["rules"]), harness.median(each["metered"])
+    return {
+        "none": none,
+        "rules": with_rules,
+        "ratio": with_rules / none,
+        "metered": with_metered,
+        "metered_ratio": with_metered / none,
+        "runs": each,
+    }
 
 
 async def lateness_run(
@@ -97,6 +118,7 @@ async def lateness_run(
 async def main(
     jobs: int,
     rules: int,
+    metered: int,
     rate: int,
     seconds: float,
     held: int,
@@ -107,6 +129,7 @@ async def main(
     results: dict[str, object] = {
         "jobs": jobs,
         "rules": rules,
+        "metered": metered,
         "rate": rate,
         "seconds": seconds,
         "held": held,
@@ -119,12 +142,17 @@ async def main(
         node = DispatcherProcess(folder, port=reserve_port(), env=env, name="flow")
         node.start()
         try:
-            print(f"  firing {jobs} jobs due at once, no rule against {rules} paused rules:")
-            fired = await throughput(node, svc, jobs, rules, runs)
+            print(
+                f"  firing {jobs} jobs due at once, no rule against {rules} paused rules and"
+                f" against {rules} rules of which {metered} metered:"
+            )
+            fired = await throughput(node, svc, jobs, rules, metered, runs)
             results["throughput"] = fired
             print(
                 f"  throughput with {rules} rules: {fired['rules']:,.0f} jobs/s against"
-                f" {fired['none']:,.0f} with none: {fired['ratio']:.1%} (medians of {runs})",
+                f" {fired['none']:,.0f} with none: {fired['ratio']:.1%}; with {metered} of them"
+                f" metered: {fired['metered']:,.0f} jobs/s, {fired['metered_ratio']:.1%}"
+                f" (medians of {runs})",
                 flush=True,
             )
             if throughput_only:
@@ -168,6 +196,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--rules", type=int, default=1000)
+    parser.add_argument("--metered", type=int, default=100)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--held", type=int, default=1_000_000)
@@ -179,6 +208,7 @@ if __name__ == "__main__":
         main(
             args.jobs,
             args.rules,
+            args.metered,
             args.rate,
             args.seconds,
             args.held,

@@ -32,6 +32,8 @@ if __name__ == "__main__":
     harness.run(versus_celery.main(count=20000, runs=3))
     harness.run(list_queries.main(rows=1_000_000, calls=50, runs=3))
     harness.run(
-        flow_rules.main(jobs=50_000, rules=1000, rate=1000, seconds=60, held=1_000_000, runs=3)
+        flow_rules.main(
+            jobs=50_000, rules=1000, metered=100, rate=1000, seconds=60, held=1_000_000, runs=3
+        )
     )
     harness.run(held_snapshot.main(minutes=30, rate=800, explain_at=[1, 10], held=True))

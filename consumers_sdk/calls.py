@@ -363,6 +363,41 @@ def get_limit(key: str, *, namespace: str | None = None) -> Call[records.FlowRul
     )
 
 
+def put_limit(
+    key: str,
+    *,
+    namespace: str | None = None,
+    paused: bool = False,
+    paused_until: datetime | None = None,
+    note: str | None = None,
+    rate_per_s: float | None = None,
+    burst: int | None = None,
+    max_in_flight: int | None = None,
+    in_flight_timeout_s: Duration | None = None,
+) -> Call[records.FlowRule]:
+    body: dict[str, Any] = {"paused": paused, "note": note}
+    optional: dict[str, Any] = {
+        "paused_until": None if paused_until is None else _time("paused_until", paused_until),
+        "rate_per_s": rate_per_s,
+        "burst": burst,
+        "max_in_flight": max_in_flight,
+        "in_flight_timeout_s": None
+        if in_flight_timeout_s is None
+        else seconds("in_flight_timeout_s", in_flight_timeout_s),
+    }
+    body.update({name: value for name, value in optional.items() if value is not None})
+    # A PUT replaces the rule whole: sent twice, the rule is as after once.
+    return Call(
+        method="PUT",
+        path=_limit_path(key),
+        params=_scope(namespace),
+        json=body,
+        parse=records.flow_rule,
+        replay_safe=True,
+        subject="limit",
+    )
+
+
 def pause_key(
     key: str,
     *,

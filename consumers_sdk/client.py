@@ -214,6 +214,37 @@ class Limits:
     async def get(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
         return await self._client._run(calls.get_limit(key, namespace=namespace))
 
+    async def set(
+        self,
+        key: str,
+        *,
+        namespace: str | None = None,
+        paused: bool = False,
+        paused_until: datetime | None = None,
+        note: str | None = None,
+        rate_per_s: float | None = None,
+        burst: int | None = None,
+        max_in_flight: int | None = None,
+        in_flight_timeout_s: calls.Duration | None = None,
+    ) -> records.FlowRule:
+        """Create or replace the key's rule, whole (what is not given is not kept): paused (until
+        resumed, or ``paused_until``), metered (``rate_per_s`` in bursts of ``burst``, at most
+        ``max_in_flight`` not yet finished, a silent one's slot freed after
+        ``in_flight_timeout_s``), or both. The dispatcher fills the defaults; a rule that holds
+        nothing back raises ``InvalidFlowRule``."""
+        call = calls.put_limit(
+            key,
+            namespace=namespace,
+            paused=paused,
+            paused_until=paused_until,
+            note=note,
+            rate_per_s=rate_per_s,
+            burst=burst,
+            max_in_flight=max_in_flight,
+            in_flight_timeout_s=in_flight_timeout_s,
+        )
+        return await self._client._run(call)
+
     async def pause(
         self,
         key: str,
@@ -222,13 +253,15 @@ class Limits:
         note: str | None = None,
         namespace: str | None = None,
     ) -> records.FlowRule:
-        """Hold the key's jobs (scheduled, never published) until resumed, or ``until``."""
+        """Hold the key's jobs (scheduled, never published) until resumed, or ``until``; a
+        metered rule keeps its meter."""
         call = calls.pause_key(key, until=until, note=note, namespace=namespace)
         return await self._client._run(call)
 
     async def resume(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
-        """Let the held jobs go, oldest due first; the rule as it was (``FlowRuleNotFound``
-        when none holds the key)."""
+        """Let the held jobs go, oldest due first: a rule that only pauses is deleted (the rule
+        as it was), a metered one unpaused (the rule as it is now, metering).
+        ``FlowRuleNotFound`` when the key has no rule."""
         return await self._client._run(calls.resume_key(key, namespace=namespace))
 
     async def delete(self, key: str, *, namespace: str | None = None) -> records.FlowRule:

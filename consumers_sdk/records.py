@@ -63,7 +63,9 @@ class HeldBy:
 
     key: str
     namespace: str | None  # None: the rule is for every namespace
+    paused: bool = False  # the rule pauses its jobs (until ``paused_until``)
     paused_until: datetime | None = None
+    metered: bool = False  # the rule lets its jobs go at its rate, within its jobs in flight
     note: str | None = None
 
 
@@ -232,7 +234,10 @@ def schedule(document: Document) -> Schedule:
 class FlowRule:
     """A flow rule (``client.limits``): what the dispatcher holds back for ``key`` (a routing key
     and everything below it) in ``namespace`` (None: every namespace; "": the default one).
-    ``holding``: whether it holds its jobs now."""
+    ``holding``: whether it holds its jobs now (paused); ``metering``: whether its meter lets them
+    go now (at most ``rate_per_s`` a second in bursts of ``burst``, at most ``max_in_flight`` not
+    yet finished, a silent one's slot freed after ``in_flight_timeout_s``; None: no such limit).
+    The meter's fields are None and ``metering`` False from a dispatcher older than them."""
 
     key: str
     namespace: str | None
@@ -241,6 +246,11 @@ class FlowRule:
     note: str | None
     holding: bool
     updated_at: datetime
+    rate_per_s: float | None = None
+    burst: int | None = None
+    max_in_flight: int | None = None
+    in_flight_timeout_s: float | None = None
+    metering: bool = False
 
 
 def flow_rule(document: Document) -> FlowRule:
@@ -252,6 +262,11 @@ def flow_rule(document: Document) -> FlowRule:
         note=document.get("note"),
         holding=document["holding"],
         updated_at=_at(document["updated_at"]),
+        rate_per_s=document.get("rate_per_s"),
+        burst=document.get("burst"),
+        max_in_flight=document.get("max_in_flight"),
+        in_flight_timeout_s=document.get("in_flight_timeout_s"),
+        metering=document.get("metering", False),
     )
 
 
@@ -265,7 +280,9 @@ def _held_by(document: Document | None) -> HeldBy | None:
     return HeldBy(
         key=document["key"],
         namespace=document.get("namespace"),
+        paused=bool(document.get("paused", False)),
         paused_until=_maybe_at(document.get("paused_until")),
+        metered=bool(document.get("metered", False)),
         note=document.get("note"),
     )
 

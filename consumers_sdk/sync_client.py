@@ -176,6 +176,32 @@ class SyncLimits:
     def get(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
         return self._client._run(calls.get_limit(key, namespace=namespace))
 
+    def set(
+        self,
+        key: str,
+        *,
+        namespace: str | None = None,
+        paused: bool = False,
+        paused_until: datetime | None = None,
+        note: str | None = None,
+        rate_per_s: float | None = None,
+        burst: int | None = None,
+        max_in_flight: int | None = None,
+        in_flight_timeout_s: calls.Duration | None = None,
+    ) -> records.FlowRule:
+        call = calls.put_limit(
+            key,
+            namespace=namespace,
+            paused=paused,
+            paused_until=paused_until,
+            note=note,
+            rate_per_s=rate_per_s,
+            burst=burst,
+            max_in_flight=max_in_flight,
+            in_flight_timeout_s=in_flight_timeout_s,
+        )
+        return self._client._run(call)
+
     def pause(
         self,
         key: str,

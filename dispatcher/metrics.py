@@ -169,14 +169,21 @@ class Metrics:
         self.held_lateness = Histogram(
             "dispatcher_held_lateness_seconds",
             "Confirmed-in-RabbitMQ time minus run_at, of the jobs a flow rule held back (a paused"
-            " key's, fired once let go): lateness an operator chose, apart from the dispatcher's",
+            " key's, fired once let go; a metered key's): lateness an operator chose, apart from"
+            " the dispatcher's",
             buckets=HELD_BUCKETS,
             registry=r,
         )
         self.flow_rules = Gauge(
             "dispatcher_flow_rules",
-            "Flow rules this node applies, by what they do now (paused: holding its jobs)",
+            "Flow rules this node applies, by what they do (paused: holding its jobs now; rate,"
+            " in_flight: metering them)",
             ["limit"],
+            registry=r,
+        )
+        self.flow_let_go = Counter(
+            "dispatcher_flow_let_go",
+            "Jobs of metered routing keys this node's meter let go (within their rate and slots)",
             registry=r,
         )
         self.auth_refused = Counter(

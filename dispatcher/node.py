@@ -30,6 +30,7 @@ from dispatcher.firing import lanes, loader, pacing
 from dispatcher.firing.firer import Firer, Publishers
 from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
 from dispatcher.flow import watch as flow_watch
+from dispatcher.flow.meter import FlowMeter
 from dispatcher.flow.watch import RuleWatch
 from dispatcher.health import Health, Service, Standing
 from dispatcher.housekeeping import Housekeeper
@@ -174,6 +175,16 @@ class Node:
         )
         self.rule_watch.when_released(self.loader.release)
         self.rule_watch.count_with(self._count_rules)
+        # A metered rule's jobs go when its meter lets them, to the recovery lane.
+        self.flow_meter = FlowMeter(
+            self.rule_watch,
+            self.flow_rules,
+            self.lanes,
+            epochs=self.ownership.epochs,
+            clock=self.timekeeper.now_dt,
+        )
+        self.flow_meter.count_with(self.metrics.flow_let_go.inc)
+        self.loader.when_offered(self.flow_meter.offered)
         self.firer = Firer(
             store=self.store,
             publishers=Publishers(shared=self.publisher, live=self.live_publisher),
@@ -333,6 +344,7 @@ class Node:
             Task("events", self.events.run, backoff=events_retry),
             Task("housekeeping", self.housekeeper.run),
             Task("flow-rules", self.rule_watch.run),
+            Task("flow-meter", self.flow_meter.run),
             Task("vacuum-watch", self.vacuum_watch.run),
             Task("schedules", self.materialiser.run, Phase.DRAIN, self.materialiser.stop),
             Task("dependents", self.dependents.run, Phase.DRAIN, self.dependents.stop),

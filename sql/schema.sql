@@ -40,6 +40,32 @@ SELECT i.id, i.created_at, i.run_at FROM inserted i, noticed;
 END
 $$;
 
+CREATE FUNCTION public.dispatcher_flow_governing(rk text, ns text, rules jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    AS $$
+DECLARE
+    candidate text := rk;
+    by_namespace jsonb;
+    found jsonb;
+    last_dot integer;
+BEGIN
+    LOOP
+        by_namespace := rules -> candidate;
+        IF by_namespace IS NOT NULL THEN
+            found := coalesce(by_namespace -> coalesce(ns, ''), by_namespace -> '*');
+            IF found IS NOT NULL THEN
+                RETURN found;
+            END IF;
+        END IF;
+        last_dot := length(candidate) + 1 - strpos(reverse(candidate), '.');
+        IF last_dot > length(candidate) THEN
+            RETURN NULL;
+        END IF;
+        candidate := left(candidate, last_dot - 1);
+    END LOOP;
+END
+$$;
+
 CREATE FUNCTION public.dispatcher_flow_take(rule_key text, rule_namespace text, rate double precision, burst integer, max_in_flight integer, timeout_s double precision, wanted uuid[]) RETURNS uuid[]
     LANGUAGE plpgsql
     AS $$
@@ -146,29 +172,9 @@ SELECT (SELECT count(*) FROM edges),
 $$;
 
 CREATE FUNCTION public.dispatcher_held(rk text, ns text, rules jsonb) RETURNS boolean
-    LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-DECLARE
-    candidate text := rk;
-    by_namespace jsonb;
-    held jsonb;
-    last_dot integer;
-BEGIN
-    LOOP
-        by_namespace := rules -> candidate;
-        IF by_namespace IS NOT NULL THEN
-            held := coalesce(by_namespace -> coalesce(ns, ''), by_namespace -> '*');
-            IF held IS NOT NULL THEN
-                RETURN held::boolean;
-            END IF;
-        END IF;
-        last_dot := length(candidate) + 1 - strpos(reverse(candidate), '.');
-        IF last_dot > length(candidate) THEN
-            RETURN false;  -- no dot left: no shorter prefix
-        END IF;
-        candidate := left(candidate, last_dot - 1);
-    END LOOP;
-END
+    SELECT coalesce((dispatcher_flow_governing(rk, ns, rules))::boolean, false)
 $$;
 
 CREATE FUNCTION public.dispatcher_notify_due_v1(job_id uuid, job_shard integer, job_run_at timestamp with time zone, job_routing_key text) RETURNS void

@@ -8,6 +8,7 @@ namespace, within its routing-key prefixes; an admin any rule."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Annotated
 
@@ -113,9 +114,7 @@ async def put_limit(
 ) -> Response:
     """Create or replace the rule of this key in this namespace."""
     stored, where = _named(caller, key, namespace)
-    limits = _checked(
-        rules.Limits(paused=body.paused, paused_until=body.paused_until, note=body.note), context
-    )
+    limits = _checked(limit_schemas.to_limits(body), context)
     return await _put(context, caller, "set", stored, where, limits)
 
 
@@ -136,13 +135,12 @@ async def pause_key(
     caller: auth.Limits,
     namespace: NamespaceParam = None,
 ) -> Response:
-    """Hold the key's jobs until resumed (or ``until``)."""
+    """Hold the key's jobs until resumed (or ``until``); a metered rule keeps its meter, which
+    lets the jobs go again once the pause ends."""
     stored, where = _named(caller, key, namespace)
-    limits = _checked(
-        rules.Limits(paused=True, paused_until=body.until, note=body.note),
-        context,
-        named={"paused_until": "until"},
-    )
+    existing = await _existing(context, stored, where)
+    asked = dataclasses.replace(existing, paused=True, paused_until=body.until, note=body.note)
+    limits = _checked(asked, context, named={"paused_until": "until"})
     return await _put(context, caller, "paused", stored, where, limits)
 
 
@@ -150,9 +148,23 @@ async def pause_key(
 async def resume_key(
     key: KeyParam, context: Context, caller: auth.Limits, namespace: NamespaceParam = None
 ) -> Response:
-    """Let the key's held jobs go, oldest due first. Answers the rule as it was."""
+    """Let the key's held jobs go, oldest due first. A rule that only pauses is deleted (answered
+    as it was); a metered one is unpaused, its meter and note kept (answered as it is now), so
+    its jobs go at its rate."""
     stored, where = _named(caller, key, namespace)
-    return await _delete(context, caller, "resumed", stored, where)
+    rule = await context.flow_rules.get(stored, where)
+    if not rule.limits.meters:
+        return await _delete(context, caller, "resumed", stored, where)
+    unpaused = dataclasses.replace(rule.limits, paused=False, paused_until=None)
+    return await _put(context, caller, "resumed", stored, where, _checked(unpaused, context))
+
+
+async def _existing(context: ApiContext, key: str, namespace: str | None) -> rules.Limits:
+    """The rule's limits, or none (no rule yet)."""
+    try:
+        return (await context.flow_rules.get(key, namespace)).limits
+    except errors.FlowRuleNotFound:
+        return rules.Limits()
 
 
 async def _put(

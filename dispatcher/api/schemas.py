@@ -197,7 +197,11 @@ class HeldBy(BaseModel):
 
     key: str
     namespace: str | None = Field(description="null: the rule is for every namespace")
+    paused: bool = Field(False, description="the rule pauses its jobs (until paused_until)")
     paused_until: datetime | None
+    metered: bool = Field(
+        False, description="the rule lets its jobs go at its rate and within its jobs in flight"
+    )
     note: str | None
 
 
@@ -314,7 +318,9 @@ def job_document(
         else {
             "key": held_by.key,
             "namespace": held_by.namespace,
+            "paused": held_by.limits.paused,
             "paused_until": held_by.limits.paused_until,
+            "metered": held_by.limits.meters,
             "note": held_by.limits.note,
         },
     }

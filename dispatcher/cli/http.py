@@ -1,6 +1,6 @@
 """The commands that talk to a dispatcher's HTTP API with an API key: ``jobs list|show|cancel|
-requeue``, ``schedules list|show|pause|resume|delete``, ``limits list|show|pause|resume|delete``,
-``cluster status`` and ``stats``.
+requeue``, ``schedules list|show|pause|resume|delete``, ``limits list|show|set|pause|resume|
+delete``, ``cluster status`` and ``stats``.
 Tables that fit the terminal by default, ``--json`` with everything for scripts; errors go to
 stderr with exit code 1."""
 
@@ -109,6 +109,7 @@ def _limits_parsers(commands: parsers.Commands, common: argparse.ArgumentParser)
         example="dispatcher limits list --json | jq '.[] | select(.holding)'",
         parents=[common, scoped],
     )
+    _limits_set_parser(limits, [common, scoped])
     pause = parsers.command(
         limits,
         "pause",
@@ -122,7 +123,7 @@ def _limits_parsers(commands: parsers.Commands, common: argparse.ArgumentParser)
     pause.add_argument("--note", default=None, help="why, for the next operator")
     for name, text in (
         ("show", "one rule"),
-        ("resume", "let the key's held jobs go, oldest due first"),
+        ("resume", "let the key's held jobs go, oldest due first (a metered rule stays metered)"),
         ("delete", "delete the rule: its jobs go as if it never was"),
     ):
         action = parsers.command(
@@ -133,6 +134,29 @@ def _limits_parsers(commands: parsers.Commands, common: argparse.ArgumentParser)
             parents=[common, scoped],
         )
         action.add_argument("key", help="the rule's key")
+
+
+def _limits_set_parser(limits: parsers.Commands, parents: list[argparse.ArgumentParser]) -> None:
+    put = parsers.command(
+        limits,
+        "set",
+        "set a key's rule whole (what is not given is not kept): a pause, a rate, a number in"
+        " flight, or several",
+        example="dispatcher limits set billing --rate 200 --max-in-flight 50 \\\n"
+        "    --note 'card processor: 200 calls a second'",
+        parents=parents,
+    )
+    put.add_argument("key", help="a routing key, or a prefix of its words (billing)")
+    for option, metavar, kind, text in (
+        ("--rate", "R", float, "at most this many jobs let go a second"),
+        ("--burst", "B", int, "with --rate: at most this many at once (default: a tenth)"),
+        ("--max-in-flight", "N", int, "at most this many let go and not yet finished"),
+        ("--in-flight-timeout", "SECONDS", float, "a silent job's slot is freed after (300)"),
+    ):
+        put.add_argument(option, type=kind, default=None, metavar=metavar, help=text)
+    put.add_argument("--paused", action="store_true", help="hold the key's jobs until resumed")
+    put.add_argument("--until", metavar="ISO", help="with --paused: end the pause then (RFC 3339)")
+    put.add_argument("--note", default=None, help="why, for the next operator")
 
 
 def run(args: argparse.Namespace, default_url: str) -> int:
@@ -264,7 +288,9 @@ def _limits(http: httpx.Client, args: argparse.Namespace) -> int:
     try:
         if args.limits_command == "show":
             return _print(args, _check(http.get(path, params=scope)), _limit_table)
-        if args.limits_command == "pause":
+        if args.limits_command == "set":
+            rule = _check(http.put(path, params=scope, json=_limits_body(args)))
+        elif args.limits_command == "pause":
             body = {"until": args.until, "note": args.note}
             rule = _check(http.post(f"{path}/pause", params=scope, json=body))
         elif args.limits_command == "resume":
@@ -278,11 +304,48 @@ def _limits(http: httpx.Client, args: argparse.Namespace) -> int:
         return 1
     if args.json:
         print(json.dumps(rule))
+    elif args.limits_command == "set":
+        print(f"set {rule['key']} in {_where(rule)}: {_limits_text(rule)}")
     else:
         done = {"pause": "paused", "resume": "resumed", "delete": "deleted the rule of"}
         until = f" until {rule['paused_until']}" if rule.get("paused_until") else ""
         print(f"{done[args.limits_command]} {rule['key']} in {_where(rule)}{until}")
     return 0
+
+
+def _limits_body(args: argparse.Namespace) -> Row:
+    """The PUT body: what the command line gave (the API fills the defaults)."""
+    given = {
+        "paused_until": args.until,
+        "note": args.note,
+        "rate_per_s": args.rate,
+        "burst": args.burst,
+        "max_in_flight": args.max_in_flight,
+        "in_flight_timeout_s": args.in_flight_timeout,
+    }
+    return {"paused": args.paused} | {name: v for name, v in given.items() if v is not None}
+
+
+def _rate(rule: Row) -> str | None:
+    if rule.get("rate_per_s") is None:
+        return None
+    return f"{rule['rate_per_s']:g}/s burst {rule['burst']}"
+
+
+def _in_flight(rule: Row) -> str | None:
+    if rule.get("max_in_flight") is None:
+        return None
+    return f"{rule['max_in_flight']} timeout {rule['in_flight_timeout_s']:g}s"
+
+
+def _limits_text(rule: Row) -> str:
+    """What the rule holds back, in a line: "paused, 200/s burst 20, in flight 50 timeout 300s"."""
+    paused = None
+    if rule.get("paused"):
+        paused = f"paused until {rule['paused_until']}" if rule.get("paused_until") else "paused"
+    in_flight = _in_flight(rule)
+    parts = [paused, _rate(rule), in_flight and f"in flight {in_flight}"]
+    return ", ".join(part for part in parts if part)
 
 
 def _where(rule: Row) -> str:
@@ -297,13 +360,22 @@ def _limits_table(rules: list[Row]) -> str:
         (
             r["key"],
             "*" if r["namespace"] is None else r["namespace"] or "(default)",
-            "held" if r["holding"] else "-",
+            _now(r),
+            _rate(r),
+            _in_flight(r),
             r.get("paused_until"),
             r.get("note"),
         )
         for r in rules
     ]
-    return tables.table(rows, ["key", "namespace", "now", "paused until", "note"])
+    header = ["key", "namespace", "now", "rate", "in flight", "paused until", "note"]
+    return tables.table(rows, header)
+
+
+def _now(rule: Row) -> str:
+    if rule["holding"]:
+        return "held"
+    return "metered" if rule.get("metering") else "-"
 
 
 def _limit_table(rule: Row) -> str:

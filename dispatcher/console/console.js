@@ -8,7 +8,7 @@ const PAYLOAD_SHOWN_BYTES = 4096; // a larger payload is cut, and says so
 const KEY = "dispatcher.apiKey";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 let shownJob = null; // the id whose history is on screen, refreshed with the rest
-let rules = []; // the flow rules of the last poll: the due panel marks the keys they hold
+let rules = []; // the flow rules of the last poll: the due panel marks the keys they hold or meter
 let ui = { url: "", vhost: "/", exchange: "dispatcher.jobs" };
 
 const $ = (id) => document.getElementById(id);
@@ -121,8 +121,10 @@ function renderDue(stats) {
       const minute = new Date(group.minute);
       const when = el("span", `${minute.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })} (${since(group.minute)})`);
       when.title = group.minute;
-      const held = holding(group.routing_key);
-      const tr = row([when, held ? `${group.routing_key} (paused)` : group.routing_key, jobs]);
+      const rule = governing(group.routing_key);
+      const held = Boolean(rule && rule.holding);
+      const mark = held ? " (paused)" : rule && rule.metering ? " (metered)" : "";
+      const tr = row([when, `${group.routing_key}${mark}`, jobs]);
       tr.dataset.routingKey = group.routing_key;
       if (held) tr.classList.add("held");
       tr.cells[2].className = "jobs";
@@ -300,13 +302,20 @@ function renderSchedules(page) {
   if (!page.schedules.length) fill($("schedules").tBodies[0], [row(["no schedules"])]);
 }
 
-// Whether a rule holds a routing key's jobs: the longest rule key that is the routing key or a
-// prefix of its words governs it (namespaces aside: the panel counts every namespace together).
-function holding(routingKey) {
-  const governing = rules
+// The rule governing a routing key's jobs: the longest rule key that is the routing key or a
+// prefix of its words (namespaces aside: the panel counts every namespace together).
+function governing(routingKey) {
+  return rules
     .filter((rule) => routingKey === rule.key || routingKey.startsWith(`${rule.key}.`))
     .sort((a, b) => b.key.length - a.key.length)[0];
-  return Boolean(governing && governing.holding);
+}
+
+// What a rule's meter allows, e.g. "200/s, burst 20; 50 in flight, 300 s" ("" when unmetered).
+function meter(rule) {
+  const parts = [];
+  if (rule.rate_per_s !== null && rule.rate_per_s !== undefined) parts.push(`${rule.rate_per_s}/s, burst ${rule.burst}`);
+  if (rule.max_in_flight !== null && rule.max_in_flight !== undefined) parts.push(`${rule.max_in_flight} in flight, ${rule.in_flight_timeout_s} s`);
+  return parts.join("; ");
 }
 
 function scope(rule) {
@@ -319,7 +328,8 @@ function where(rule) {
 }
 
 async function resumeKey(rule, button) {
-  if (!window.confirm(`Resume ${rule.key} in ${where(rule)}? Its held jobs go now, oldest due first.`)) return;
+  const pace = rule.metering || meter(rule) ? "at its meter's pace" : "now";
+  if (!window.confirm(`Resume ${rule.key} in ${where(rule)}? Its held jobs go ${pace}, oldest due first.`)) return;
   button.disabled = true;
   const message = $("limits-message");
   try {
@@ -353,12 +363,17 @@ function renderLimits(answer) {
     $("limits").tBodies[0],
     rules.map((rule) => {
       const until = rule.paused_until ? `paused until ${new Date(rule.paused_until).toLocaleString()} (${since(rule.paused_until)})` : "paused";
-      const button = el("button", "Resume", "resume-key");
-      button.dataset.key = rule.key;
-      button.addEventListener("click", () => resumeKey(rule, button));
-      const tr = row([rule.key, where(rule), rule.holding ? until : "not holding", rule.note, button]);
+      const state = rule.holding ? until : rule.metering ? "metered" : "not holding";
+      // A metered rule never paused has nothing to resume (its meter stays either way).
+      const button = rule.paused || !rule.metering ? el("button", "Resume", "resume-key") : "";
+      if (button) {
+        button.dataset.key = rule.key;
+        button.addEventListener("click", () => resumeKey(rule, button));
+      }
+      const tr = row([rule.key, where(rule), state, meter(rule), rule.note, button]);
       tr.dataset.key = rule.key;
-      tr.cells[2].className = rule.holding ? "limit-state paused" : "limit-state";
+      tr.cells[2].className = rule.holding ? "limit-state paused" : rule.metering ? "limit-state metered" : "limit-state";
+      tr.cells[3].className = "limit-meter";
       return tr;
     }),
   );

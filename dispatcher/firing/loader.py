@@ -33,7 +33,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -154,6 +154,7 @@ class Loader:
         self._backlogs: list[Cursor] = []
         self._wake = asyncio.Event()
         self._releases = 0  # how many times ``release`` rewound the cursors
+        self._on_offered: Callable[[Sequence[DueEntry]], None] = lambda _entries: None
 
     # --- ownership ------------------------------------------------------------------------------
 
@@ -192,9 +193,16 @@ class Loader:
         """Whether a job stored now must be pushed here because no load will pick it up."""
         return any(shard in cursor.shards and run_at_s <= cursor.target_s for cursor in self._live)
 
+    def when_offered(self, callback: Callable[[Sequence[DueEntry]], None]) -> None:
+        """Hand ``callback`` every job offered (the flow meter: one of a metered key, whose
+        loads pass it over, may have been stored behind its look)."""
+        self._on_offered = callback
+
     def offer(self, entries: Iterable[DueEntry]) -> None:
         """Push freshly stored jobs that fall inside the loaded window."""
-        self._lanes.offer(entry for entry in entries if self.covers(entry.shard, entry.run_at_s))
+        offered = list(entries)
+        self._on_offered(offered)
+        self._lanes.offer(entry for entry in offered if self.covers(entry.shard, entry.run_at_s))
         if self._lanes.live_count > self._heap_cap * TRIM_SLACK:
             self._trim()
 

@@ -8,17 +8,21 @@ key, the one naming the job's namespace before the one for every namespace. Only
 applies: a rule on ``billing.urgent`` that pauses nothing lets its jobs go while ``billing`` is
 paused.
 
-A paused rule holds its jobs until resumed, or until ``paused_until``. A held job stays
-``scheduled``: the node's loads and claims pass over it (``HeldKeys``, evaluated in SQL), so it
-neither sits in memory nor reaches the broker.
+A paused rule holds its jobs until resumed, or until ``paused_until``. A metered rule lets them
+go at most ``rate_per_s`` a second (in bursts of ``burst``) and at most ``max_in_flight`` at a
+time, cluster-wide (``flow.meter``). A held or metered job stays ``scheduled``: the node's loads
+and claims pass over it (``HeldKeys``, evaluated in SQL), so it neither sits in memory nor
+reaches the broker, until the meter lets it go (a paused rule's, when the pause ends).
 
 Pure: no I/O; the caller passes the time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Iterable, Iterator
+import math
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -28,6 +32,13 @@ from dispatcher.api_keys import within, words
 # A key is a routing key's words: at most this long (the broker's own limit on routing keys).
 MAX_KEY_LENGTH = 255
 MAX_NOTE_LENGTH = 500
+MAX_RATE_PER_S = 100_000.0  # beyond what the broker confirms: a rate that high limits nothing
+MAX_COUNT = 1_000_000  # a burst, a number in flight
+MAX_IN_FLIGHT_TIMEOUT_S = 7 * 86_400.0
+DEFAULT_IN_FLIGHT_TIMEOUT_S = 300.0
+# A burst unspecified is a tenth of a second's worth: a meter that looks every 50 ms keeps the
+# rate, and a key let go after a quiet spell sends no more than that at once.
+DEFAULT_BURST_S = 0.1
 
 
 class RuleRefused(ValueError):
@@ -41,15 +52,35 @@ class RuleRefused(ValueError):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
-    """What a rule holds back: paused (until resumed, or until ``paused_until``)."""
+    """What a rule holds back: paused (until resumed, or until ``paused_until``); metered, at
+    most ``rate_per_s`` a second in bursts of ``burst``, at most ``max_in_flight`` let go and not
+    finished (a silent job's slot given back after ``in_flight_timeout_s``). A paused rule that
+    meters too meters once its pause ends."""
 
     paused: bool = False
     paused_until: datetime | None = None
     note: str | None = None  # why, for the next operator (shown in listings)
+    rate_per_s: float | None = None
+    burst: int | None = None
+    max_in_flight: int | None = None
+    in_flight_timeout_s: float | None = None
 
     def holds_at(self, now: datetime) -> bool:
-        """Whether the rule holds its jobs at ``now``."""
+        """Whether the rule holds all its jobs at ``now`` (paused)."""
         return self.paused and (self.paused_until is None or now < self.paused_until)
+
+    @property
+    def meters(self) -> bool:
+        """Whether the rule lets its jobs go by a rate or a number in flight."""
+        return self.rate_per_s is not None or self.max_in_flight is not None
+
+    def restrains_at(self, now: datetime) -> bool:
+        """Whether no job of the rule goes at ``now`` unless the meter lets it go."""
+        return self.meters or self.holds_at(now)
+
+    def meters_at(self, now: datetime) -> bool:
+        """Whether the meter lets the rule's jobs go at ``now`` (metered, not paused)."""
+        return self.meters and not self.holds_at(now)
 
 
 def check_key(key: str) -> str:
@@ -68,8 +99,22 @@ def check_key(key: str) -> str:
 
 
 def check(limits: Limits, now: datetime) -> Limits:
-    """``limits`` if storable at ``now``; else ``RuleRefused`` naming the field. A rule must be
-    able to hold something back, and to let it go again by itself or when resumed."""
+    """``limits`` if storable at ``now``, the meter's defaults filled in; else ``RuleRefused``
+    naming the field. A rule must be able to hold something back, and to let it go again by
+    itself or when resumed."""
+    _check_pause(limits, now)
+    limits = _check_in_flight(_check_rate(limits))
+    if not limits.paused and not limits.meters:
+        raise RuleRefused(
+            "paused",
+            "a rule that is not paused, with no rate_per_s or max_in_flight, holds nothing",
+        )
+    if limits.note is not None and len(limits.note) > MAX_NOTE_LENGTH:
+        raise RuleRefused("note", f"a note is at most {MAX_NOTE_LENGTH} characters")
+    return limits
+
+
+def _check_pause(limits: Limits, now: datetime) -> None:
     if limits.paused_until is not None:
         if limits.paused_until.tzinfo is None:
             raise RuleRefused("paused_until", "paused_until needs a time zone")
@@ -77,10 +122,38 @@ def check(limits: Limits, now: datetime) -> Limits:
             raise RuleRefused("paused_until", "paused_until is for a paused rule")
         if limits.paused_until <= now:
             raise RuleRefused("paused_until", "paused_until is already past")
-    if not limits.paused:
-        raise RuleRefused("paused", "a rule that is not paused holds nothing back")
-    if limits.note is not None and len(limits.note) > MAX_NOTE_LENGTH:
-        raise RuleRefused("note", f"a note is at most {MAX_NOTE_LENGTH} characters")
+
+
+def _check_rate(limits: Limits) -> Limits:
+    if limits.rate_per_s is None:
+        if limits.burst is not None:
+            raise RuleRefused("burst", "burst is for a rule with a rate_per_s")
+        return limits
+    if not math.isfinite(limits.rate_per_s) or not 0 < limits.rate_per_s <= MAX_RATE_PER_S:
+        raise RuleRefused("rate_per_s", f"rate_per_s is above 0, at most {MAX_RATE_PER_S:g}")
+    if limits.burst is None:
+        burst = max(1, math.ceil(limits.rate_per_s * DEFAULT_BURST_S))
+        return dataclasses.replace(limits, burst=burst)
+    if not 1 <= limits.burst <= MAX_COUNT:
+        raise RuleRefused("burst", f"burst is 1 to {MAX_COUNT}")
+    return limits
+
+
+def _check_in_flight(limits: Limits) -> Limits:
+    if limits.max_in_flight is None:
+        if limits.in_flight_timeout_s is not None:
+            raise RuleRefused("in_flight_timeout_s", "in_flight_timeout_s is for a max_in_flight")
+        return limits
+    if not 1 <= limits.max_in_flight <= MAX_COUNT:
+        raise RuleRefused("max_in_flight", f"max_in_flight is 1 to {MAX_COUNT}")
+    timeout_s = limits.in_flight_timeout_s
+    if timeout_s is None:
+        return dataclasses.replace(limits, in_flight_timeout_s=DEFAULT_IN_FLIGHT_TIMEOUT_S)
+    if not math.isfinite(timeout_s) or not 0 < timeout_s <= MAX_IN_FLIGHT_TIMEOUT_S:
+        raise RuleRefused(
+            "in_flight_timeout_s",
+            f"in_flight_timeout_s is above 0, at most {MAX_IN_FLIGHT_TIMEOUT_S:g} (a week)",
+        )
     return limits
 
 
@@ -115,7 +188,7 @@ class HeldKeys:
         weighed: dict[str, dict[str, bool]] = {}
         for rule in rules:
             namespace = EVERY_NAMESPACE if rule.namespace is None else rule.namespace
-            weighed.setdefault(rule.key, {})[namespace] = rule.limits.holds_at(now)
+            weighed.setdefault(rule.key, {})[namespace] = rule.limits.restrains_at(now)
         return cls(
             weighed=weighed,
             first_words=sorted({key.split(".", 1)[0] for key in weighed}),
@@ -183,21 +256,40 @@ class RuleBook:
             prefix = prefix[:cut]
 
     def holds(self, routing_key: str, namespace: str | None, now: datetime) -> Rule | None:
-        """The rule holding such a job at ``now``, if one does."""
+        """The rule holding such a job back at ``now`` (paused, or metered), if one does."""
         rule = self.governing(routing_key, namespace)
-        return rule if rule is not None and rule.limits.holds_at(now) else None
+        return rule if rule is not None and rule.limits.restrains_at(now) else None
 
     def holding(self, now: datetime) -> HeldKeys:
-        """What the SQL needs to tell held jobs at ``now`` (``HeldKeys``)."""
-        holding = [rule for rule in self._rules if rule.limits.holds_at(now)]
+        """What the SQL needs to tell held jobs at ``now`` (``HeldKeys``): a metered rule's jobs
+        are held too, but for those its meter lets go."""
+        holding = [rule for rule in self._rules if rule.limits.restrains_at(now)]
         if not holding:
             return NOTHING_HELD
         weighed = [
             rule
             for rule in self._rules
-            if rule.limits.holds_at(now) or any(within(rule.key, h.key) for h in holding)
+            if rule.limits.restrains_at(now) or any(within(rule.key, h.key) for h in holding)
         ]
         return HeldKeys.of(weighed, now)
+
+    def metered(self, now: datetime) -> list[Rule]:
+        """The rules whose meter lets their jobs go at ``now`` (metered, not paused)."""
+        return [rule for rule in self._rules if rule.limits.meters_at(now)]
+
+    def governing_tags(self, metered: Sequence[Rule]) -> str:
+        """For the meter's look (``queries.METERED_DUE``): ``{key: {namespace or "*": tag}}``,
+        each rule of ``metered`` tagged with its index, each rule that overrides one of them
+        below (or names a namespace of its key) with -1; as jsonb text."""
+        tags: dict[str, dict[str, int]] = {}
+        for rule in self._rules:
+            if any(within(rule.key, m.key) for m in metered):
+                namespace = EVERY_NAMESPACE if rule.namespace is None else rule.namespace
+                tags.setdefault(rule.key, {})[namespace] = -1
+        for tag, rule in enumerate(metered):
+            namespace = EVERY_NAMESPACE if rule.namespace is None else rule.namespace
+            tags.setdefault(rule.key, {})[namespace] = tag
+        return json.dumps(tags, sort_keys=True, separators=(",", ":"))
 
     def next_change(self, now: datetime) -> datetime | None:
         """The next instant a rule stops holding by itself (its ``paused_until``), if any."""
@@ -210,4 +302,8 @@ class RuleBook:
 
     def counts(self, now: datetime) -> dict[str, int]:
         """How many rules there are of each kind, for the metrics."""
-        return {"paused": sum(1 for rule in self._rules if rule.limits.holds_at(now))}
+        return {
+            "paused": sum(1 for rule in self._rules if rule.limits.holds_at(now)),
+            "rate": sum(1 for rule in self._rules if rule.limits.rate_per_s is not None),
+            "in_flight": sum(1 for rule in self._rules if rule.limits.max_in_flight is not None),
+        }

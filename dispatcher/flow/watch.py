@@ -52,6 +52,7 @@ class RuleWatch:
         self._held = rules.NOTHING_HELD
         self._held_until: datetime | None = None  # recompute ``_held`` from this instant
         self._changed = asyncio.Event()
+        self._read = asyncio.Event()  # set whenever the rules were read or recomputed
         self._on_release: list[Callable[[], None]] = []
         self._releases: deque[Release] = deque(maxlen=RELEASES_KEPT)
         self._last_holding: list[Rule] = []
@@ -86,6 +87,17 @@ class RuleWatch:
         if self._held_until is not None and self._clock() >= self._held_until:
             self._recompute()
         return self._held
+
+    def metered(self) -> list[Rule]:
+        """The rules whose meter lets their jobs go now (``flow.meter``)."""
+        return self._book.metered(self._clock())
+
+    async def wait_changed(self, timeout_s: float) -> None:
+        """Until the rules are read again, or ``timeout_s`` passed."""
+        self._read.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._read.wait()
 
     def changed(self) -> None:
         """A notice, or a change made through this node: read the rules again at once."""
@@ -132,6 +144,7 @@ class RuleWatch:
         before, self._held = self._held, self._book.holding(now)
         self._held_until = self._book.next_change(now)
         self._counted(self._book.counts(now))
+        self._read.set()
         self._remember_releases(now)
         if before and before.weighed != self._held.weighed:
             logger.info(
@@ -144,7 +157,7 @@ class RuleWatch:
 
     def _remember_releases(self, now: datetime) -> None:
         """Note each rule that held until now and holds no more (resumed, deleted, run out)."""
-        holding = [rule for rule in self._book if rule.limits.holds_at(now)]
+        holding = [rule for rule in self._book if rule.limits.restrains_at(now)]
         still = {(rule.key, rule.namespace) for rule in holding}
         self._releases.extend(
             Release(rule, now)

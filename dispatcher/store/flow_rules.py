@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
 from dispatcher import errors
 from dispatcher.flow.rules import Limits, Rule
+from dispatcher.models import DueEntry, routing_key_of
 from dispatcher.store import queries
 from dispatcher.store.db import Database
 
@@ -25,12 +28,40 @@ class Meter:
     max_in_flight: int | None = None
     in_flight_timeout_s: float | None = None
 
+    @classmethod
+    def of(cls, limits: Limits) -> Meter:
+        return cls(
+            rate_per_s=limits.rate_per_s,
+            burst=limits.burst,
+            max_in_flight=limits.max_in_flight,
+            in_flight_timeout_s=limits.in_flight_timeout_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MeteredLook:
+    """What the meter looks for, for one metered rule (``tag``: its place in the governing
+    tags): up to ``wanted`` due jobs of run_at ``floor`` or later."""
+
+    rule: Rule
+    tag: int
+    wanted: int
+    floor: datetime
+
 
 def rule_from_row(row: asyncpg.Record) -> Rule:
     return Rule(
         key=row["key"],
         namespace=row["namespace"],
-        limits=Limits(paused=row["paused"], paused_until=row["paused_until"], note=row["note"]),
+        limits=Limits(
+            paused=row["paused"],
+            paused_until=row["paused_until"],
+            note=row["note"],
+            rate_per_s=row["rate_per_s"],
+            burst=row["burst"],
+            max_in_flight=row["max_in_flight"],
+            in_flight_timeout_s=row["in_flight_timeout_s"],
+        ),
         updated_at=row["updated_at"],
     )
 
@@ -85,6 +116,10 @@ class FlowRuleStore:
                 limits.paused,
                 limits.paused_until,
                 limits.note,
+                limits.rate_per_s,
+                limits.burst,
+                limits.max_in_flight,
+                limits.in_flight_timeout_s,
             )
         assert row is not None
         return rule_from_row(row)
@@ -110,6 +145,49 @@ class FlowRuleStore:
                 [*wanted],
             )
         return tuple(taken)
+
+    async def metered_due(
+        self, shards: Sequence[int], looks: Sequence[MeteredLook], tags: str
+    ) -> dict[int, builtins.list[DueEntry]]:
+        """By tag, the due scheduled jobs of ``shards`` each look's rule governs, oldest first
+        (``queries.METERED_DUE``; ``tags``: ``RuleBook.governing_tags``)."""
+        found: dict[int, builtins.list[DueEntry]] = {look.tag: [] for look in looks}
+        if not looks or not shards:
+            return found
+        async with self._db.connection() as connection:
+            rows = await connection.fetch(
+                queries.METERED_DUE,
+                list(shards),
+                [look.rule.key for look in looks],
+                [look.rule.namespace for look in looks],
+                [look.tag for look in looks],
+                [look.wanted for look in looks],
+                [look.floor for look in looks],
+                tags,
+            )
+        for row in rows:
+            found[row["tag"]].append(
+                DueEntry.make(
+                    row["run_at"].timestamp(),
+                    row["id"],
+                    row["shard"],
+                    routing_key_of(row["routing_key"]),
+                    row["priority"],
+                )
+            )
+        return found
+
+    async def metered_waking(
+        self, shards: Sequence[int], since: datetime, first_words: Sequence[str], tags: str
+    ) -> tuple[datetime, set[int]]:
+        """The time of the look, and the tags of the rules that govern a job of ``shards`` due
+        since ``since`` (``queries.METERED_WAKING``)."""
+        async with self._db.connection() as connection:
+            rows = await connection.fetch(
+                queries.METERED_WAKING, list(shards), since, list(first_words), tags
+            )
+        woken = {int(row["tag"]) for row in rows if row["tag"] is not None}
+        return rows[0]["looked_at"], {tag for tag in woken if tag >= 0}
 
     async def delete(self, key: str, namespace: str | None) -> Rule:
         async with self._db.connection() as connection:

@@ -330,10 +330,14 @@ class JobStore:
         due: dict[uuid.UUID, float] = {}
         fenced: set[int] = set()
         keys: set[str] = set()
+        granted: list[uuid.UUID] = []  # let go by a flow rule's meter: claimed though held
         for entry in entries:  # a job in two entries is due at the later one (a reschedule)
             due[entry.id] = max(entry.run_at_s, due.get(entry.id, entry.run_at_s))
             fenced.add(entry.shard)
-            keys.add(entry.key)
+            if entry.granted:
+                granted.append(entry.id)
+            else:
+                keys.add(entry.key)
         # Only the epochs of the batch's shards are locked: each lock writes its row (a few dozen
         # a batch, not every shard held); a job no longer on its entry's shard is skipped.
         shards = sorted(fenced.intersection(epochs))
@@ -355,6 +359,7 @@ class JobStore:
                 [due[job_id] for job_id in ids],
                 ahead_s,
                 *_arrays(held),
+                granted,
             )
         jobs = [claimed_from_row(row) for row in rows if row[_CLAIM_CLOCKS] is not None]
         return models.Claim(jobs, fenced_at_s=rows[0][0], answered_at_s=rows[0][1])

@@ -299,8 +299,9 @@ CLAIMED_COLUMNS: Final = tuple(field.name for field in dataclasses.fields(models
 # $1 ids, $2 shards held (those of the ids), $3 their epochs (same order), $4 node id, $5 lease
 # seconds, $6 the entries' run_at (POSIX seconds, same order as $1), $7 the fence's tolerance
 # (seconds), $8-$9 what flow rules hold (``not_held``): a scheduled job held since its entry
-# was loaded is skipped (and loaded again when released); a claim run out is re-fired regardless
-# (it was dispatched once already).
+# was loaded is skipped (and loaded again when released), unless it is one of $10, the ids a
+# flow rule's meter let go; a claim run out is re-fired regardless (it was dispatched once
+# already).
 # Each row: the two clocks, then CLAIMED_COLUMNS.
 CLAIM_JOBS: Final = (
     """
@@ -329,7 +330,7 @@ claimed AS (
       AND j.run_at <= (SELECT db_now FROM read_at) + make_interval(secs => $7)
       AND j.shard = ANY((SELECT shards FROM fence)::int[])
       AND CASE j.state
-            WHEN 'scheduled' THEN """
+            WHEN 'scheduled' THEN j.id = ANY($10::uuid[]) OR """
     + not_held("j.", 8)
     + """
             -- a lease run out, or a claim of an earlier epoch (ORPHANED_CLAIMS)
@@ -989,7 +990,10 @@ WHERE s.id = p.id
 
 # --- flow rules (store/flow_rules.py) ---------------------------------------------------------
 
-_FLOW_RULE_COLUMNS: Final = "key, namespace, paused, paused_until, note, updated_at"
+_FLOW_RULE_COLUMNS: Final = (
+    "key, namespace, paused, paused_until, note, rate_per_s, burst, max_in_flight,"
+    " in_flight_timeout_s, updated_at"
+)
 
 # Every rule, with the epoch read in the same snapshot (the nodes poll the epoch).
 FLOW_RULES: Final = f"""
@@ -1015,17 +1019,27 @@ SELECT {_FLOW_RULE_COLUMNS} FROM flow_rules WHERE key = $1 AND namespace IS NOT 
 LOCK_FLOW_RULES: Final = "LOCK TABLE flow_rules IN SHARE ROW EXCLUSIVE MODE"
 COUNT_FLOW_RULES: Final = "SELECT count(*) FROM flow_rules"
 
-# $1 key, $2 namespace, $3 paused, $4 paused_until, $5 note.
+# $1 key, $2 namespace, $3 paused, $4 paused_until, $5 note, $6 rate_per_s, $7 burst,
+# $8 max_in_flight, $9 in_flight_timeout_s.
 PUT_FLOW_RULE: Final = f"""
-INSERT INTO flow_rules (key, namespace, paused, paused_until, note)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO flow_rules (key, namespace, paused, paused_until, note, rate_per_s, burst,
+                        max_in_flight, in_flight_timeout_s)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (key, namespace) DO UPDATE
 SET paused = excluded.paused, paused_until = excluded.paused_until, note = excluded.note,
+    rate_per_s = excluded.rate_per_s, burst = excluded.burst,
+    max_in_flight = excluded.max_in_flight, in_flight_timeout_s = excluded.in_flight_timeout_s,
     updated_at = now()
 RETURNING {_FLOW_RULE_COLUMNS}
 """
 
+# A rule deleted takes its bucket and its slots along (a rule made again starts afresh).
 DELETE_FLOW_RULE: Final = f"""
+WITH bucket AS (
+    DELETE FROM flow_buckets WHERE key = $1 AND namespace IS NOT DISTINCT FROM $2
+), slots AS (
+    DELETE FROM flow_slots WHERE key = $1 AND namespace IS NOT DISTINCT FROM $2
+)
 DELETE FROM flow_rules WHERE key = $1 AND namespace IS NOT DISTINCT FROM $2
 RETURNING {_FLOW_RULE_COLUMNS}
 """
@@ -1035,3 +1049,44 @@ RETURNING {_FLOW_RULE_COLUMNS}
 # after which a silent job's slot is free (NULLs: no such limit). The ids let go, a prefix of
 # $7 (sql/0017).
 FLOW_TAKE: Final = "SELECT dispatcher_flow_take($1, $2, $3, $4, $5, $6, $7::uuid[])"
+
+# The meter's look at its busy rules: for each (``m``: its key, its namespace, NULL for every one,
+# its tag, how many it wants, and the run_at before which it need not look), the due scheduled
+# jobs of the shards $1 it governs, oldest first. A job is the rule's when
+# ``dispatcher_flow_governing`` (sql/0018) finds the rule's tag for it in $7
+# (``RuleBook.governing_tags``): a longer key's rule, or one naming the job's namespace, governs
+# its own. Each rule's look walks the due index from its floor (``flow.meter`` keeps it at its
+# oldest due job) up to now; the key test comes before the function (a comparison), which sees
+# the rule's jobs alone.
+# $2 keys, $3 namespaces, $4 tags, $5 how many, $6 floors (same order).
+METERED_DUE: Final = """
+SELECT m.tag, j.id, j.shard, j.run_at, j.routing_key, j.priority
+FROM unnest($2::text[], $3::text[], $4::int[], $5::int[], $6::timestamptz[])
+     AS m(key, namespace, tag, wanted, floor)
+CROSS JOIN LATERAL (
+    SELECT id, shard, run_at, routing_key, priority FROM jobs
+    WHERE state = 'scheduled' AND run_at >= m.floor AND run_at <= now()
+      AND shard = ANY($1::int[])
+      AND (routing_key = m.key OR starts_with(routing_key, m.key || '.'))
+      AND (m.namespace IS NULL OR coalesce(namespace, '') = m.namespace)
+      AND dispatcher_flow_governing(routing_key, namespace, $7::jsonb) = to_jsonb(m.tag)
+    ORDER BY run_at, id
+    LIMIT m.wanted
+) AS j
+ORDER BY m.tag, j.run_at, j.id
+"""
+
+# The meter's look at its quiet rules, all in one walk of the due index from $2 to now: the tags
+# ($4, ``RuleBook.governing_tags``) of the rules that govern a due scheduled job of the shards $1
+# (a job whose routing key starts with none of the rules' first words, $3, is passed over by a
+# comparison), and the time of the look (one row at least, the time alone when none did).
+METERED_WAKING: Final = """
+SELECT now() AS looked_at, found.tag
+FROM (VALUES (1)) AS one(n)
+LEFT JOIN LATERAL (
+    SELECT DISTINCT dispatcher_flow_governing(routing_key, namespace, $4::jsonb) AS tag
+    FROM jobs
+    WHERE state = 'scheduled' AND run_at >= $2 AND run_at <= now()
+      AND shard = ANY($1::int[]) AND split_part(routing_key, '.', 1) = ANY($3::text[])
+) AS found ON true
+"""

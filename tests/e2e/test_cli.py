@@ -252,6 +252,29 @@ async def test_limits_pause_list_show_resume_delete(dispatcher: DispatcherProces
     assert refused.returncode == 1
     assert "422" in refused.stderr
 
+    metered = await cli(env, "limits", "set", "billing", "--rate", "200")
+    assert (metered.returncode, metered.stdout) == (
+        0,
+        "set billing in every namespace: 200/s burst 20\n",
+    )
+    shown = await cli(env, "limits", "show", "billing", "--json")
+    rule = json.loads(shown.stdout)
+    assert (rule["rate_per_s"], rule["burst"], rule["metering"]) == (200, 20, True)
+    assert (rule["max_in_flight"], rule["in_flight_timeout_s"]) == (None, None)
+    both = await cli(
+        env, "limits", "set", "mail", "--namespace", "", "--paused", "--max-in-flight", "50"
+    )
+    assert both.stdout == "set mail in the default namespace: paused, in flight 50 timeout 300s\n"
+    listed = await cli(env, "limits", "list")
+    lines = listed.stdout.splitlines()
+    assert lines[0].split()[:5] == ["key", "namespace", "now", "rate", "in"]
+    assert lines[1].split()[:5] == ["billing", "*", "metered", "200/s", "burst"]
+    assert lines[2].split()[:6] == ["mail", "(default)", "held", "50", "timeout", "300s"]
+    unmetered = await cli(env, "limits", "set", "billing", "--burst", "5")
+    assert unmetered.returncode == 1
+    assert "422" in unmetered.stderr
+    assert "burst" in unmetered.stderr
+
 
 async def test_schedules_list_follows_the_pages(
     dispatcher: DispatcherProcess,

@@ -1,6 +1,7 @@
 """/v1/limits against an in-process node and a real PostgreSQL: pause, resume, set and delete a
-rule; refused input named and changing nothing; who may manage which rules; the cap; a held
-job shown with the rule holding it."""
+rule; a metered rule's fields, its defaults, and its meter kept through a pause and a resume;
+refused input named and changing nothing; who may manage which rules; the cap; a held job shown
+with the rule holding it."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ NODE = {
     ),
     "max_flow_rules": 3,
 }
+
+
+METER = ("rate_per_s", "burst", "max_in_flight", "in_flight_timeout_s")
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -174,6 +178,38 @@ async def test_past_the_cap_a_new_rule_is_refused_and_a_change_is_not(
         ("put", "/v1/limits/billing", {}, {"paused": True, "rate": 5}, "rate"),
         ("put", "/v1/limits/billing", {}, {}, "paused"),
         ("put", "/v1/limits/billing", {}, {"paused": "yes"}, "paused"),
+        ("put", "/v1/limits/billing", {}, {"rate_per_s": 0}, "rate_per_s"),
+        ("put", "/v1/limits/billing", {}, {"rate_per_s": -1}, "rate_per_s"),
+        ("put", "/v1/limits/billing", {}, {"rate_per_s": 100_001}, "rate_per_s"),
+        ("put", "/v1/limits/billing", {}, {"rate_per_s": "5"}, "rate_per_s"),
+        ("put", "/v1/limits/billing", {}, {"rate_per_s": True}, "rate_per_s"),
+        ("put", "/v1/limits/billing", {}, {"paused": True, "burst": 5}, "burst"),
+        ("put", "/v1/limits/billing", {}, {"rate_per_s": 5, "burst": 0}, "burst"),
+        ("put", "/v1/limits/billing", {}, {"rate_per_s": 5, "burst": 2.5}, "burst"),
+        ("put", "/v1/limits/billing", {}, {"max_in_flight": 0}, "max_in_flight"),
+        ("put", "/v1/limits/billing", {}, {"max_in_flight": "9"}, "max_in_flight"),
+        (
+            "put",
+            "/v1/limits/billing",
+            {},
+            {"paused": True, "in_flight_timeout_s": 60},
+            "in_flight_timeout_s",
+        ),
+        (
+            "put",
+            "/v1/limits/billing",
+            {},
+            {"max_in_flight": 5, "in_flight_timeout_s": 0},
+            "in_flight_timeout_s",
+        ),
+        (
+            "put",
+            "/v1/limits/billing",
+            {},
+            {"max_in_flight": 5, "in_flight_timeout_s": 604_801},
+            "in_flight_timeout_s",
+        ),
+        ("put", "/v1/limits/billing", {}, {"rate_per_s": 5, "max_rate": 9}, "max_rate"),
         (
             "put",
             "/v1/limits/billing",
@@ -215,6 +251,98 @@ async def test_refused_input_names_the_field_and_changes_nothing(
     assert await rule_rows(module_database_url) == []
 
 
+async def test_put_answers_a_metered_rule_with_its_defaults_filled(
+    node: Node, database_url: str
+) -> None:
+    async with client(node) as http:
+        put = await http.put(
+            "/v1/limits/billing",
+            json={"rate_per_s": 200, "max_in_flight": 50, "note": "card processor"},
+            headers=bearer(ADMIN),
+        )
+        assert put.status_code == 200, put.text
+        rule = put.json()
+        assert {name: rule[name] for name in METER} == {
+            "rate_per_s": 200,
+            "burst": 20,  # a tenth of a second's worth
+            "max_in_flight": 50,
+            "in_flight_timeout_s": 300,
+        }
+        assert (rule["paused"], rule["holding"], rule["metering"]) == (False, False, True)
+        got = (await http.get("/v1/limits/billing", headers=bearer(ADMIN))).json()
+        assert got == rule
+        slow = await http.put(
+            "/v1/limits/slow",
+            json={"rate_per_s": 0.5, "burst": 3, "paused": True},
+            headers=bearer(ADMIN),
+        )
+        assert slow.status_code == 200, slow.text
+        assert {name: slow.json()[name] for name in METER} == {
+            "rate_per_s": 0.5,
+            "burst": 3,
+            "max_in_flight": None,
+            "in_flight_timeout_s": None,
+        }
+        assert (slow.json()["holding"], slow.json()["metering"]) == (True, False)
+        listed = (await http.get("/v1/limits", headers=bearer(ADMIN))).json()["limits"]
+        assert [(r["key"], r["metering"]) for r in listed] == [("billing", True), ("slow", False)]
+    assert await rule_rows(database_url) == [("billing", None, False), ("slow", None, True)]
+
+
+async def test_a_refused_put_leaves_the_rule_as_it_was(node: Node) -> None:
+    async with client(node) as http:
+        for body in ({"rate_per_s": -1}, {"burst": 5}, {"rate_per_s": "fast"}):
+            refused = await http.put("/v1/limits/billing", json=body, headers=bearer(ADMIN))
+            assert refused.status_code == 422, refused.text
+            missing = await http.get("/v1/limits/billing", headers=bearer(ADMIN))
+            assert missing.status_code == 404
+        made = await http.put("/v1/limits/billing", json={"rate_per_s": 10}, headers=bearer(ADMIN))
+        assert made.status_code == 200, made.text
+        for body in ({"rate_per_s": 0}, {"max_in_flight": 0}, {"in_flight_timeout_s": 5}):
+            refused = await http.put("/v1/limits/billing", json=body, headers=bearer(ADMIN))
+            assert refused.status_code == 422, refused.text
+            got = await http.get("/v1/limits/billing", headers=bearer(ADMIN))
+            assert got.json() == made.json()
+
+
+async def test_a_pause_keeps_the_meter_and_a_resume_leaves_it_metering(
+    node: Node, database_url: str
+) -> None:
+    meter = {"rate_per_s": 50, "burst": 7, "max_in_flight": 4, "in_flight_timeout_s": 30}
+    async with client(node) as http:
+        put = await http.put(
+            "/v1/limits/billing", json={**meter, "note": "slow api"}, headers=bearer(ADMIN)
+        )
+        assert put.status_code == 200, put.text
+        until = datetime.now(UTC) + timedelta(hours=1)
+        paused = await http.post(
+            "/v1/limits/billing/pause",
+            json={"until": until.isoformat(), "note": "incident"},
+            headers=bearer(ADMIN),
+        )
+        assert paused.status_code == 200, paused.text
+        rule = paused.json()
+        assert {name: rule[name] for name in METER} == meter
+        assert (rule["paused"], rule["holding"], rule["metering"]) == (True, True, False)
+        assert (rule["note"], datetime.fromisoformat(rule["paused_until"])) == ("incident", until)
+
+        resumed = await http.post("/v1/limits/billing/resume", headers=bearer(ADMIN))
+        assert resumed.status_code == 200, resumed.text
+        rule = resumed.json()  # the rule as it is now: still there, metering
+        assert {name: rule[name] for name in METER} == meter
+        assert (rule["paused"], rule["paused_until"], rule["note"]) == (False, None, "incident")
+        assert (rule["holding"], rule["metering"]) == (False, True)
+        assert await rule_rows(database_url) == [("billing", None, False)]
+        got = (await http.get("/v1/limits/billing", headers=bearer(ADMIN))).json()
+        assert got == rule
+        # A pause-only rule is deleted by its resume, as before.
+        await http.post("/v1/limits/mail/pause", json={}, headers=bearer(ADMIN))
+        gone = await http.post("/v1/limits/mail/resume", headers=bearer(ADMIN))
+        assert (gone.status_code, gone.json()["paused"]) == (200, True)  # as it was
+        assert (await http.get("/v1/limits/mail", headers=bearer(ADMIN))).status_code == 404
+    assert await rule_rows(database_url) == [("billing", None, False)]
+
+
 async def test_a_held_job_shows_the_rule_holding_it(node: Node) -> None:
     async with client(node) as http:
         await http.post(
@@ -234,7 +362,9 @@ async def test_a_held_job_shows_the_rule_holding_it(node: Node) -> None:
         assert held["held_by"] == {
             "key": "billing",
             "namespace": None,
+            "paused": True,
             "paused_until": None,
+            "metered": False,
             "note": "card processor down",
         }
         free = (await http.get(f"/v1/jobs/{other.json()['id']}", headers=bearer(PRODUCER))).json()
@@ -277,3 +407,26 @@ async def test_the_client_pauses_lists_and_resumes_a_key(node: Node) -> None:
         assert (held.held_by.key, held.held_by.note) == ("billing", "held")
         await admin.limits.delete("billing")
         assert (await admin.get(job.id)).held_by is None
+
+
+async def test_the_client_sets_a_metered_rule(node: Node) -> None:
+    transport = httpx.ASGITransport(app=node.app)
+    async with DispatcherClient("http://127.0.0.1", api_key=SHOP, transport=transport) as shop:
+        metered = await shop.limits.set(
+            "mail", rate_per_s=5, max_in_flight=2, in_flight_timeout_s=timedelta(minutes=1)
+        )
+        assert (metered.key, metered.namespace, metered.paused) == ("mail", "shop", False)
+        assert (metered.rate_per_s, metered.burst) == (5, 1)
+        assert (metered.max_in_flight, metered.in_flight_timeout_s) == (2, 60)
+        assert (metered.holding, metered.metering) == (False, True)
+        until = datetime.now(UTC) + timedelta(hours=1)
+        paused = await shop.limits.set("mail", paused=True, paused_until=until, note="smtp")
+        assert (paused.rate_per_s, paused.max_in_flight, paused.metering) == (None, None, False)
+        assert (paused.holding, paused.paused_until, paused.note) == (True, until, "smtp")
+        with pytest.raises(InvalidFlowRule) as refused:
+            await shop.limits.set("mail", burst=3)
+        assert refused.value.body["fields"][0]["field"] == "burst"
+        with pytest.raises(InvalidFlowRule) as refused:
+            await shop.limits.set("mail")  # holds nothing
+        assert refused.value.body["fields"][0]["field"] == "paused"
+        assert (await shop.limits.get("mail")).note == "smtp"

@@ -330,7 +330,7 @@ def test_a_failed_chunk_says_what_the_chunks_before_it_stored() -> None:
 
 JOB_METHODS = "schedule schedule_many get list_page list reschedule cancel requeue job close"
 SCHEDULE_METHODS = "create get list_page list change pause resume delete"
-LIMIT_METHODS = "list get pause resume delete"
+LIMIT_METHODS = "list get set pause resume delete"
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dispatcher.flow import meter
 from dispatcher.flow.rules import Limits, Rule, RuleBook, RuleRefused, check, check_key
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -51,7 +53,7 @@ def test_a_pause_holds_until_its_end_and_the_sql_is_told_so() -> None:
     assert book.next_change(NOW) == until
     assert book.holding(until).weighed == {"b": {"*": True}}
     assert book.next_change(until) is None
-    assert book.counts(NOW) == {"paused": 2}
+    assert book.counts(NOW) == {"paused": 2, "rate": 0, "in_flight": 0}
 
 
 def test_nothing_is_weighed_while_nothing_holds() -> None:
@@ -96,6 +98,21 @@ def test_a_key_that_names_no_words_is_refused_naming_the_key(key: str) -> None:
         (Limits(paused=False, paused_until=NOW + timedelta(hours=1)), "paused_until"),
         (Limits(paused=True, paused_until=datetime(2027, 1, 1)), "paused_until"),
         (Limits(paused=True, note="x" * 501), "note"),
+        (Limits(rate_per_s=0), "rate_per_s"),
+        (Limits(rate_per_s=-1), "rate_per_s"),
+        (Limits(rate_per_s=100_000.5), "rate_per_s"),
+        (Limits(rate_per_s=float("nan")), "rate_per_s"),
+        (Limits(rate_per_s=float("inf")), "rate_per_s"),
+        (Limits(paused=True, burst=5), "burst"),
+        (Limits(rate_per_s=10, burst=0), "burst"),
+        (Limits(rate_per_s=10, burst=1_000_001), "burst"),
+        (Limits(max_in_flight=0), "max_in_flight"),
+        (Limits(max_in_flight=1_000_001), "max_in_flight"),
+        (Limits(paused=True, in_flight_timeout_s=60), "in_flight_timeout_s"),
+        (Limits(max_in_flight=5, in_flight_timeout_s=0), "in_flight_timeout_s"),
+        (Limits(max_in_flight=5, in_flight_timeout_s=604_800.5), "in_flight_timeout_s"),
+        (Limits(max_in_flight=5, in_flight_timeout_s=float("nan")), "in_flight_timeout_s"),
+        (Limits(paused=False, note="meters nothing"), "paused"),
     ],
 )
 def test_a_rule_that_holds_nothing_or_never_lets_go_is_refused_naming_the_field(
@@ -122,3 +139,78 @@ def test_a_key_no_weighed_rule_matches_is_known_free_without_asking_the_sql() ->
     assert not held.may_hold("other.card")
     assert held.may_hold("")  # a key unknown (a due notice without one)
     assert not RuleBook().holding(NOW).may_hold("")
+
+
+@pytest.mark.parametrize(
+    ("rate", "burst"), [(200, 20), (0.5, 1), (1, 1), (15, 2), (100_000, 10_000)]
+)
+def test_a_rate_without_a_burst_gets_a_tenth_of_a_seconds_worth_at_least_one(
+    rate: float, burst: int
+) -> None:
+    assert check(Limits(rate_per_s=rate), NOW) == Limits(rate_per_s=rate, burst=burst)
+    given = Limits(rate_per_s=rate, burst=3)
+    assert check(given, NOW) == given
+
+
+def test_a_number_in_flight_without_a_timeout_gets_five_minutes() -> None:
+    assert check(Limits(max_in_flight=50), NOW) == Limits(
+        max_in_flight=50, in_flight_timeout_s=300.0
+    )
+    given = Limits(max_in_flight=1, in_flight_timeout_s=604_800)
+    assert check(given, NOW) == given
+
+
+def test_a_paused_metered_rule_meters_once_its_pause_ends() -> None:
+    until = NOW + timedelta(minutes=5)
+    both = check(Limits(paused=True, paused_until=until, rate_per_s=10, max_in_flight=2), NOW)
+    assert (both.burst, both.in_flight_timeout_s) == (1, 300.0)
+    assert both.meters
+    assert (both.holds_at(NOW), both.meters_at(NOW), both.restrains_at(NOW)) == (True, False, True)
+    assert (both.holds_at(until), both.meters_at(until)) == (False, True)
+    assert (PAUSED.meters, PAUSED.meters_at(NOW)) == (False, False)
+
+
+def test_the_counts_tell_paused_rate_and_in_flight_rules_apart() -> None:
+    until = NOW + timedelta(minutes=5)
+    book = RuleBook(
+        [
+            rule("a"),
+            rule("b", limits=Limits(paused=True, paused_until=until, rate_per_s=5, burst=1)),
+            rule("c", limits=Limits(rate_per_s=5, burst=1, max_in_flight=3)),
+            rule("d", limits=Limits(max_in_flight=3, in_flight_timeout_s=300)),
+        ]
+    )
+    assert book.counts(NOW) == {"paused": 2, "rate": 2, "in_flight": 2}
+    assert book.counts(until) == {"paused": 1, "rate": 2, "in_flight": 2}
+    assert [r.key for r in book.metered(NOW)] == ["c", "d"]
+    assert [r.key for r in book.metered(until)] == ["b", "c", "d"]
+
+
+def test_a_metered_rule_holds_its_jobs_from_the_loads_and_meters_once_unpaused() -> None:
+    until = NOW + timedelta(minutes=5)
+    rate = Limits(rate_per_s=10.0, burst=1)
+    both = Limits(paused=True, paused_until=until, max_in_flight=3, in_flight_timeout_s=60.0)
+    book = RuleBook([rule("a", limits=rate), rule("b", limits=both), rule("a.free")])
+    # The loads pass over both keys' jobs (a metered job goes only when its meter lets it go),
+    # but not those of a rule below that neither pauses nor meters.
+    assert book.holding(NOW).weighed == {"a": {"*": True}, "a.free": {"*": True}, "b": {"*": True}}
+    assert book.holds("a.x", None, NOW) == rule("a", limits=rate)
+    assert [r.key for r in book.metered(NOW)] == ["a"]  # b is paused: nothing to meter yet
+    assert [r.key for r in book.metered(until)] == ["a", "b"]
+    assert book.counts(NOW) == {"paused": 2, "rate": 1, "in_flight": 1}
+
+
+def test_the_meters_look_is_told_which_rule_governs_each_key() -> None:
+    metered = rule("a", limits=Limits(rate_per_s=5.0, burst=1))
+    own = rule("a", "shop", limits=Limits(max_in_flight=2, in_flight_timeout_s=9.0))
+    book = RuleBook([metered, own, rule("a.b"), rule("c")])
+    # Each metered rule is tagged by its place; a rule below one of them, -1; others left out.
+    tags = json.loads(book.governing_tags([metered, own]))
+    assert tags == {"a": {"*": 0, "shop": 1}, "a.b": {"*": -1}}
+
+
+def test_a_look_asks_for_a_bursts_worth_and_no_more_than_the_slots() -> None:
+    assert meter.wanted(rule("a", limits=Limits(rate_per_s=200.0, burst=20))) == 20
+    assert meter.wanted(rule("a", limits=Limits(max_in_flight=5, in_flight_timeout_s=1.0))) == 5
+    unbounded = Limits(rate_per_s=1e5, burst=100_000)
+    assert meter.wanted(rule("a", limits=unbounded)) == meter.MOST_WANTED
