@@ -11,6 +11,7 @@ from datetime import datetime
 import asyncpg
 
 from dispatcher import errors
+from dispatcher.flow.looks import MeteredLook
 from dispatcher.flow.rules import Limits, Rule
 from dispatcher.models import DueEntry, routing_key_of
 from dispatcher.store import queries
@@ -36,17 +37,6 @@ class Meter:
             max_in_flight=limits.max_in_flight,
             in_flight_timeout_s=limits.in_flight_timeout_s,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class MeteredLook:
-    """What the meter looks for, for one metered rule (``tag``: its place in the governing
-    tags): up to ``wanted`` due jobs of run_at ``floor`` or later."""
-
-    rule: Rule
-    tag: int
-    wanted: int
-    floor: datetime
 
 
 def rule_from_row(row: asyncpg.Record) -> Rule:

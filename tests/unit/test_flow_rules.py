@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dispatcher.flow import meter
+from dispatcher.flow import looks
 from dispatcher.flow.rules import Limits, Rule, RuleBook, RuleRefused, check, check_key
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -210,7 +210,7 @@ def test_the_meters_look_is_told_which_rule_governs_each_key() -> None:
 
 
 def test_a_look_asks_for_a_bursts_worth_and_no_more_than_the_slots() -> None:
-    assert meter.wanted(rule("a", limits=Limits(rate_per_s=200.0, burst=20))) == 20
-    assert meter.wanted(rule("a", limits=Limits(max_in_flight=5, in_flight_timeout_s=1.0))) == 5
+    assert looks.wanted(rule("a", limits=Limits(rate_per_s=200.0, burst=20))) == 20
+    assert looks.wanted(rule("a", limits=Limits(max_in_flight=5, in_flight_timeout_s=1.0))) == 5
     unbounded = Limits(rate_per_s=1e5, burst=100_000)
-    assert meter.wanted(rule("a", limits=unbounded)) == meter.MOST_WANTED
+    assert looks.wanted(rule("a", limits=unbounded)) == looks.MOST_WANTED
