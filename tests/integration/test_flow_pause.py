@@ -31,9 +31,17 @@ CATCHUP_RATE = 4000  # DISPATCHER_CATCHUP_MAX_RATE: released jobs drain at this 
 
 
 async def submit(
-    http: httpx.AsyncClient, routing_key: str, count: int, *, start_s: float, spread_s: float
+    http: httpx.AsyncClient,
+    routing_key: str,
+    count: int,
+    *,
+    start_s: float,
+    spread_s: float,
+    accepted_at: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """COUNT jobs due from START_S seconds on, spread evenly; id -> due (POSIX seconds)."""
+    """COUNT jobs due from START_S seconds on, spread evenly; id -> due (POSIX seconds). Each
+    job's due time or the time its batch was answered, whichever is later, goes to
+    ``accepted_at``: no dispatcher fires a job before it holds it."""
     accepted: dict[str, float] = {}
     now = datetime.now(UTC)
     for first in range(0, count, 500):
@@ -43,8 +51,11 @@ async def submit(
             jobs.append({"routing_key": routing_key, "payload": n, "run_at": at.isoformat()})
         answer = await http.post("/v1/jobs/batch", json={"jobs": jobs})
         assert answer.status_code == 201, answer.text
+        answered_at = time.time()
         for job, sent in zip(answer.json()["jobs"], jobs, strict=True):
             accepted[job["id"]] = datetime.fromisoformat(str(sent["run_at"])).timestamp()
+            if accepted_at is not None:
+                accepted_at[job["id"]] = max(accepted[job["id"]], answered_at)
     return accepted
 
 
@@ -80,15 +91,19 @@ async def test_a_paused_key_publishes_nothing_until_resumed_then_all_oldest_firs
         paused = await http.post("/v1/limits/payments/pause", json={"note": "test"})
         assert paused.status_code == 200, paused.text
         held = await submit(http, HELD, JOBS, start_s=START_S, spread_s=SPREAD_S)
-        free = await submit(http, FREE, JOBS, start_s=START_S, spread_s=SPREAD_S)
+        free_held_from: dict[str, float] = {}
+        free = await submit(
+            http, FREE, JOBS, start_s=START_S, spread_s=SPREAD_S, accepted_at=free_held_from
+        )
         assert await collector.wait_for(free, 60) == set()
         await collector.settle(1.0)
         # Nothing of the paused key reached the broker; every one is still scheduled, out of memory.
         assert not held.keys() & collector.deliveries.keys()
         assert await states(database_url, HELD) == {"scheduled": JOBS}
         assert node.lanes.live_count + node.lanes.backlog_count == 0
-        # The other key fired on time beside it.
-        free_late = collector.lateness(free)
+        # The other key fired on time beside it (from its due time, or from when it was stored
+        # if the test, on a loaded machine, was slower to submit it).
+        free_late = collector.lateness(free_held_from)
         assert statistics.quantiles(free_late, n=100)[98] < 5.0
         fired_before = sample(node, "dispatcher_fire_lateness_seconds_count")
         assert sample(node, "dispatcher_held_lateness_seconds_count") == 0
