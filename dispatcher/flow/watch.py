@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from dispatcher import errors
+from dispatcher import errors, supervision
 from dispatcher.flow import rules
 from dispatcher.flow.rules import HeldKeys, Rule, RuleBook
 from dispatcher.store.flow_rules import FlowRuleStore
@@ -27,6 +27,7 @@ from dispatcher.store.flow_rules import FlowRuleStore
 logger = logging.getLogger(__name__)
 
 CHANNEL = "dispatcher_flow_rules"
+READING = "reading the rules"  # what shows degraded in /readyz while PostgreSQL is away
 POLL_S = 0.5
 # The rules that stopped holding are remembered this long (at most RELEASES_KEPT of them): the
 # jobs they held, fired since, count their lateness apart (``held_at``).
@@ -117,11 +118,16 @@ class RuleWatch:
         self._apply(epoch, stored)
 
     async def run(self) -> None:
-        """Follow the rules forever; PostgreSQL away ends it (the supervisor runs it again)."""
+        """Follow the rules forever. PostgreSQL away: degraded, and asked again at the next poll
+        (the rules last read still apply); working again as soon as one read is."""
         while True:
             self._changed.clear()
-            if self._epoch is None or await self._store.epoch() != self._epoch:
-                await self.load()
+            try:
+                if self._epoch is None or await self._store.epoch() != self._epoch:
+                    await self.load()
+                supervision.report_recovered(READING)
+            except errors.StoreUnavailable as exc:
+                supervision.report_degraded(READING, exc)
             wait_s = self._poll_s
             if self._held_until is not None:
                 until_s = (self._held_until - self._clock()).total_seconds()
