@@ -75,7 +75,8 @@ async def test_a_snapshot_older_than_the_setting_is_said_in_readyz_and_metrics_u
         await until(held_back, 20)
         shown = await vacuum(http)
         assert REPORT in shown["holder"]
-        assert shown["oldest_snapshot_s"] > 1.0
+        # Shown to a tenth of a second: a snapshot just past the setting reads 1.0.
+        assert shown["oldest_snapshot_s"] >= 1.0
         assert shown["sees_all_sessions"] is True
         assert await held_back_metric(http) == 1.0
         assert (await vacuum(http, MONITOR))["holder"] == ops.WITHHELD  # who: for admin keys
