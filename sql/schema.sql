@@ -185,6 +185,19 @@ SELECT pg_notify('dispatcher_due',
                  || coalesce(',' || job_routing_key, ''))
 $$;
 
+CREATE FUNCTION public.dispatcher_release_key() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF NEW.state IN ('succeeded', 'dead', 'cancelled', 'expired')
+       OR (NEW.state = 'dispatched' AND NEW.key_release = 'dispatched') THEN
+        NEW.released_key := NEW.idempotency_key;
+        NEW.idempotency_key := NULL;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
 CREATE FUNCTION public.flow_rules_changed() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -337,7 +350,7 @@ CREATE TABLE public.job_events (
     round uuid,
     ignored text,
     received bigint,
-    CONSTRAINT job_events_outcome_known CHECK ((outcome = ANY (ARRAY['started'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'requeued'::text, 'dispatched'::text])))
+    detail text
 )
 WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
 
@@ -372,6 +385,8 @@ CREATE TABLE public.jobs (
     has_dependents boolean DEFAULT false NOT NULL,
     dispatch_round uuid DEFAULT gen_random_uuid(),
     ignored_dropped bigint DEFAULT 0 NOT NULL,
+    key_release text,
+    released_key text,
     CONSTRAINT jobs_state_known CHECK ((state = ANY (ARRAY['scheduled'::text, 'dispatching'::text, 'dispatched'::text, 'cancelled'::text, 'expired'::text, 'succeeded'::text, 'dead'::text, 'waiting'::text])))
 )
 WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
@@ -454,8 +469,14 @@ ALTER TABLE ONLY public.job_dependencies
 ALTER TABLE public.job_events
     ADD CONSTRAINT job_events_ignored_known CHECK ((ignored = ANY (ARRAY['other_round'::text, 'no_round'::text, 'routing_key'::text, 'no_user'::text, 'publisher'::text]))) NOT VALID;
 
+ALTER TABLE public.job_events
+    ADD CONSTRAINT job_events_outcome_known CHECK ((outcome = ANY (ARRAY['started'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'requeued'::text, 'dispatched'::text, 'replaced'::text, 'extended'::text, 'rescheduled'::text, 'cancelled'::text]))) NOT VALID;
+
 ALTER TABLE ONLY public.job_events
     ADD CONSTRAINT job_events_pkey PRIMARY KEY (event_id);
+
+ALTER TABLE public.jobs
+    ADD CONSTRAINT jobs_key_release_known CHECK ((key_release = ANY (ARRAY['dispatched'::text, 'finished'::text]))) NOT VALID;
 
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
@@ -489,6 +510,8 @@ CREATE INDEX jobs_lease_until ON public.jobs USING btree (lease_until) INCLUDE (
 
 CREATE INDEX jobs_namespace ON public.jobs USING btree (namespace, id) WHERE (namespace IS NOT NULL);
 
+CREATE INDEX jobs_released_key ON public.jobs USING btree (released_key, COALESCE(namespace, ''::text)) WHERE (released_key IS NOT NULL);
+
 CREATE INDEX jobs_state ON public.jobs USING btree (state, id) INCLUDE (namespace, routing_key);
 
 CREATE INDEX schedules_due ON public.schedules USING btree (next_at) WHERE ((NOT paused) AND (next_at IS NOT NULL));
@@ -498,6 +521,8 @@ CREATE UNIQUE INDEX schedules_name ON public.schedules USING btree (COALESCE(nam
 CREATE TRIGGER flow_rules_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON public.flow_rules FOR EACH STATEMENT EXECUTE FUNCTION public.flow_rules_changed();
 
 CREATE TRIGGER jobs_follow_prerequisite AFTER UPDATE OF state ON public.jobs FOR EACH ROW WHEN ((new.has_dependents AND (new.state IS DISTINCT FROM old.state) AND (new.state = ANY (ARRAY['succeeded'::text, 'dead'::text, 'cancelled'::text, 'expired'::text])))) EXECUTE FUNCTION public.jobs_follow_prerequisite();
+
+CREATE TRIGGER jobs_release_key BEFORE UPDATE OF state ON public.jobs FOR EACH ROW WHEN (((new.key_release IS NOT NULL) AND (new.idempotency_key IS NOT NULL) AND (new.state IS DISTINCT FROM old.state))) EXECUTE FUNCTION public.dispatcher_release_key();
 
 ALTER TABLE ONLY public.job_dependencies
     ADD CONSTRAINT job_dependencies_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.jobs(id) ON DELETE CASCADE;
