@@ -91,8 +91,11 @@ class Intake:
             due_soon = owned and spec.run_at.timestamp() <= window_end_s
             shard = ids.shard_for(job_id.bytes, owned if due_soon else self._all_shards)
             new_jobs.append(models.NewJob(id=job_id, shard=shard, spec=spec, namespace=namespace))
-        # A job with prerequisites is refused on its own (422), so it never shares a group commit.
-        if len(new_jobs) == 1 and self._grouped and not new_jobs[0].spec.after:
+        # A job with prerequisites is refused on its own (422), so it never shares a group commit;
+        # nor does one that replaces, extends or lets go of its key: two submits of one key in a
+        # group would be one statement's two changes of one row.
+        single = len(new_jobs) == 1 and not (new_jobs[0].spec.after or new_jobs[0].spec.keyed)
+        if single and self._grouped:
             results = [await self.group_commit.submit(new_jobs[0])]
         else:
             results = await self._store.insert(new_jobs)

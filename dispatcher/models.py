@@ -58,6 +58,32 @@ FINISHED_STATES = frozenset(
 )
 
 
+class OnExisting(StrEnum):
+    """What a submit does when its idempotency key names a job already."""
+
+    KEEP = "keep"  # nothing: the answer is that job
+    REPLACE = "replace"  # the pending job takes the new run_at, payload, headers, priority, ttl
+    EXTEND = "extend"  # the pending job moves to the new run_at if later (a debounce)
+
+
+class KeyRelease(StrEnum):
+    """When a job lets go of its idempotency key, so that the next submit of it creates a job."""
+
+    NEVER = "never"  # as long as its row lives
+    DISPATCHED = "dispatched"  # once handed to RabbitMQ, or ended otherwise
+    FINISHED = "finished"  # once succeeded, dead, cancelled or expired
+
+
+class Outcome(StrEnum):
+    """What a submit did (``dispatcher_enqueue_v2``'s outcomes)."""
+
+    CREATED = "created"
+    KEPT = "kept"  # the job the key names, unchanged
+    REPLACED = "replaced"
+    EXTENDED = "extended"
+    REFUSED = "refused"  # replace or extend asked, and that job is no longer pending
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec:
     """A validated request: what to publish, where and when. Intake adds the id and the shard."""
@@ -70,6 +96,13 @@ class JobSpec:
     priority: int | None = None
     ttl_ms: int | None = None
     after: tuple[uuid.UUID, ...] = ()  # jobs that must succeed first
+    on_existing: OnExisting = OnExisting.KEEP
+    release_key: KeyRelease = KeyRelease.NEVER
+
+    @property
+    def keyed(self) -> bool:
+        """Whether it asks more of its idempotency key than today's keep-forever."""
+        return self.on_existing is not OnExisting.KEEP or self.release_key is not KeyRelease.NEVER
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -102,6 +135,8 @@ class Job:
     publish_attempts: int
     namespace: str | None = None  # None: the default namespace
     last_error: str | None = None  # a dead job's error, as its consumer reported it
+    release_key: KeyRelease = KeyRelease.NEVER
+    key_released: bool = False  # it let go of ``idempotency_key``: another job may hold it now
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,8 +196,8 @@ class JobChange:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobEvent:
-    """One step of a job's life after its publish (``consumers_sdk.contract.JobEvent``, or a
-    requeue by the dispatcher), as recorded."""
+    """One step of a job's life after its publish (``consumers_sdk.contract.JobEvent``), or a
+    change the dispatcher made (a requeue, a replace or extend), as recorded."""
 
     outcome: str
     attempt: int
@@ -171,6 +206,7 @@ class JobEvent:
     error: str | None
     at: datetime
     ignored: str | None = None  # why it changed nothing (another dispatch round...); None: counted
+    detail: str | None = None  # what the dispatcher's change did (the new time...)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,7 +224,11 @@ class Submitted:
     """The answer to one submission: the job, and whether this request created it."""
 
     job: Job
-    created: bool
+    outcome: Outcome
+
+    @property
+    def created(self) -> bool:
+        return self.outcome is Outcome.CREATED
 
 
 class DueEntry(NamedTuple):

@@ -61,7 +61,7 @@ async def submit_one(
     with prerequisites_named(""):
         [result] = await context.intake.submit([spec], namespace=caller.namespace)
     return schemas.json_response(
-        schemas.job_document(result.job, created=result.created),
+        schemas.job_document(result.job, outcome=result.outcome),
         201 if result.created else 200,
     )
 
@@ -104,7 +104,7 @@ async def create_jobs(request: Request, context: Context, caller: auth.Producer)
     documents = []
     for index, result in enumerate(results):
         await intake.take_turn(index)
-        documents.append(schemas.job_document(result.job, created=result.created))
+        documents.append(schemas.job_document(result.job, outcome=result.outcome))
     return schemas.json_response(
         {"jobs": documents}, 201 if any(result.created for result in results) else 200
     )

@@ -83,6 +83,21 @@ class JobCreate(BaseModel):
         None, description="RFC 3339 with offset; in the past means as soon as possible"
     )
     idempotency_key: Annotated[StrictStr, Field(min_length=1, max_length=255)] | None = None
+    on_existing: models.OnExisting = Field(
+        models.OnExisting.KEEP,
+        description="what an idempotency_key that names a job already does: keep (answer that "
+        "job, unchanged), replace (the pending job takes this run_at, payload, headers, priority "
+        "and ttl_ms), extend (the pending job moves to this run_at if that is later, never "
+        "earlier: a debounce). A job being dispatched or done is never changed (outcome "
+        "refused). Needs idempotency_key",
+    )
+    release_key: models.KeyRelease = Field(
+        models.KeyRelease.NEVER,
+        description="when the job lets go of its idempotency_key, so that the next submit of "
+        "the key creates a new job: never (while it is stored), dispatched (once handed to "
+        "RabbitMQ, or ended otherwise), finished (once succeeded, dead, cancelled or expired). "
+        "Needs idempotency_key",
+    )
     headers: Headers = Field(default_factory=dict)
     priority: Priority | None = None
     ttl_ms: TtlMs | None = Field(
@@ -224,6 +239,12 @@ class JobOut(BaseModel):
     publish_attempts: int
     namespace: str | None = None
     last_error: str | None = Field(None, description="a dead job's error, from its consumer")
+    release_key: models.KeyRelease = Field(
+        models.KeyRelease.NEVER, description="when it lets go of its idempotency_key"
+    )
+    key_released: bool = Field(
+        False, description="it let go of its idempotency_key: the next submit of it created a job"
+    )
     held_by: HeldBy | None = Field(
         None, description="the flow rule holding the job back while it is due (scheduled only)"
     )
@@ -231,8 +252,9 @@ class JobOut(BaseModel):
 
 class HistoryEntry(BaseModel):
     """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired`` (from
-    the job's own timestamps) and the consumers' ``started``, ``failed``, ``succeeded``, ``dead``,
-    and ``requeued``."""
+    the job's own timestamps), the consumers' ``started``, ``failed``, ``succeeded``, ``dead``,
+    and the dispatcher's changes: ``requeued``, ``replaced`` and ``extended`` (a submit of its
+    idempotency key), ``rescheduled`` and ``cancelled`` by a bulk action."""
 
     event: str
     at: datetime
@@ -246,6 +268,9 @@ class HistoryEntry(BaseModel):
         "or a guessed round), no_round, routing_key (another than the job's); with "
         "DISPATCHER_EVENT_USERS, no_user (no AMQP user_id) or publisher (its user may not "
         "report on this job)",
+    )
+    detail: str | None = Field(
+        None, description="what a change by the dispatcher did: the new run_at, the bulk action"
     )
 
 
@@ -267,6 +292,11 @@ class JobWithHistory(JobOut):
 
 class JobSubmitted(JobOut):
     created: bool = Field(description="false when the idempotency key found an existing job")
+    outcome: models.Outcome = Field(
+        description="created; or what became of the job the idempotency key names: kept "
+        "(unchanged), replaced, extended, refused (replace or extend asked, and the job is "
+        "dispatching or done, or has another routing key)"
+    )
 
 
 class BatchOut(BaseModel):
@@ -288,9 +318,9 @@ class Problem(BaseModel):
 
 
 def job_document(
-    job: models.Job, *, created: bool | None = None, held_by: Rule | None = None
+    job: models.Job, *, outcome: models.Outcome | None = None, held_by: Rule | None = None
 ) -> dict[str, object]:
-    """A job in the shape of ``JobOut`` (``JobSubmitted`` with ``created``), ready for orjson.
+    """A job in the shape of ``JobOut`` (``JobSubmitted`` with ``outcome``), ready for orjson.
 
     Rendered without pydantic: on the submit path, building and serialising response models cost
     more than validating the request (py-spy). The payload is embedded as the stored JSON text. A
@@ -313,6 +343,8 @@ def job_document(
         "publish_attempts": job.publish_attempts,
         "namespace": job.namespace,
         "last_error": job.last_error,
+        "release_key": job.release_key,
+        "key_released": job.key_released,
         "held_by": None
         if held_by is None
         else {
@@ -324,8 +356,9 @@ def job_document(
             "note": held_by.limits.note,
         },
     }
-    if created is not None:
-        document["created"] = created
+    if outcome is not None:
+        document["created"] = outcome is models.Outcome.CREATED
+        document["outcome"] = outcome
     return document
 
 
@@ -357,6 +390,7 @@ def history_document(
             "consumer": event.consumer,
             "error": event.error,
             "ignored": event.ignored,
+            "detail": event.detail,
         }
         if event.outcome == "dispatched":
             dispatches.append({"event": "dispatched", "at": event.at})
@@ -367,9 +401,13 @@ def history_document(
     if job.dispatched_at is not None:
         dispatches.append({"event": "dispatched", "at": job.dispatched_at})
     for round_steps, dispatch in zip(rounds, dispatches, strict=False):
-        round_steps.insert(1, dispatch)
+        # After the changes made while it waited (replaced, extended...), before what its
+        # consumers reported.
+        reported = (i for i, s in enumerate(round_steps) if s["event"] in contract.OUTCOMES)
+        round_steps.insert(next(reported, len(round_steps)), dispatch)
     steps = [step for round_steps in rounds for step in round_steps]
-    if job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED):
+    ended = job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED)
+    if ended and not any(step["event"] == job.state.value for step in rounds[-1]):
         steps.append({"event": job.state.value, "at": job.updated_at})
     document = job_document(job, held_by=held_by)
     document["history"] = steps
@@ -412,6 +450,11 @@ def to_spec(
         problem := validation.idempotency_key_problem(job.idempotency_key, settings.limits())
     ):
         raise errors.InvalidField(f"{field_prefix}idempotency_key", problem)
+    if job.idempotency_key is None:
+        if job.on_existing is not models.OnExisting.KEEP:
+            raise errors.InvalidField(f"{field_prefix}on_existing", "needs an idempotency_key")
+        if job.release_key is not models.KeyRelease.NEVER:
+            raise errors.InvalidField(f"{field_prefix}release_key", "needs an idempotency_key")
     return models.JobSpec(
         routing_key=job.routing_key,
         payload=payload,
@@ -426,6 +469,8 @@ def to_spec(
         priority=job.priority,
         ttl_ms=job.ttl_ms,
         after=tuple(job.after),
+        on_existing=job.on_existing,
+        release_key=job.release_key,
     )
 
 

@@ -7,7 +7,7 @@ import operator
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Final
+from typing import Final, NamedTuple
 
 import asyncpg
 import orjson
@@ -25,6 +25,7 @@ EVER: Final = datetime(1, 1, 1, tzinfo=UTC)
 
 
 def job_from_row(row: asyncpg.Record) -> models.Job:
+    released_key = row.get("released_key")
     return models.Job(
         id=row["id"],
         shard=row["shard"],
@@ -32,7 +33,7 @@ def job_from_row(row: asyncpg.Record) -> models.Job:
         routing_key=row["routing_key"],
         payload=bytes(row["payload"]),
         run_at=row["run_at"],
-        idempotency_key=row["idempotency_key"],
+        idempotency_key=row["idempotency_key"] if released_key is None else released_key,
         headers=_headers(row["headers"]),
         priority=row["priority"],
         ttl_ms=row["ttl_ms"],
@@ -42,6 +43,8 @@ def job_from_row(row: asyncpg.Record) -> models.Job:
         publish_attempts=row["publish_attempts"],
         namespace=row["namespace"],
         last_error=row["last_error"],
+        release_key=models.KeyRelease(row.get("key_release") or models.KeyRelease.NEVER),
+        key_released=released_key is not None,
     )
 
 
@@ -105,42 +108,93 @@ class JobStore:
         waiting: set[uuid.UUID] = set()
         # One statement is atomic and durable on its own: a transaction would only add the BEGIN
         # and COMMIT round trips to every request's wait. Prerequisites are written with their
-        # jobs, all or nothing. Existing idempotency keys are read after the insert, as read
-        # committed would inside a transaction.
+        # jobs, all or nothing. Existing jobs are read after the insert, as read committed would
+        # inside a transaction.
         async with (
             self._db.connection() as connection,
             connection.transaction() if with_prerequisites else contextlib.nullcontext(),
         ):
-            if len(jobs) == 1:
-                rows = await connection.fetch(queries.INSERT_JOB, *insert_values(jobs[0]))
+            if any(job.spec.keyed for job in jobs):
+                answers = await self._enqueue(connection, jobs)
+                existing = await _rows(connection, [a.id for a in answers if not a.created])
             else:
-                rows = await connection.fetch(queries.INSERT_JOBS, *insert_arrays(jobs))
-            inserted = {row["id"]: row["created_at"] for row in rows}
-            existing = await _existing(connection, jobs, inserted)
+                answers, existing = await self._insert_kept(connection, jobs)
+            inserted = {answer.id: answer.created_at for answer in answers if answer.created}
             if with_prerequisites:
-                resolved = [
-                    job.id
-                    if job.id in inserted or job.spec.idempotency_key is None
-                    else existing[(job.namespace or "", job.spec.idempotency_key)].id
-                    for job in jobs
-                ]
                 waiting = await dependencies.attach(
-                    connection, jobs, resolved=resolved, created=inserted.keys()
+                    connection,
+                    jobs,
+                    resolved=[answer.id for answer in answers],
+                    created=inserted.keys(),
                 )
         results: list[models.Submitted] = []
+        for job, answer in zip(jobs, answers, strict=True):
+            if answer.outcome is models.Outcome.CREATED:
+                state = models.JobState.WAITING if job.id in waiting else models.JobState.SCHEDULED
+                stored = as_stored(job, answer.created_at, state)
+            else:
+                stored = existing[answer.id]
+            results.append(models.Submitted(job=stored, outcome=answer.outcome))
+        return results
+
+    async def _enqueue(
+        self, connection: asyncpg.pool.PoolConnectionProxy, jobs: Sequence[models.NewJob]
+    ) -> list[_Answer]:
+        """Jobs some of which replace, extend or let go of their key: ``ENQUEUE_JOBS``."""
+        releases = [
+            None if job.spec.release_key is models.KeyRelease.NEVER else job.spec.release_key.value
+            for job in jobs
+        ]
+        rows = await connection.fetch(
+            queries.ENQUEUE_JOBS,
+            *insert_arrays(jobs),
+            releases,
+            [job.spec.on_existing.value for job in jobs],
+            self._node_id,
+        )
+        return [
+            _Answer(row["id"], row["created_at"], models.Outcome(row["outcome"])) for row in rows
+        ]
+
+    async def _insert_kept(
+        self, connection: asyncpg.pool.PoolConnectionProxy, jobs: Sequence[models.NewJob]
+    ) -> tuple[list[_Answer], dict[uuid.UUID, models.Job]]:
+        """Jobs whose known keys keep their jobs (the hot path: ``INSERT_JOB``/``INSERT_JOBS``,
+        which return the jobs inserted), and the jobs their known keys name."""
+        if len(jobs) == 1:
+            rows = await connection.fetch(queries.INSERT_JOB, *insert_values(jobs[0]))
+        else:
+            rows = await connection.fetch(queries.INSERT_JOBS, *insert_arrays(jobs))
+        inserted = {row["id"]: row["created_at"] for row in rows}
+        missing_keys = [
+            (job.namespace or "", job.spec.idempotency_key)
+            for job in jobs
+            if job.id not in inserted and job.spec.idempotency_key is not None
+        ]
+        holders: dict[tuple[str, str], models.Job] = {}
+        if missing_keys:
+            namespaces, keys = (list(column) for column in zip(*missing_keys, strict=True))
+            for row in await connection.fetch(
+                queries.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys
+            ):
+                holders[(row["namespace"] or "", row["idempotency_key"])] = job_from_row(row)
+        answers: list[_Answer | None] = []
         for job in jobs:
             created_at = inserted.get(job.id)
+            holder = holders.get((job.namespace or "", job.spec.idempotency_key or ""))
             if created_at is not None:
-                state = models.JobState.WAITING if job.id in waiting else models.JobState.SCHEDULED
-                results.append(
-                    models.Submitted(job=as_stored(job, created_at, state), created=True)
-                )
-            else:
-                key = job.spec.idempotency_key
-                assert key is not None  # only a key conflict skips an insert
-                found = existing[(job.namespace or "", key)]
-                results.append(models.Submitted(job=found, created=False))
-        return results
+                answers.append(_Answer(job.id, created_at, models.Outcome.CREATED))
+            elif holder is not None:
+                answers.append(_Answer(holder.id, holder.created_at, models.Outcome.KEPT))
+            else:  # its job let go of the key (released) since the insert: insert again
+                answers.append(None)
+        again = [job for job, answer in zip(jobs, answers, strict=True) if answer is None]
+        retried = iter(await self._enqueue(connection, again) if again else ())
+        done = [answer or next(retried) for answer in answers]
+        existing = {job.id: job for job in holders.values()}
+        unread = [a.id for a in done if not a.created and a.id not in existing]
+        existing.update(await _rows(connection, unread))
+        return done, existing
 
     # --- reads and cancel -----------------------------------------------------------------------
 
@@ -402,23 +456,28 @@ class JobStore:
             await connection.execute(query, ids, *args)
 
 
-async def _existing(
-    connection: asyncpg.pool.PoolConnectionProxy,
-    jobs: Sequence[models.NewJob],
-    inserted: dict[uuid.UUID, datetime],
-) -> dict[tuple[str, str], models.Job]:
-    """The stored jobs of the idempotency keys that kept some of ``jobs`` from being inserted."""
-    missing_keys = [
-        (job.namespace or "", job.spec.idempotency_key)
-        for job in jobs
-        if job.id not in inserted and job.spec.idempotency_key is not None
-    ]
-    existing: dict[tuple[str, str], models.Job] = {}
-    if missing_keys:
-        namespaces, keys = (list(column) for column in zip(*missing_keys, strict=True))
-        for row in await connection.fetch(queries.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys):
-            existing[(row["namespace"] or "", row["idempotency_key"])] = job_from_row(row)
-    return existing
+class _Answer(NamedTuple):
+    """What the insert did with one job: the id of the job it answers with (the new one, or the
+    one its key names), and its created_at."""
+
+    id: uuid.UUID
+    created_at: datetime
+    outcome: models.Outcome
+
+    @property
+    def created(self) -> bool:
+        return self.outcome is models.Outcome.CREATED
+
+
+async def _rows(
+    connection: asyncpg.pool.PoolConnectionProxy, ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, models.Job]:
+    if not ids:
+        return {}
+    return {
+        row["id"]: job_from_row(row)
+        for row in await connection.fetch(queries.SELECT_JOBS, list(ids))
+    }
 
 
 def as_stored(
@@ -442,6 +501,7 @@ def as_stored(
         dispatched_at=None,
         publish_attempts=0,
         namespace=job.namespace,
+        release_key=spec.release_key,
     )
 
 

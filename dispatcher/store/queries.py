@@ -64,6 +64,21 @@ RETURNING id, created_at
 """
 )
 
+# Jobs as ``dispatcher_enqueue_v2`` (sql/0019) inserts or changes them: a new job, or the pending
+# one its idempotency key names, replaced or extended, as each job's on_existing asks; one row
+# per job in order, with its outcome (``models.Outcome``). Changed jobs are noticed (their owner
+# may hold the old time in memory); new ones are not (intake offers them to its heap).
+# $1..$10: INSERTED_COLUMNS, each a parallel array; $11 key releases (NULL: never); $12
+# on_existing; $13 the node id (the history's actor).
+ENQUEUE_JOBS: Final = (
+    "SELECT ordinal, id, created_at, outcome\nFROM dispatcher_enqueue_v2("
+    + ", ".join([*_ENQUEUE_ARRAYS, "$11::text[]", "$12::text[]", "false", "$13::text"])
+    + ")\n"
+)
+
+# Whole rows of these jobs. $1 ids.
+SELECT_JOBS: Final = "SELECT * FROM jobs WHERE id = ANY ($1::uuid[])\n"
+
 # The jobs already stored under these idempotency keys, each in its namespace.
 # $1 namespaces ('' for the default one), $2 keys: parallel arrays.
 SELECT_BY_IDEMPOTENCY_KEYS: Final = """
@@ -520,11 +535,13 @@ SELECT event_id, ignored FROM dropped
 
 # A job's events in the order they happened (by their consumers' clocks), each with how many of
 # the job's ignored events were only counted (the same on every row; with none kept, none were):
-# the dispatcher's own steps (a requeue and the dispatch it replaced: they frame the rounds) and
-# the $2 newest of the others, with how many others there are. $1 job id, $2 the most reported
-# events shown.
+# the steps that frame the rounds (a requeue and the dispatch it replaced) and the $2 newest of
+# the others (the consumers' events, and the dispatcher's changes to a pending job: a key
+# replaced a thousand times shows its last changes), with how many others there are. $1 job id,
+# $2 the most of those shown.
 SELECT_JOB_EVENTS: Final = """
-SELECT outcome, attempt, consumer_group, consumer, error, at, ignored, ignored_dropped, reported
+SELECT outcome, attempt, consumer_group, consumer, error, at, ignored, detail, ignored_dropped,
+       reported
 FROM (
   SELECT e.*, (SELECT ignored_dropped FROM jobs WHERE id = $1) AS ignored_dropped,
          count(*) FILTER (WHERE outcome NOT IN ('dispatched', 'requeued')) OVER () AS reported,
@@ -650,15 +667,27 @@ FROM (
 GROUP BY 1, 2 ORDER BY 1, 2 LIMIT $2
 """
 
-# A job by idempotency key, in any namespace allowed by the filter (jobs_idempotency_key_namespace:
-# the key first). $1 key, $2 namespace filter, $3 routing-key filter.
+# The jobs of an idempotency key, in any namespace allowed by the filter: the one holding it in
+# each namespace (jobs_idempotency_key_namespace), then the newest of those that let go of it
+# (jobs_released_key). $1 key, $2 namespace filter, $3 routing-key filter.
 SELECT_BY_IDEMPOTENCY_KEY: Final = """
-SELECT * FROM jobs WHERE idempotency_key = $1
-  AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
-  AND ($3::text[] IS NULL OR EXISTS (
-      SELECT FROM unnest($3::text[]) AS w
-      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
-ORDER BY id LIMIT 10
+SELECT * FROM (
+  (SELECT *, false AS released FROM jobs WHERE idempotency_key = $1
+     AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+     AND ($3::text[] IS NULL OR EXISTS (
+         SELECT FROM unnest($3::text[]) AS w
+         WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+   ORDER BY id LIMIT 10)
+  UNION ALL
+  (SELECT *, true AS released FROM jobs WHERE released_key = $1
+     AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+     AND ($3::text[] IS NULL OR EXISTS (
+         SELECT FROM unnest($3::text[]) AS w
+         WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+   ORDER BY id DESC LIMIT 10)
+) AS found
+ORDER BY released, CASE WHEN released THEN NULL ELSE id END, id DESC
+LIMIT 10
 """
 
 # --- shards -------------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ def answer(document: object, status: int = 200) -> httpx.Response:
 
 
 def job_answer(status: int = 200, **fields: Any) -> httpx.Response:
-    return answer(schemas.job_document(stored_job(**fields), created=status == 201), status)
+    outcome = models.Outcome.CREATED if status == 201 else models.Outcome.KEPT
+    return answer(schemas.job_document(stored_job(**fields), outcome=outcome), status)
 
 
 def history_answer(events: list[models.JobEvent]) -> httpx.Response:

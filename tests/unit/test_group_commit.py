@@ -21,7 +21,7 @@ def new_job(routing_key: str) -> models.NewJob:
 
 
 def stored(job: models.NewJob) -> models.Submitted:
-    return models.Submitted(job=job_store.as_stored(job, NOW), created=True)
+    return models.Submitted(job=job_store.as_stored(job, NOW), outcome=models.Outcome.CREATED)
 
 
 async def submit_together(

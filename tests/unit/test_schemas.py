@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from consumers_sdk.ids import JobIds
-from dispatcher import errors
+from dispatcher import errors, models
 from dispatcher.api.problems import field_name
 from dispatcher.api.schemas import (
     JobBatchCreate,
@@ -131,7 +131,7 @@ def stored(**changes: object) -> Job:
 
 def test_rendered_job_has_exactly_the_documented_shape() -> None:
     job = stored()
-    document = job_document(job, created=True)
+    document = job_document(job, outcome=models.Outcome.CREATED)
     body = json_response(document, 201).body
     parsed = JobSubmitted.model_validate_json(body)
     assert set(document) == set(JobSubmitted.model_fields)
@@ -140,6 +140,7 @@ def test_rendered_job_has_exactly_the_documented_shape() -> None:
     assert parsed.run_at == NOW
     assert orjson.loads(body)["run_at"] == "2026-01-01T00:00:00Z"
     assert parsed.created is True
+    assert parsed.outcome is models.Outcome.CREATED
 
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -169,19 +170,25 @@ JOBS = st.builds(
     publish_attempts=st.integers(0, 2**31 - 1),
     namespace=st.none() | st.text(),
     last_error=st.none() | st.text(),
+    release_key=st.sampled_from(models.KeyRelease),
+    key_released=st.booleans(),
 )
 
 
 @hypothesis_settings(deadline=None)  # the machine's load, not the renderer, sets the pace
-@given(JOBS, st.none() | st.booleans())
+@given(JOBS, st.none() | st.sampled_from(models.Outcome))
 def test_the_hand_renderer_answers_what_the_response_model_would(
-    job: Job, created: bool | None
+    job: Job, outcome: models.Outcome | None
 ) -> None:
     """``job_document`` (a second path, for speed) against pydantic rendering ``JobOut`` (or
-    ``JobSubmitted``, with ``created``) from the same job: the same JSON, field for field."""
+    ``JobSubmitted``, with the outcome) from the same job: the same JSON, field for field."""
     fields = {**dataclasses.asdict(job), "payload": orjson.loads(job.payload)}
-    model = JobOut(**fields) if created is None else JobSubmitted(**fields, created=created)
-    by_hand = json_response(job_document(job, created=created)).body
+    model = (
+        JobOut(**fields)
+        if outcome is None
+        else JobSubmitted(**fields, created=outcome is models.Outcome.CREATED, outcome=outcome)
+    )
+    by_hand = json_response(job_document(job, outcome=outcome)).body
     assert orjson.loads(by_hand) == orjson.loads(model.model_dump_json())
 
 

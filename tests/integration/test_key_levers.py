@@ -1,0 +1,239 @@
+"""One pending job per idempotency key: a submit keeps, replaces or extends the pending job its key
+names, and a job may let go of its key once dispatched or finished; on one in-process node through
+real PostgreSQL and RabbitMQ."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import orjson
+import pytest
+
+from devstack.collector import Collector
+from dispatcher.node import Node
+from tests.support.nodes import client, jobs_stored, running_node
+from tests.support.waiting import job_when
+
+NODE = {"node_id": "keys-test", "shard_count": 16}
+
+
+@pytest.fixture
+async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
+    async with running_node(database_url=database_url, amqp_url=amqp_url, **NODE) as running:
+        yield running
+
+
+@pytest.fixture
+async def collector(amqp_url: str) -> AsyncIterator[Collector]:
+    consumer = Collector(amqp_url, binding="keys.#")
+    await consumer.start()
+    try:
+        yield consumer
+    finally:
+        await consumer.stop()
+
+
+def later(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).isoformat()
+
+
+def job(key: str = "sync-42", **fields: Any) -> dict[str, Any]:
+    return {"routing_key": "keys.sync", "payload": 1, "idempotency_key": key, **fields}
+
+
+async def test_replace_gives_the_pending_job_the_new_time_payload_and_headers(
+    node: Node, collector: Collector
+) -> None:
+    async with client(node) as http:
+        first = await http.post("/v1/jobs", json=job(run_at=later(60), priority=1))
+        second = await http.post(
+            "/v1/jobs",
+            json=job(run_at=later(1), payload={"v": 2}, headers={"h": "x"}, on_existing="replace"),
+        )
+        assert (first.status_code, second.status_code) == (201, 200), second.text
+        assert second.json()["outcome"] == "replaced"
+        assert second.json()["created"] is False
+        assert second.json()["id"] == first.json()["id"]
+        assert second.json()["payload"] == {"v": 2}
+        assert second.json()["priority"] is None  # replaced as sent
+        assert await collector.wait_for([first.json()["id"]], 15) == set()
+        [delivery] = collector.deliveries[first.json()["id"]]
+        assert orjson.loads(delivery.body) == {"v": 2}
+        assert delivery.headers["h"] == "x"
+        history = (await job_when(http, first.json()["id"], "dispatched"))["history"]
+    events = [step["event"] for step in history]
+    assert events == ["scheduled", "replaced", "dispatched"]
+    assert history[1]["detail"].startswith("run_at ")
+    assert history[1]["consumer"] == "keys-test"
+
+
+async def test_extend_moves_the_job_later_never_earlier(node: Node) -> None:
+    async with client(node) as http:
+        first = (await http.post("/v1/jobs", json=job(run_at=later(60), payload="a"))).json()
+        sooner = await http.post(
+            "/v1/jobs", json=job(run_at=later(30), payload="b", on_existing="extend")
+        )
+        assert sooner.json()["outcome"] == "kept"
+        assert sooner.json()["run_at"] == first["run_at"]
+        moved = await http.post(
+            "/v1/jobs", json=job(run_at=later(90), payload="c", on_existing="extend")
+        )
+        assert moved.json()["outcome"] == "extended"
+        assert moved.json()["run_at"] > first["run_at"]
+        assert moved.json()["payload"] == "a"  # extend moves the time only
+        history = (await http.get(f"/v1/jobs/{first['id']}")).json()["history"]
+    assert [step["event"] for step in history] == ["scheduled", "extended"]
+
+
+async def test_a_job_being_dispatched_or_done_is_never_changed(
+    node: Node, collector: Collector
+) -> None:
+    async with client(node) as http:
+        first = (await http.post("/v1/jobs", json=job(payload="sent"))).json()
+        assert await collector.wait_for([first["id"]], 15) == set()
+        await job_when(http, first["id"], "dispatched")
+        for how in ("replace", "extend"):
+            answer = await http.post(
+                "/v1/jobs", json=job(payload="late", run_at=later(60), on_existing=how)
+            )
+            assert answer.status_code == 200
+            assert answer.json()["outcome"] == "refused"
+            assert answer.json()["id"] == first["id"]
+            assert answer.json()["payload"] == "sent"
+        other_key = await http.post(  # another routing key is never changed either
+            "/v1/jobs",
+            json={**job("other", run_at=later(60)), "routing_key": "keys.a"},
+        )
+        refused = await http.post(
+            "/v1/jobs",
+            json={
+                **job("other", run_at=later(30)),
+                "routing_key": "keys.b",
+                "on_existing": "extend",
+            },
+        )
+    assert refused.json()["outcome"] == "refused"
+    assert refused.json()["routing_key"] == "keys.a"
+    assert refused.json()["run_at"] == other_key.json()["run_at"]
+
+
+@pytest.mark.parametrize("release", ["dispatched", "finished"])
+async def test_a_released_key_creates_a_new_job_once_its_job_is_done(
+    node: Node, collector: Collector, release: str
+) -> None:
+    async with client(node) as http:
+        first = (await http.post("/v1/jobs", json=job(release_key=release))).json()
+        assert first["release_key"] == release
+        assert await collector.wait_for([first["id"]], 15) == set()
+        await job_when(http, first["id"], "dispatched")
+        again = await http.post("/v1/jobs", json=job(release_key=release, run_at=later(60)))
+        if release == "finished":  # dispatched is not finished: consumers report the outcome
+            assert again.json()["outcome"] == "kept"
+            assert again.json()["id"] == first["id"]
+            return
+        assert (again.status_code, again.json()["outcome"]) == (201, "created")
+        assert again.json()["id"] != first["id"]
+        # The new job holds the key; cancelled, it lets go (finished) and a third one is created.
+        cancelled = await http.delete(f"/v1/jobs/{again.json()['id']}")
+        assert cancelled.json()["key_released"] is True
+        third = await http.post("/v1/jobs", json=job(run_at=later(60)))
+        assert third.json()["outcome"] == "created"
+        found = (await http.get("/v1/jobs", params={"idempotency_key": "sync-42"})).json()
+    assert [j["id"] for j in found["jobs"]] == [
+        third.json()["id"],
+        again.json()["id"],
+        first["id"],
+    ]
+    assert [j["key_released"] for j in found["jobs"]] == [False, True, True]
+    assert {j["idempotency_key"] for j in found["jobs"]} == {"sync-42"}
+
+
+async def test_a_finished_job_lets_go_of_its_key_when_cancelled(node: Node) -> None:
+    async with client(node) as http:
+        first = await http.post("/v1/jobs", json=job(release_key="finished", run_at=later(60)))
+        await http.delete(f"/v1/jobs/{first.json()['id']}")
+        again = await http.post("/v1/jobs", json=job(run_at=later(60)))
+    assert again.json()["outcome"] == "created"
+
+
+async def test_a_batch_mixes_keep_replace_extend_and_new_keys(node: Node) -> None:
+    async with client(node) as http:
+        for key in ("a", "b", "c"):
+            await http.post("/v1/jobs", json=job(key, run_at=later(60), payload=key))
+        batch = await http.post(
+            "/v1/jobs/batch",
+            json={
+                "jobs": [
+                    job("a", payload="a2", run_at=later(60)),
+                    job("b", payload="b2", run_at=later(30), on_existing="replace"),
+                    job("c", payload="c2", run_at=later(120), on_existing="extend"),
+                    job("d", payload="d", run_at=later(60), on_existing="replace"),
+                ]
+            },
+        )
+    assert batch.status_code == 201, batch.text
+    answers = batch.json()["jobs"]
+    assert [a["outcome"] for a in answers] == ["kept", "replaced", "extended", "created"]
+    assert [a["payload"] for a in answers] == ["a", "b2", "c", "d"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"on_existing": "replace"}, "on_existing"),
+        ({"release_key": "dispatched"}, "release_key"),
+        ({"idempotency_key": "k", "on_existing": "overwrite"}, "on_existing"),
+        ({"idempotency_key": "k", "release_key": "later"}, "release_key"),
+    ],
+)
+async def test_bad_key_levers_are_refused_naming_the_field(
+    node: Node, database_url: str, fields: dict[str, str], field: str
+) -> None:
+    async with client(node) as http:
+        answer = await http.post("/v1/jobs", json={"routing_key": "keys.x", "payload": 1, **fields})
+        in_batch = await http.post(
+            "/v1/jobs/batch", json={"jobs": [{"routing_key": "keys.x", "payload": 1, **fields}]}
+        )
+    assert answer.status_code == 422, answer.text
+    assert [f["field"] for f in answer.json()["fields"]] == [field]
+    assert in_batch.status_code == 422
+    assert [f["field"] for f in in_batch.json()["fields"]] == [f"jobs[0].{field}"]
+    assert await jobs_stored(database_url) == 0
+
+
+async def test_the_contract_function_keeps_as_the_insert_does(database_url: str) -> None:
+    """``dispatcher_enqueue_v2`` with every job kept (a second path) against v1 (the hot path):
+    the same rows stored, the same job answered for a known key."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute("INSERT INTO shard_epochs (shard, epoch) VALUES (0, 1)")
+        v1 = await connection.fetch(
+            "SELECT id FROM dispatcher_enqueue_v1(ARRAY[gen_random_uuid(), gen_random_uuid()],"
+            " NULL, ARRAY[1, 2]::bigint[], ARRAY['a.b', 'a.b'], ARRAY['1', '2']::bytea[],"
+            " ARRAY['{}', '{}']::jsonb[], ARRAY[NULL, NULL]::smallint[],"
+            " ARRAY[NULL, NULL]::bigint[], ARRAY['k1', NULL], ARRAY[now(), now()],"
+            " ARRAY[NULL, NULL]::text[], false)"
+        )
+        v2 = await connection.fetch(
+            "SELECT ordinal, id, outcome FROM dispatcher_enqueue_v2("
+            "ARRAY[gen_random_uuid(), gen_random_uuid()], NULL, ARRAY[1, 2]::bigint[],"
+            " ARRAY['a.b', 'a.b'], ARRAY['3', '4']::bytea[], ARRAY['{}', '{}']::jsonb[],"
+            " ARRAY[NULL, NULL]::smallint[], ARRAY[NULL, NULL]::bigint[], ARRAY['k1', 'k2'],"
+            " ARRAY[now(), now()], ARRAY[NULL, NULL]::text[], NULL, NULL, false, 'test')"
+        )
+        payloads = await connection.fetch(
+            "SELECT idempotency_key, payload FROM jobs ORDER BY payload"
+        )
+    finally:
+        await connection.close()
+    assert len(v1) == 2
+    assert [(row["ordinal"], row["outcome"]) for row in v2] == [(1, "kept"), (2, "created")]
+    assert v2[0]["id"] == v1[0]["id"]
+    assert [(row["idempotency_key"], bytes(row["payload"])) for row in payloads] == [
+        ("k1", b"1"),
+        (None, b"2"),
+        ("k2", b"4"),
+    ]
