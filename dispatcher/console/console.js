@@ -163,7 +163,7 @@ function renderJob(job) {
   const box = $("job");
   const head = el("p");
   head.append(jobId(job.id), ` ${job.routing_key} `, el("b", job.state, `job-state state-${job.state}`));
-  if (job.idempotency_key) head.append(` key ${job.idempotency_key}`);
+  if (job.idempotency_key) head.append(` key ${job.idempotency_key}${job.key_released ? " (let go of)" : ""}`);
   const table = el("table");
   table.id = "history";
   table.appendChild(el("thead")).appendChild(row(["when", "step", "attempt", "consumer", "error"]));
@@ -175,8 +175,10 @@ function renderJob(job) {
     body.appendChild(tr);
   }
   for (const step of job.history) {
-    // An event that changed nothing (another dispatch round, a forgery) says so in its step.
-    const name = step.ignored ? `${step.event} (ignored: ${step.ignored})` : step.event;
+    // An event that changed nothing (another dispatch round, a forgery) says so in its step; a
+    // change the dispatcher made says what it did (the new time, the bulk action).
+    const done = step.detail ? `${step.event}: ${step.detail}` : step.event;
+    const name = step.ignored ? `${done} (ignored: ${step.ignored})` : done;
     const tr = row([new Date(step.at).toLocaleString(), name, step.attempt, step.consumer ? `${step.group}/${step.consumer}` : "", step.error]);
     tr.className = step.ignored ? `step-${step.event} ignored` : `step-${step.event}`;
     tr.cells[0].title = step.at;

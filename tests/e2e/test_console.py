@@ -175,6 +175,18 @@ def test_the_console_finds_a_job_shows_its_history_and_requeues_a_dead_job(
     browser.execute_script("window.scrollTo(0, 0)")
     assert browser.save_screenshot(str(ARTIFACTS / "console.png"))
 
+    # A reminder pushed back by a later submit of its key: the history says to when.
+    remind = {"routing_key": "orders.nudge", "payload": {}, "idempotency_key": "nudge-7"}
+    http.post("/v1/jobs", json={**remind, "run_at": minute.isoformat()}).raise_for_status()
+    pushed = (minute + timedelta(minutes=5)).isoformat()
+    http.post(
+        "/v1/jobs", json={**remind, "run_at": pushed, "on_existing": "extend"}
+    ).raise_for_status()
+    search.clear()
+    search.send_keys("nudge-7")
+    browser.find_element(By.ID, "search-go").click()
+    wait.until(lambda b: "extended: run_at " in b.find_element(By.ID, "history").text)
+
 
 def test_the_console_pauses_and_resumes_a_routing_key_after_confirmation(
     dispatcher: DispatcherProcess, http: httpx.Client, browser: webdriver.Chrome
