@@ -58,7 +58,11 @@ job_fields: dict[str, st.SearchStrategy[Any]] = {
     | st.integers(0, 4).map(lambda n: "x" * (n * 100_000)),  # 413 above 256 KiB
     "delay_ms": st.one_of(st.integers(min_value=-10, max_value=2**70), json_scalars),
     "run_at": st.one_of(moments.map(datetime.isoformat), st.text(max_size=30), json_scalars),
-    "idempotency_key": st.one_of(st.text(max_size=300), json_scalars),
+    "idempotency_key": st.one_of(
+        st.text(max_size=300), st.sampled_from(["k1", "k2"]), json_scalars
+    ),
+    "on_existing": st.one_of(st.sampled_from(["keep", "replace", "extend"]), json_scalars),
+    "release_key": st.one_of(st.sampled_from(["never", "dispatched", "finished"]), json_scalars),
     "headers": st.one_of(
         st.dictionaries(st.text(max_size=40), json_values, max_size=40), json_scalars
     ),
