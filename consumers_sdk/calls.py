@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
-from consumers_sdk import contract, records, tracing
+from consumers_sdk import contract, records, tracing, validation
 
 T = TypeVar("T")
 Duration = timedelta | float
@@ -45,6 +45,13 @@ class JobOptions(TypedDict, total=False):
     after: Sequence[str]  # ids of jobs that must succeed first
     max_attempts: int  # this job's own retry policy, over the consumer's defaults
     retry_backoff: Sequence[Duration]  # after each failed attempt, the last repeated
+    # What a known idempotency key does to the pending job it names: keep it (the default),
+    # replace it (this run_at, payload, headers, priority and ttl), or extend it (this run_at if
+    # later: a debounce). Needs idempotency_key.
+    on_existing: validation.OnExisting
+    # When the job lets go of its key, so the next submit of it makes a new job: never (the
+    # default), once dispatched, or once finished. Needs idempotency_key.
+    release_key: validation.KeyRelease
 
 
 class JobFilters(TypedDict, total=False):
@@ -153,7 +160,30 @@ def job_body(routing_key: str, payload: Any, **options: Unpack[JobOptions]) -> d
         else [seconds("retry_backoff", step) for step in backoff],
     }
     body.update({key: value for key, value in optional.items() if value is not None})
+    # Sent only when not the default: a dispatcher older than them refuses the fields, and a
+    # producer that does not use them keeps working against it. The node checks them (a 422
+    # naming the field), as it checks every other field.
+    on_existing, release_key = options.get("on_existing"), options.get("release_key")
+    if on_existing not in (None, "keep"):
+        body["on_existing"] = on_existing
+    if release_key not in (None, "never"):
+        body["release_key"] = release_key
     return body
+
+
+def _replay_safe(job: Mapping[str, Any]) -> bool:
+    """Whether sending this job again after a lost answer does what sending it once did.
+
+    Only a key makes it so: the replay finds the job the first send stored. A key the job may let
+    go of (``release_key``) does not: the job can be dispatched before the replay, which would
+    then create a second one. A replace or extend to a ``run_at`` is idempotent in effect: the
+    replay sets the same values (its answer may read ``kept``, or ``refused`` if the job was
+    dispatched meanwhile, though the change was made); one to a ``delay`` is not, the delay
+    counting again from the replay (as ``reschedule``'s).
+    """
+    if not job.get("idempotency_key") or job.get("release_key", "never") != "never":
+        return False
+    return job.get("on_existing", "keep") == "keep" or "delay_ms" not in job
 
 
 def _job_path(job_id: str) -> str:
@@ -168,13 +198,14 @@ def schedule(
     routing_key: str, payload: Any, **options: Unpack[JobOptions]
 ) -> Call[records.JobRecord]:
     body = job_body(routing_key, payload, **options)
-    replay_safe = "idempotency_key" in body  # a replay finds the job stored by the first send
-    return Call(method="POST", path=JOBS, json=body, parse=records.job, replay_safe=replay_safe)
+    return Call(
+        method="POST", path=JOBS, json=body, parse=records.job, replay_safe=_replay_safe(body)
+    )
 
 
 def schedule_batch(jobs: Sequence[Mapping[str, Any]]) -> Call[tuple[records.JobRecord, ...]]:
     """One batch of ``job_body(...)`` items, stored all or nothing by the API."""
-    replay_safe = all(job.get("idempotency_key") for job in jobs)
+    replay_safe = all(_replay_safe(job) for job in jobs)
     return Call(
         method="POST",
         path=f"{JOBS}/batch",

@@ -64,16 +64,19 @@ class DispatcherClient:
         self, routing_key: str, payload: Any, **options: Unpack[calls.JobOptions]
     ) -> records.JobRecord:
         """Schedule one job: ``delay=`` or ``run_at=``, ``idempotency_key=``, ``headers=``,
-        ``priority=``, ``ttl=``, ``after=``, ``max_attempts=``, ``retry_backoff=``. A known
-        idempotency key returns the job stored earlier (``created`` False)."""
+        ``priority=``, ``ttl=``, ``after=``, ``max_attempts=``, ``retry_backoff=``,
+        ``on_existing=``, ``release_key=``. A known idempotency key returns the job stored
+        earlier (``created`` False), kept, or replaced or extended as ``on_existing`` asks
+        (``outcome``)."""
         return await self._run(calls.schedule(routing_key, payload, **options))
 
     async def schedule_many(
         self, jobs: Sequence[Mapping[str, Any]], *, chunk_size: int = BATCH_LIMIT
     ) -> builtins.list[records.JobRecord]:
         """Schedule ``job_body(...)`` items in chunks of ``chunk_size`` (at most the node's
-        ``DISPATCHER_MAX_BATCH``), each stored all or nothing. When a chunk fails, the chunks
-        before it stay stored: the error's ``stored`` holds their jobs."""
+        ``DISPATCHER_MAX_BATCH``), each stored all or nothing; each record's ``outcome`` says
+        what its item did. When a chunk fails, the chunks before it stay stored: the error's
+        ``stored`` holds their jobs."""
         stored: builtins.list[records.JobRecord] = []
         for offset, chunk in exchange.chunks(jobs, chunk_size):
             try:

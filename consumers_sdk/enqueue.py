@@ -9,7 +9,10 @@ outside a transaction, Django outside ``atomic``) the statement commits by itsel
 ``dispatcher_enqueue_v1`` (created by the dispatcher's migration 0012; the dispatcher's own intake
 calls it too), which also sends the due notice that PostgreSQL delivers only on commit: the
 dispatcher nodes listen and put a job due soon on the owning node's heap at once; the loader (or
-its safety sweep) picks it up otherwise.
+its safety sweep) picks it up otherwise. A job that asks more of its idempotency key
+(``on_existing`` replace or extend, a ``release_key``) goes through ``dispatcher_enqueue_v2``
+(migration 0019) instead, which may change the pending job the key names; every other job keeps
+to v1, so a database migrated before 0019 still takes it.
 
 Inputs are checked as the HTTP API checks them (``validation``), before any SQL runs: a refused
 job raises ValueError or TypeError naming the argument, and the caller's transaction is untouched.
@@ -49,6 +52,22 @@ FROM dispatcher_enqueue_v1(ARRAY[$1::uuid], NULL, ARRAY[$2::bigint], ARRAY[$3::t
                            ARRAY[$10::text], true)
 """
 
+# INSERT_JOB through ``dispatcher_enqueue_v2`` (sql/0019), for a job whose known key replaces or
+# extends the pending job it names (as each change, a step of that job's history by 'enqueue',
+# and a due notice on commit), or that lets go of its key: one row whatever happened, the id and
+# run_at of the job answered (the new one, or the one the key names, as it stands now) and the
+# outcome (created, kept, replaced, extended, refused). $1..$11 as INSERT_JOB's, $12 when the job
+# lets go of its key (NULL: never), $13 on_existing.
+ENQUEUE_JOB: Final = """
+SELECT id, run_at, outcome
+FROM dispatcher_enqueue_v2(ARRAY[$1::uuid], NULL, ARRAY[$2::bigint], ARRAY[$3::text],
+                           ARRAY[$4::bytea], ARRAY[$5::jsonb], ARRAY[$6::smallint],
+                           ARRAY[$7::bigint], ARRAY[$8::text],
+                           ARRAY[coalesce($9::timestamptz,
+                                          clock_timestamp() + make_interval(secs => $11::float8))],
+                           ARRAY[$10::text], ARRAY[$12::text], ARRAY[$13::text], true, 'enqueue')
+"""
+
 # The job stored earlier under an idempotency key. $1 namespace ('' for the default), $2 key.
 # Both statements run on asyncpg and on psycopg's raw cursors alike (sql_drivers).
 SELECT_BY_KEY: Final = """
@@ -66,14 +85,15 @@ class NoShards(RuntimeError):
     """The database has no shards yet: start a dispatcher on it once before enqueuing."""
 
 
+# dispatcher_enqueue_v1 (migration 0012) for every job; v2 (0019) for on_existing and release_key.
 class SchemaTooOld(RuntimeError):
-    """The database lacks dispatcher_enqueue_v1: migrate it with a newer dispatcher first."""
+    """The database lacks enqueue's contract function: migrate it with a newer dispatcher first."""
 
 
 # What the statements' errors mean, by SQLSTATE (the same on every driver).
 _REFUSALS: Final[dict[str, type[RuntimeError]]] = {
     "22012": NoShards,  # division_by_zero: count(*) of shard_epochs was 0
-    "42883": SchemaTooOld,  # undefined_function: a dispatcher before migration 0012
+    "42883": SchemaTooOld,  # undefined_function: a dispatcher before migration 0012 (v2: 0019)
 }
 
 
@@ -82,6 +102,7 @@ class EnqueuedJob:
     id: uuid.UUID
     run_at: datetime
     created: bool  # False: the idempotency key found the job stored earlier
+    outcome: str  # created, kept, replaced, extended or refused (as ``JobRecord.outcome``)
 
 
 _IDS = ids.JobIds()  # one generator per process: its ids are strictly increasing
@@ -92,8 +113,10 @@ class EnqueueOptions(TypedDict, total=False):
 
     ``delay`` (a timedelta or seconds) or ``run_at`` (timezone-aware; in the past means now),
     neither means now. ``max_attempts`` and ``retry_backoff`` (seconds after each failed attempt,
-    the last repeated) are the job's own retry policy. ``limits`` are the dispatcher's
-    ``DISPATCHER_MAX_*`` settings, when they differ from the defaults.
+    the last repeated) are the job's own retry policy. ``on_existing`` (``keep``, ``replace``,
+    ``extend``) and ``release_key`` (``never``, ``dispatched``, ``finished``) are the API's, and
+    need ``idempotency_key``. ``limits`` are the dispatcher's ``DISPATCHER_MAX_*`` settings, when
+    they differ from the defaults.
     """
 
     delay: timedelta | float | None
@@ -105,6 +128,8 @@ class EnqueueOptions(TypedDict, total=False):
     namespace: str | None
     max_attempts: int | None
     retry_backoff: Sequence[timedelta | float] | None
+    on_existing: validation.OnExisting | None
+    release_key: validation.KeyRelease | None
     limits: validation.Limits
 
 
@@ -114,9 +139,14 @@ async def enqueue(
     """Schedule a job on ``conn`` (asyncpg, or psycopg's ``AsyncConnection``) within whatever
     transaction it is in. The options are ``EnqueueOptions``."""
     arguments = _arguments(routing_key, payload, options)
+    levers = _levers(options)
     with _refusals():
+        if levers is not None:
+            return _changed(await sql_drivers.fetch_row(conn, ENQUEUE_JOB, arguments + levers))
         inserted = await sql_drivers.fetch_row(conn, INSERT_JOB, arguments)
         stored = inserted or await sql_drivers.fetch_row(conn, SELECT_BY_KEY, _key(options))
+        if stored is None:  # its job let go of the key since the insert: v2 tries again
+            return _changed(await sql_drivers.fetch_row(conn, ENQUEUE_JOB, arguments + _KEPT))
     return _enqueued(stored, created=inserted is not None)
 
 
@@ -127,9 +157,14 @@ def enqueue_sync(
     ``django.db.connection`` (``consumers_sdk.integrations.django.psycopg_connection()``), so a
     job joins ``transaction.atomic()``. The options and errors are ``enqueue``'s."""
     arguments = _arguments(routing_key, payload, options)
+    levers = _levers(options)
     with _refusals():
+        if levers is not None:
+            return _changed(sql_drivers.fetch_row_sync(conn, ENQUEUE_JOB, arguments + levers))
         inserted = sql_drivers.fetch_row_sync(conn, INSERT_JOB, arguments)
         stored = inserted or sql_drivers.fetch_row_sync(conn, SELECT_BY_KEY, _key(options))
+        if stored is None:  # its job let go of the key since the insert: v2 tries again
+            return _changed(sql_drivers.fetch_row_sync(conn, ENQUEUE_JOB, arguments + _KEPT))
     return _enqueued(stored, created=inserted is not None)
 
 
@@ -161,6 +196,22 @@ def _arguments(routing_key: str, payload: Any, options: EnqueueOptions) -> tuple
     )
 
 
+def _levers(options: EnqueueOptions) -> tuple[str | None, str] | None:
+    """ENQUEUE_JOB's own arguments (the key release, NULL for never; on_existing), checked as
+    the API checks them; None when both are the defaults, for INSERT_JOB."""
+    on_existing, release_key = options.get("on_existing"), options.get("release_key")
+    on_existing = "keep" if on_existing is None else on_existing
+    release_key = "never" if release_key is None else release_key
+    _check_text("on_existing", on_existing)
+    _check_text("release_key", release_key)
+    found = validation.key_levers_problem(options.get("idempotency_key"), on_existing, release_key)
+    if found is not None:
+        raise ValueError(f"{found[0]} {found[1]}")
+    if (on_existing, release_key) == ("keep", "never"):
+        return None
+    return (None if release_key == "never" else release_key), on_existing
+
+
 def _key(options: EnqueueOptions) -> tuple[str, str | None]:
     """SELECT_BY_KEY's arguments: where a job not inserted (its key seen before) is stored."""
     return options.get("namespace") or "", options.get("idempotency_key")
@@ -178,12 +229,27 @@ def _refusals() -> Iterator[None]:
         raise refusal(refusal.__doc__) from None
 
 
-def _enqueued(row: sql_drivers.Row | None, *, created: bool) -> EnqueuedJob:
-    if row is None:  # deleted (retention) between the conflict and this read
-        raise RuntimeError("the job stored under this idempotency key is gone; enqueue again")
+# ENQUEUE_JOB's levers for a job that keeps what its key names and holds its key while stored.
+_KEPT: Final = (None, "keep")
+
+
+def _enqueued(row: sql_drivers.Row, *, created: bool) -> EnqueuedJob:
     job_id, run_at = row
     # psycopg gives the session's time zone, asyncpg UTC: one answer whatever the driver.
-    return EnqueuedJob(id=job_id, run_at=run_at.astimezone(UTC), created=created)
+    return EnqueuedJob(
+        id=job_id,
+        run_at=run_at.astimezone(UTC),
+        created=created,
+        outcome="created" if created else "kept",
+    )
+
+
+def _changed(row: sql_drivers.Row | None) -> EnqueuedJob:
+    """ENQUEUE_JOB's row (the function answers one for every job) as an EnqueuedJob."""
+    assert row is not None
+    job_id, run_at, outcome = row
+    created = outcome == "created"
+    return EnqueuedJob(id=job_id, run_at=run_at.astimezone(UTC), created=created, outcome=outcome)
 
 
 def _routing_key(value: str, limits: validation.Limits) -> str:

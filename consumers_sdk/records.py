@@ -45,8 +45,10 @@ class _ReadByKey:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryEntry:
-    """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired`` and the
-    consumers' ``started``, ``failed``, ``succeeded``, ``dead`` and ``requeued``."""
+    """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired``, the
+    consumers' ``started``, ``failed``, ``succeeded``, ``dead``, and the dispatcher's changes:
+    ``requeued``, ``replaced`` and ``extended`` (a submit of its idempotency key), each with its
+    ``detail`` (``run_at ...``: the time it moved to)."""
 
     event: str
     at: datetime
@@ -55,6 +57,7 @@ class HistoryEntry:
     consumer: str | None = None
     error: str | None = None
     ignored: str | None = None  # why a consumer's event changed nothing
+    detail: str | None = None  # what a change by the dispatcher did
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,8 +76,12 @@ class HeldBy:
 class JobRecord(_ReadByKey):
     """A job as the dispatcher stores it. ``state`` is one of ``waiting``, ``scheduled``,
     ``dispatching``, ``dispatched``, ``succeeded``, ``dead``, ``cancelled``, ``expired``.
-    ``created`` is set by ``schedule``/``schedule_many`` (False: the idempotency key found a job
-    stored earlier); ``history``, ``after`` and ``pending`` are filled by ``get`` only."""
+    ``created`` and ``outcome`` are set by ``schedule``/``schedule_many``: ``created``, or what
+    became of the job the idempotency key names (``kept``, ``replaced``, ``extended``, or
+    ``refused``: it was no longer pending, or had another routing key, and is answered unchanged).
+    ``release_key`` says when the job lets go of its key (``never``, ``dispatched``,
+    ``finished``), ``key_released`` whether it has. ``history``, ``after`` and ``pending`` are
+    filled by ``get`` only."""
 
     id: str
     shard: int
@@ -97,6 +104,9 @@ class JobRecord(_ReadByKey):
     after: tuple[str, ...] = ()  # the jobs it waits for
     pending: tuple[str, ...] = ()  # those of ``after`` that have not succeeded yet
     held_by: HeldBy | None = None  # the flow rule holding it back while it is due
+    outcome: str | None = None
+    release_key: str = "never"
+    key_released: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,7 +186,19 @@ def job(document: Document) -> JobRecord:
         after=tuple(document.get("after") or ()),
         pending=tuple(document.get("pending") or ()),
         held_by=_held_by(document.get("held_by")),
+        outcome=_outcome(document),
+        release_key=document.get("release_key") or "never",
+        key_released=bool(document.get("key_released", False)),
     )
+
+
+def _outcome(document: Document) -> str | None:
+    """A submit's outcome; from a dispatcher older than outcomes, read from ``created`` (it could
+    only keep the job a key named)."""
+    created = document.get("created")
+    if "outcome" in document or created is None:
+        return document.get("outcome")
+    return "created" if created else "kept"
 
 
 def _entry(document: Document) -> HistoryEntry:
@@ -188,6 +210,7 @@ def _entry(document: Document) -> HistoryEntry:
         consumer=document.get("consumer"),
         error=document.get("error"),
         ignored=document.get("ignored"),
+        detail=document.get("detail"),
     )
 
 

@@ -54,7 +54,8 @@ class SyncDispatcherClient:
     def schedule(
         self, routing_key: str, payload: Any, **options: Unpack[calls.JobOptions]
     ) -> records.JobRecord:
-        """As ``DispatcherClient.schedule``."""
+        """As ``DispatcherClient.schedule``: the same options (``on_existing=``,
+        ``release_key=`` among them) and ``outcome``."""
         return self._run(calls.schedule(routing_key, payload, **options))
 
     def schedule_many(

@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import Final, Literal, get_args
 
 from consumers_sdk import contract
 
@@ -153,4 +153,31 @@ def retry_backoff_problem(seconds: list[float]) -> tuple[str, str] | None:
     for index, step in enumerate(seconds):
         if not math.isfinite(step) or not 0 <= step <= contract.RETRY_BACKOFF_MAX_S:
             return f"[{index}]", f"must be between 0 and {contract.RETRY_BACKOFF_MAX_S:g} seconds"
+    return None
+
+
+# What a submit does when its idempotency key names a job already, and when a job lets go of its
+# key (``dispatcher.models.OnExisting`` and ``KeyRelease``; a unit test holds them equal). The
+# first of each is the default, today's behaviour: keep the job, hold the key while it is stored.
+OnExisting = Literal["keep", "replace", "extend"]
+KeyRelease = Literal["never", "dispatched", "finished"]
+ON_EXISTING: Final[tuple[str, ...]] = get_args(OnExisting)
+KEY_RELEASES: Final[tuple[str, ...]] = get_args(KeyRelease)
+
+
+def key_levers_problem(
+    idempotency_key: str | None, on_existing: object, release_key: object
+) -> tuple[str, str] | None:
+    """(field, what is wrong) of ``on_existing`` and ``release_key``: a known value, and one
+    other than the default only with an idempotency key (there is no job to find, or key to let
+    go of, without one)."""
+    if on_existing not in ON_EXISTING:
+        return "on_existing", "must be keep, replace or extend"
+    if release_key not in KEY_RELEASES:
+        return "release_key", "must be never, dispatched or finished"
+    if idempotency_key is None:
+        if on_existing != ON_EXISTING[0]:
+            return "on_existing", "needs an idempotency_key"
+        if release_key != KEY_RELEASES[0]:
+            return "release_key", "needs an idempotency_key"
     return None

@@ -2,8 +2,10 @@
 
 It answers the very ``calls.Call``s the real clients send with the documents the node sends, so
 the records and the typed errors are the real ones; it keeps what was done for a test to assert
-on. It follows the node's rules a test can see (idempotency keys, states, the batch limit, the
-names it refuses) and leaves out what needs a broker: nothing fires; ``mark`` plays a consumer.
+on. It follows the node's rules a test can see (idempotency keys and what a known one does:
+keep, replace, extend or refused; when a job lets go of its key; states, the batch limit, the
+names it refuses) and leaves out what needs a broker: nothing fires; ``mark`` plays a consumer
+(and ``mark(id, "dispatched")`` the dispatch, which lets go of a ``release_key="dispatched"``).
 Cron schedules are stored, not planned: their ``next_at`` is None and they show no ``upcoming``.
 """
 
@@ -24,13 +26,21 @@ T = TypeVar("T")
 Clock = Callable[[], datetime]
 Document = dict[str, Any]
 Handler = Callable[[calls.Call[Any], Sequence[str]], Document]
-NOT_FIRED = ("scheduled", "waiting")  # what reschedule and cancel accept
+NOT_FIRED = ("scheduled", "waiting")  # what reschedule, cancel, replace and extend accept
+FINISHED = ("succeeded", "dead", "cancelled", "expired")  # what lets go of any released key
+REPLACED = ("run_at", "payload", "headers", "priority", "ttl_ms")  # what a replace changes
+ACTOR = "memory"  # who made a change, in its history step (a real node's id)
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 UPCOMING = 5  # as GET /v1/schedules/{name}
 
 
 def _text(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat()
+
+
+def _detail(moment: datetime) -> str:
+    """A change's history detail, as ``dispatcher_enqueue_v2`` writes it."""
+    return f"run_at {moment.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%fZ}"
 
 
 def _json(value: Any) -> Any:
@@ -64,6 +74,9 @@ def _job_problem(job: Mapping[str, Any], ids: Mapping[str, Any]) -> tuple[str, s
         return found
     if key is not None and (problem := validation.idempotency_key_problem(key, limits)):
         return "idempotency_key", problem
+    on_existing, release_key = job.get("on_existing", "keep"), job.get("release_key", "never")
+    if found := validation.key_levers_problem(key, on_existing, release_key):
+        return found
     if ttl_ms is not None and (problem := validation.ttl_ms_problem(ttl_ms)):
         return "ttl_ms", problem
     if priority is not None and not 0 <= priority <= 9:
@@ -80,8 +93,9 @@ def _job_problem(job: Mapping[str, Any], ids: Mapping[str, Any]) -> tuple[str, s
 
 class MemoryAPI:
     """The jobs and schedules of one fake dispatcher, and what was done to them, in order:
-    ``scheduled`` (new jobs only: a known idempotency key adds nothing), ``rescheduled``,
-    ``cancelled``, ``requeued``, ``schedules_created``, ``schedules_changed``,
+    ``scheduled`` (new jobs only: a known idempotency key adds nothing), ``replaced`` and
+    ``extended`` (by a known key), ``rescheduled``, ``cancelled``, ``requeued``,
+    ``schedules_created``, ``schedules_changed``,
     ``schedules_paused``, ``schedules_resumed``, ``schedules_deleted``; each holds the records
     the client returned."""
 
@@ -91,10 +105,12 @@ class MemoryAPI:
         self._jobs: dict[str, Document] = {}  # by id, in creation order (ids sort that way too)
         self._history: dict[str, list[Document]] = {}
         self._after: dict[str, tuple[str, ...]] = {}
-        self._keys: dict[str, str] = {}  # idempotency key -> job id
+        self._keys: dict[str, str] = {}  # idempotency key -> the id of the job holding it
         self._schedules: dict[str, Document] = {}
         self._serial = itertools.count(1)
         self.scheduled: list[records.JobRecord] = []
+        self.replaced: list[records.JobRecord] = []
+        self.extended: list[records.JobRecord] = []
         self.rescheduled: list[records.JobRecord] = []
         self.cancelled: list[records.JobRecord] = []
         self.requeued: list[records.JobRecord] = []
@@ -131,7 +147,8 @@ class MemoryAPI:
 
     def mark(self, job_id: str, state: str, *, error: str | None = None) -> records.JobRecord:
         """Play the consumer: the job is now ``state`` (``dispatched``, ``succeeded``, ``dead``
-        with ``error``...); a success lets the jobs waiting for it go."""
+        with ``error``...); a success lets the jobs waiting for it go, and the job lets go of
+        its key as its ``release_key`` says."""
         job = self._job(job_id)
         self._move(job, state, last_error=error)
         if state == "succeeded":
@@ -155,6 +172,13 @@ class MemoryAPI:
         job.update(state=state, updated_at=now, **changes)
         if event:
             self._history[job["id"]].append({"event": state, "at": now})
+        # As the node's trigger (sql/0019): at the end, or once dispatched if it asked so.
+        release = job["release_key"]
+        ended = state in FINISHED or (state == "dispatched" and release == "dispatched")
+        key = job["idempotency_key"]
+        if release != "never" and ended and self._keys.get(key) == job["id"]:
+            del self._keys[key]
+            job["key_released"] = True
 
     def _new(self, job: Mapping[str, Any], prefix: str = "") -> Document:
         """A checked job, not stored yet."""
@@ -186,21 +210,53 @@ class MemoryAPI:
             "publish_attempts": 0,
             "namespace": None,
             "last_error": None,
+            "release_key": job.get("release_key", "never"),
+            "key_released": False,
             "after": after,
+            "on_existing": job.get("on_existing", "keep"),
         }
 
     def _store(self, new: Document) -> Document:
-        """The job stored, or the one its idempotency key found, with ``created``."""
+        """The job stored, or the one its idempotency key found (changed as ``on_existing``
+        asks), with ``created`` and ``outcome``."""
+        how = new.pop("on_existing")
         known = self._keys.get(new["idempotency_key"] or "")
         if known is not None:
-            return {**self._jobs[known], "created": False}
+            return self._existing(self._jobs[known], new, how)
         self._after[new["id"]] = new.pop("after")
         self._jobs[new["id"]] = new
         self._history[new["id"]] = [{"event": "scheduled", "at": new["created_at"]}]
         if new["idempotency_key"] is not None:
             self._keys[new["idempotency_key"]] = new["id"]
-        self.scheduled.append(records.job({**new, "created": True}))
-        return {**new, "created": True}
+        answer = {**new, "created": True, "outcome": "created"}
+        self.scheduled.append(records.job(answer))
+        return answer
+
+    def _existing(self, job: Document, new: Document, how: str) -> Document:
+        """``dispatcher_enqueue_v2`` on the job a key names: kept, or changed while pending under
+        the same routing key (replace: the new time and contents; extend: a later time only),
+        else refused and answered unchanged."""
+        pending = job["state"] in NOT_FIRED and job["routing_key"] == new["routing_key"]
+        later = datetime.fromisoformat(new["run_at"]) > datetime.fromisoformat(job["run_at"])
+        if how == "keep" or (how == "extend" and pending and not later):
+            outcome = "kept"
+        elif not pending:
+            outcome = "refused"
+        else:
+            outcome = "replaced" if how == "replace" else "extended"
+            fields = REPLACED if how == "replace" else ("run_at",)
+            job.update({field: new[field] for field in fields}, updated_at=_text(self._clock()))
+            step = {
+                "event": outcome,
+                "at": job["updated_at"],
+                "attempt": 0,
+                "group": "dispatcher",
+                "consumer": ACTOR,
+                "detail": _detail(datetime.fromisoformat(job["run_at"])),
+            }
+            self._history[job["id"]].append(step)
+            (self.replaced if how == "replace" else self.extended).append(records.job(job))
+        return {**job, "created": False, "outcome": outcome}
 
     def _create(self, call: calls.Call[Any], _: Sequence[str]) -> Document:
         return self._store(self._new(call.json))
@@ -228,9 +284,15 @@ class MemoryAPI:
 
     def _job_page(self, call: calls.Call[Any], _: Sequence[str]) -> Document:
         params = call.params
-        if "idempotency_key" in params:
-            known = self._keys.get(str(params["idempotency_key"]))
-            return {"jobs": [] if known is None else [self._jobs[known]], "next_after": None}
+        if "idempotency_key" in params:  # the job holding it, then those that let go, newest first
+            key = str(params["idempotency_key"])
+            holder = [self._jobs[self._keys[key]]] if key in self._keys else []
+            released = [
+                job
+                for job in reversed(self._jobs.values())
+                if job["idempotency_key"] == key and job["key_released"]
+            ]
+            return {"jobs": [*holder, *released][:10], "next_after": None}
         after, limit = str(params.get("after", "")), int(str(params.get("limit", 100)))
         page = [
             job

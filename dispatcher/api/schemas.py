@@ -450,11 +450,10 @@ def to_spec(
         problem := validation.idempotency_key_problem(job.idempotency_key, settings.limits())
     ):
         raise errors.InvalidField(f"{field_prefix}idempotency_key", problem)
-    if job.idempotency_key is None:
-        if job.on_existing is not models.OnExisting.KEEP:
-            raise errors.InvalidField(f"{field_prefix}on_existing", "needs an idempotency_key")
-        if job.release_key is not models.KeyRelease.NEVER:
-            raise errors.InvalidField(f"{field_prefix}release_key", "needs an idempotency_key")
+    if levers := validation.key_levers_problem(
+        job.idempotency_key, job.on_existing.value, job.release_key.value
+    ):
+        raise errors.InvalidField(f"{field_prefix}{levers[0]}", levers[1])
     return models.JobSpec(
         routing_key=job.routing_key,
         payload=payload,

@@ -399,12 +399,20 @@ def _jobs_table(jobs: list[Row]) -> str:
 
 def _job_table(job: Row) -> str:
     fields = ["id", "state", "routing_key", "run_at", "dispatched_at", "idempotency_key"]
+    fields += ["release_key", "key_released"]
     head = tables.table([(name, job.get(name)) for name in fields], ["field", "value"])
-    steps = [
-        (s["at"], s["event"], s.get("attempt"), s.get("consumer"), s.get("error"))
+    steps = [  # a consumer's error, or what a change by the dispatcher did (the new time...)
+        (
+            s["at"],
+            s["event"],
+            s.get("attempt"),
+            s.get("consumer"),
+            s.get("error") or s.get("detail"),
+        )
         for s in job.get("history", [])
     ]
-    return head + "\n\n" + tables.table(steps, ["at", "event", "attempt", "consumer", "error"])
+    columns = ["at", "event", "attempt", "consumer", "error or detail"]
+    return head + "\n\n" + tables.table(steps, columns)
 
 
 def _state(schedule: Row) -> str:

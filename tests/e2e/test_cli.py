@@ -67,6 +67,15 @@ async def test_jobs_cluster_and_stats_commands_with_an_api_key(
     shown = (await cli(env, "jobs", "show", ids[0])).stdout
     assert "scheduled" in shown
     assert ids[0] in shown
+    keyed = {**later, "idempotency_key": "remind-1", "on_existing": "extend"}
+    async with httpx.AsyncClient(
+        base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"}
+    ) as http:
+        reminder = (await http.post("/v1/jobs", json=keyed)).json()["id"]
+        await http.post("/v1/jobs", json={**keyed, "delay_ms": 7_200_000})
+    shown = (await cli(env, "jobs", "show", reminder)).stdout
+    assert "extended" in shown, shown
+    assert "run_at 20" in shown, shown  # the new time, in the step's detail
     cancelled = await cli(env, "jobs", "cancel", ids[0], ids[1])
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stderr == ""  # no progress bar off a terminal
@@ -75,7 +84,7 @@ async def test_jobs_cluster_and_stats_commands_with_an_api_key(
 
     async def counted() -> bool:  # by a stats round after the cancel (every 0.2 s)
         stats = json.loads((await cli(env, "stats", "--json")).stdout)
-        return (stats["by_state"].get("cancelled"), stats["by_state"].get("scheduled")) == (2, 1)
+        return (stats["by_state"].get("cancelled"), stats["by_state"].get("scheduled")) == (2, 2)
 
     await until(counted, 15)
     assert "orders.expire" in (await cli(env, "stats")).stdout

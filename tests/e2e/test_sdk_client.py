@@ -210,6 +210,89 @@ async def test_schedule_many_sends_chunks_and_names_what_the_failed_chunk_left_s
     assert too_big.value.stored == ()
 
 
+def detail(run_at: datetime) -> str:
+    """A replace's or extend's history detail, as the node writes it."""
+    return f"run_at {run_at.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%fZ}"
+
+
+async def test_a_known_key_keeps_replaces_extends_or_lets_go_as_the_node_does(sdk: Any) -> None:
+    key = f"levers.{uuid.uuid4().hex[:12]}"
+    later = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    first = await sdk.schedule(key, {"v": 1}, run_at=later, priority=3, idempotency_key=f"{key}-a")
+    assert (first.outcome, first.release_key, first.key_released) == ("created", "never", False)
+    replaced = await sdk.schedule(
+        key,
+        {"v": 2},
+        run_at=later + timedelta(minutes=10),
+        headers={"h": "x"},
+        idempotency_key=f"{key}-a",
+        on_existing="replace",
+    )
+    assert (replaced.id, replaced.created, replaced.outcome) == (first.id, False, "replaced")
+    assert (replaced.payload, replaced.headers, replaced.priority) == ({"v": 2}, {"h": "x"}, None)
+    sooner = await sdk.schedule(
+        key, {"v": 3}, run_at=later, idempotency_key=f"{key}-a", on_existing="extend"
+    )
+    assert (sooner.outcome, sooner.run_at) == ("kept", later + timedelta(minutes=10))
+    [extended, new] = await sdk.schedule_many(
+        [
+            job_body(
+                key,
+                {"v": 4},
+                run_at=later + timedelta(minutes=20),
+                idempotency_key=f"{key}-a",
+                on_existing="extend",
+            ),
+            job_body(key, {"v": 5}, run_at=later, idempotency_key=f"{key}-new"),
+        ]
+    )
+    assert (extended.outcome, extended.payload) == ("extended", {"v": 2})  # the time only
+    assert (new.outcome, new.created) == ("created", True)
+    refused = await sdk.schedule(
+        f"{key}.other", {}, run_at=later, idempotency_key=f"{key}-a", on_existing="extend"
+    )
+    assert (refused.outcome, refused.routing_key) == ("refused", key)
+    history = (await sdk.get(first.id)).history
+    assert [(step.event, step.detail) for step in history] == [
+        ("scheduled", None),
+        ("replaced", detail(later + timedelta(minutes=10))),
+        ("extended", detail(later + timedelta(minutes=20))),
+    ]
+
+    # Due now: one lets go of its key once dispatched, the other keeps it and is never changed.
+    sent = await sdk.schedule(key, "sent", idempotency_key=f"{key}-b", release_key="dispatched")
+    done = await sdk.schedule(key, "done", idempotency_key=f"{key}-c")
+    assert (sent.release_key, sent.key_released) == ("dispatched", False)
+    if isinstance(sdk, RecordingClient):  # no broker: the fake is told of the dispatch
+        sdk.mark(sent.id, "dispatched")
+        sdk.mark(done.id, "dispatched")
+    else:
+
+        async def dispatched() -> bool:
+            states = {(await sdk.get(job.id)).state for job in (sent, done)}
+            return states == {"dispatched"}
+
+        await until(dispatched, 60)
+    again = await sdk.schedule(key, "again", run_at=later, idempotency_key=f"{key}-b")
+    assert (again.created, again.outcome) == (True, "created")
+    assert again.id != sent.id
+    assert (await sdk.get(sent.id)).key_released is True
+    by_key = await everything(sdk.list(idempotency_key=f"{key}-b"))
+    assert [(job.id, job.key_released) for job in by_key] == [(again.id, False), (sent.id, True)]
+    late = await sdk.schedule(
+        key, "late", run_at=later, idempotency_key=f"{key}-c", on_existing="replace"
+    )
+    assert (late.id, late.outcome, late.payload) == (done.id, "refused", "done")
+
+    with pytest.raises(InvalidJob) as keyless:
+        await sdk.schedule(key, {}, release_key="finished")
+    assert [f["field"] for f in keyless.value.body["fields"]] == ["release_key"]
+    unknown: dict[str, Any] = {"idempotency_key": f"{key}-d", "on_existing": "overwrite"}
+    with pytest.raises(InvalidJob) as in_batch:
+        await sdk.schedule_many([job_body(key, {}, **unknown)])
+    assert [f["field"] for f in in_batch.value.body["fields"]] == ["jobs[0].on_existing"]
+
+
 async def test_every_schedule_method_returns_records_and_raises_typed_errors(sdk: Any) -> None:
     name = f"nightly-{uuid.uuid4().hex[:8]}"
     created = await sdk.schedules.create(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -18,6 +18,7 @@ from consumers_sdk import (
     JobNotFound,
     SyncDispatcherClient,
 )
+from consumers_sdk.client import job_body
 from tests.support import answers
 from tests.support.nodes import running_node
 
@@ -153,3 +154,55 @@ def test_the_sync_clients_job_decorator_schedules_at_once() -> None:
     assert [json.loads(body) for body in bodies] == [
         {"routing_key": "orders.expire", "payload": {"order": 7}, "delay_ms": 30_000, "priority": 3}
     ]
+
+
+async def test_a_known_key_keeps_replaces_or_extends_its_pending_job_and_says_which(
+    client: DispatcherClient,
+) -> None:
+    later = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    first = await client.schedule(
+        "users.remind", {"v": 1}, run_at=later, idempotency_key="u1", release_key="dispatched"
+    )
+    assert (first.outcome, first.release_key, first.key_released) == (
+        "created",
+        "dispatched",
+        False,
+    )
+    replaced = await client.schedule(
+        "users.remind",
+        {"v": 2},
+        run_at=later + timedelta(minutes=10),
+        idempotency_key="u1",
+        on_existing="replace",
+    )
+    assert (replaced.id, replaced.created, replaced.outcome) == (first.id, False, "replaced")
+    assert (replaced.payload, replaced.run_at) == ({"v": 2}, later + timedelta(minutes=10))
+    sooner = await client.schedule(
+        "users.remind", {"v": 3}, run_at=later, idempotency_key="u1", on_existing="extend"
+    )
+    assert (sooner.outcome, sooner.run_at) == ("kept", replaced.run_at)
+    [extended, created] = await client.schedule_many(
+        [
+            job_body(
+                "users.remind",
+                {"v": 4},
+                run_at=later + timedelta(minutes=20),
+                idempotency_key="u1",
+                on_existing="extend",
+            ),
+            job_body("users.remind", {"v": 5}, idempotency_key="u2", on_existing="extend"),
+        ]
+    )
+    assert (extended.outcome, extended.payload) == ("extended", {"v": 2})  # the time only
+    assert (created.outcome, created.created) == ("created", True)
+    refused = await client.schedule(
+        "users.other", {}, run_at=later, idempotency_key="u1", on_existing="replace"
+    )
+    assert (refused.outcome, refused.routing_key) == ("refused", "users.remind")
+    history = (await client.get(first.id)).history
+    assert [step.event for step in history] == ["scheduled", "replaced", "extended"]
+    assert history[2].detail is not None
+    assert history[2].detail.startswith("run_at ")
+    with pytest.raises(InvalidJob) as invalid:
+        await client.schedule("users.remind", {}, on_existing="replace")  # no key
+    assert invalid.value.body["fields"][0]["field"] == "on_existing"  # type: ignore[index]

@@ -4,6 +4,7 @@ schedule_many. No I/O."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import random
 from datetime import UTC, datetime, timedelta
@@ -28,10 +29,12 @@ from consumers_sdk import (
     calls,
     exchange,
     records,
+    validation,
 )
 from consumers_sdk.client import Limits, Schedules
 from consumers_sdk.sync_client import SyncLimits, SyncSchedules
 from dispatcher import models
+from dispatcher.api import schemas
 from tests.support import answers
 
 RUN_AT = datetime(2030, 1, 1, tzinfo=UTC)
@@ -356,3 +359,92 @@ def test_the_sync_client_offers_the_async_clients_methods_and_parameters(
 
     assert sorted(methods(async_class)) == sorted(names.split())
     assert methods(sync_class) == methods(async_class)
+
+
+def test_the_key_levers_are_sent_only_when_not_the_default() -> None:
+    assert "on_existing" not in calls.job_body("a", 1, idempotency_key="k", on_existing="keep")
+    assert "release_key" not in calls.job_body("a", 1, idempotency_key="k", release_key="never")
+    body = calls.job_body("a", 1, idempotency_key="k", on_existing="extend", release_key="finished")
+    assert (body["on_existing"], body["release_key"]) == ("extend", "finished")
+    # The node, not the client, refuses a lever without a key (InvalidJob naming the field).
+    assert calls.job_body("a", 1, on_existing="replace")["on_existing"] == "replace"
+
+
+@pytest.mark.parametrize(
+    ("options", "replay_safe"),
+    [
+        ({"on_existing": "keep", "delay": 60}, True),  # the replay finds the job, unchanged
+        ({"on_existing": "replace", "run_at": RUN_AT}, True),  # the same values again
+        ({"on_existing": "extend", "run_at": RUN_AT}, True),
+        ({"on_existing": "replace"}, True),  # due now either way
+        ({"on_existing": "replace", "delay": 60}, False),  # the delay would count again
+        ({"on_existing": "extend", "delay": 60}, False),
+        ({"release_key": "dispatched", "run_at": RUN_AT}, False),  # may be a new job by then
+        ({"release_key": "finished"}, False),
+    ],
+)
+def test_a_lever_is_replayed_after_a_lost_answer_only_when_the_replay_does_what_once_did(
+    options: dict[str, Any], replay_safe: bool
+) -> None:
+    assert calls.schedule("a", 1, idempotency_key="k", **options).replay_safe is replay_safe
+    body = calls.job_body("a", 1, idempotency_key="k", **options)
+    kept = calls.job_body("a", 2, idempotency_key="k2")
+    assert calls.schedule_batch([kept, body]).replay_safe is replay_safe
+
+
+def test_a_submit_answer_carries_its_outcome_and_the_key_release() -> None:
+    document = schemas.job_document(
+        answers.stored_job(release_key=models.KeyRelease.DISPATCHED, key_released=True),
+        outcome=models.Outcome.EXTENDED,
+    )
+    job = records.job(answers.answer(document).json())
+    assert (job.created, job.outcome, job.release_key, job.key_released) == (
+        False,
+        "extended",
+        "dispatched",
+        True,
+    )
+    plain = records.job(answers.answer(schemas.job_document(answers.stored_job())).json())
+    assert (plain.outcome, plain.release_key, plain.key_released) == (None, "never", False)
+
+
+@pytest.mark.parametrize(("created", "outcome"), [(True, "created"), (False, "kept")])
+def test_an_older_dispatchers_answer_reads_its_outcome_from_created(
+    created: bool, outcome: str
+) -> None:
+    """A dispatcher before the levers sent ``created`` alone; it could only keep a known key."""
+    document = answers.job_answer().json()
+    for newer in ("outcome", "release_key", "key_released"):
+        del document[newer]
+    job = records.job({**document, "created": created})
+    assert (job.outcome, job.release_key, job.key_released) == (outcome, "never", False)
+
+
+def test_a_change_by_the_dispatcher_is_a_history_step_with_its_detail() -> None:
+    at = answers.CREATED_AT + timedelta(minutes=5)
+    change = models.JobEvent(
+        outcome="extended",
+        attempt=0,
+        group="dispatcher",
+        consumer="node-1",
+        error=None,
+        at=at,
+        detail="run_at 2030-01-01T13:00:00.000000Z",
+    )
+    job = records.job(answers.history_answer([change]).json())
+    assert [(step.event, step.detail) for step in job.history] == [
+        ("scheduled", None),
+        ("extended", "run_at 2030-01-01T13:00:00.000000Z"),
+    ]
+
+
+def test_the_sdks_key_levers_are_the_nodes() -> None:
+    """``validation``'s values (what enqueue and the memory API check) against the node's enums,
+    the default first."""
+    assert tuple(models.OnExisting) == validation.ON_EXISTING
+    assert tuple(models.KeyRelease) == validation.KEY_RELEASES
+    defaults = {field.name: field.default for field in dataclasses.fields(models.JobSpec)}
+    assert (defaults["on_existing"], defaults["release_key"]) == (
+        validation.ON_EXISTING[0],
+        validation.KEY_RELEASES[0],
+    )

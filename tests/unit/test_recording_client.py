@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -268,3 +269,126 @@ def test_the_sync_fake_records_as_the_async_one() -> None:
     assert [scheduled.run_at for scheduled in client.scheduled] == [NOW + timedelta(seconds=30)]
     assert [cancelled.state for cancelled in client.cancelled] == ["cancelled"]
     assert [paused.name for paused in client.schedules_paused] == ["s"]
+
+
+async def test_a_known_key_replaces_or_extends_the_pending_job_as_the_node_does(
+    client: RecordingClient,
+) -> None:
+    first = await client.schedule("users.remind", {"v": 1}, delay=60, idempotency_key="u1")
+    replaced = await client.schedule(
+        "users.remind",
+        {"v": 2},
+        delay=30,
+        headers={"h": "x"},
+        idempotency_key="u1",
+        on_existing="replace",
+    )
+    assert (replaced.id, replaced.created, replaced.outcome) == (first.id, False, "replaced")
+    assert (replaced.payload, replaced.headers, replaced.priority) == ({"v": 2}, {"h": "x"}, None)
+    assert replaced.run_at == NOW + timedelta(seconds=30)  # earlier: a replace takes any time
+    sooner = await client.schedule(
+        "users.remind", {"v": 3}, delay=10, idempotency_key="u1", on_existing="extend"
+    )
+    assert (sooner.outcome, sooner.run_at) == ("kept", replaced.run_at)  # never earlier
+    extended = await client.schedule(
+        "users.remind", {"v": 4}, delay=90, idempotency_key="u1", on_existing="extend"
+    )
+    assert (extended.outcome, extended.run_at) == ("extended", NOW + timedelta(seconds=90))
+    assert extended.payload == {"v": 2}  # extend moves the time only
+    kept = await client.schedule("users.remind", {"v": 5}, delay=900, idempotency_key="u1")
+    assert (kept.outcome, kept.run_at) == ("kept", extended.run_at)
+    history = (await client.get(first.id)).history
+    assert [(step.event, step.detail) for step in history] == [
+        ("scheduled", None),
+        ("replaced", "run_at 2030-01-01T12:00:30.000000Z"),
+        ("extended", "run_at 2030-01-01T12:01:30.000000Z"),
+    ]
+    assert [job.payload for job in client.replaced] == [{"v": 2}]
+    assert [job.run_at for job in client.extended] == [extended.run_at]
+    assert [job.id for job in client.scheduled] == [first.id]
+
+
+async def test_a_job_no_longer_pending_or_under_another_routing_key_is_refused_unchanged(
+    client: RecordingClient,
+) -> None:
+    sent = await client.schedule("keys.sync", "sent", idempotency_key="done")
+    client.mark(sent.id, "dispatched")
+    other = await client.schedule("keys.a", "a", delay=60, idempotency_key="other")
+    for how in ("replace", "extend"):
+        late = await client.schedule(
+            "keys.sync", "late", delay=60, idempotency_key="done", on_existing=how
+        )
+        assert (late.id, late.outcome, late.payload) == (sent.id, "refused", "sent")
+        moved = await client.schedule(
+            "keys.b", "b", delay=600, idempotency_key="other", on_existing=how
+        )
+        assert (moved.outcome, moved.run_at, moved.routing_key) == (
+            "refused",
+            other.run_at,
+            "keys.a",
+        )
+    assert client.replaced == client.extended == []
+
+
+@pytest.mark.parametrize("release", ["dispatched", "finished"])
+async def test_a_job_lets_go_of_its_key_as_its_release_key_says(
+    client: RecordingClient, release: str
+) -> None:
+    first = await client.schedule("keys.sync", 1, idempotency_key="k", release_key=release)
+    assert (first.release_key, first.key_released) == (release, False)
+    client.mark(first.id, "dispatched")
+    again = await client.schedule("keys.sync", 2, delay=60, idempotency_key="k")
+    if release == "finished":  # dispatched is not finished: the consumer reports the end
+        assert (again.id, again.outcome) == (first.id, "kept")
+        assert client.mark(first.id, "succeeded").key_released is True
+        again = await client.schedule("keys.sync", 2, delay=60, idempotency_key="k")
+    assert again.outcome == "created"
+    assert again.id != first.id
+    assert (await client.get(first.id)).key_released is True
+    found = [job.id async for job in client.list(idempotency_key="k")]
+    assert found == [again.id, first.id]  # the holder, then those that let go, newest first
+
+
+async def test_a_cancelled_job_lets_go_of_a_key_released_when_finished(
+    client: RecordingClient,
+) -> None:
+    first = await client.schedule(
+        "keys.sync", 1, delay=60, idempotency_key="k", release_key="finished"
+    )
+    assert (await client.cancel(first.id)).key_released is True
+    assert (await client.schedule("keys.sync", 2, idempotency_key="k")).outcome == "created"
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"on_existing": "replace"}, "on_existing"),
+        ({"release_key": "dispatched"}, "release_key"),
+        ({"idempotency_key": "k", "on_existing": "overwrite"}, "on_existing"),
+        ({"idempotency_key": "k", "release_key": "later"}, "release_key"),
+    ],
+)
+async def test_bad_key_levers_are_refused_naming_the_field(
+    client: RecordingClient, options: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(InvalidJob) as refused:
+        await client.schedule("keys.x", 1, **options)
+    assert [f["field"] for f in refused.value.body["fields"]] == [field]
+    with pytest.raises(InvalidJob) as in_batch:
+        await client.schedule_many([job_body("keys.x", 1, **options)])
+    assert [f["field"] for f in in_batch.value.body["fields"]] == [f"jobs[0].{field}"]
+    assert client.scheduled == []
+
+
+async def test_a_batch_mixes_keep_replace_extend_and_new_keys(client: RecordingClient) -> None:
+    for key in ("a", "b", "c"):
+        await client.schedule("keys.sync", key, delay=60, idempotency_key=key)
+    answered = await client.schedule_many(
+        [
+            job_body("keys.sync", "a2", delay=60, idempotency_key="a"),
+            job_body("keys.sync", "b2", delay=30, idempotency_key="b", on_existing="replace"),
+            job_body("keys.sync", "c2", delay=120, idempotency_key="c", on_existing="extend"),
+        ]
+    )
+    assert [job.outcome for job in answered] == ["kept", "replaced", "extended"]
+    assert [job.payload for job in answered] == ["a", "b2", "c"]
