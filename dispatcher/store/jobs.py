@@ -174,9 +174,7 @@ class JobStore:
         holders: dict[tuple[str, str], models.Job] = {}
         if missing_keys:
             namespaces, keys = (list(column) for column in zip(*missing_keys, strict=True))
-            for row in await connection.fetch(
-                queries.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys
-            ):
+            for row in await connection.fetch(queries.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys):
                 holders[(row["namespace"] or "", row["idempotency_key"])] = job_from_row(row)
         answers: list[_Answer | None] = []
         for job in jobs:
