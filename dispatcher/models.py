@@ -161,8 +161,8 @@ class JobChange:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobEvent:
-    """One step of a job's life after its publish (``consumers_sdk.contract.JobEvent``, or a
-    requeue by the dispatcher), as recorded."""
+    """One step of a job's life after its publish (``consumers_sdk.contract.JobEvent``), or a
+    change the dispatcher made (a requeue, a replace or extend), as recorded."""
 
     outcome: str
     attempt: int
@@ -171,6 +171,7 @@ class JobEvent:
     error: str | None
     at: datetime
     ignored: str | None = None  # why it changed nothing (another dispatch round...); None: counted
+    detail: str | None = None  # what the dispatcher's change did (the new time...)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

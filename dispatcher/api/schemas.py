@@ -232,7 +232,7 @@ class JobOut(BaseModel):
 class HistoryEntry(BaseModel):
     """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired`` (from
     the job's own timestamps) and the consumers' ``started``, ``failed``, ``succeeded``, ``dead``,
-    and ``requeued``."""
+    and ``requeued``; ``rescheduled`` and ``cancelled`` by a bulk action (its ``detail``)."""
 
     event: str
     at: datetime
@@ -246,6 +246,11 @@ class HistoryEntry(BaseModel):
         "or a guessed round), no_round, routing_key (another than the job's); with "
         "DISPATCHER_EVENT_USERS, no_user (no AMQP user_id) or publisher (its user may not "
         "report on this job)",
+    )
+    detail: str | None = Field(
+        None,
+        description="what a change by the dispatcher did: the bulk action that made it, the new "
+        "time",
     )
 
 
@@ -358,6 +363,8 @@ def history_document(
             "error": event.error,
             "ignored": event.ignored,
         }
+        if event.detail is not None:
+            step["detail"] = event.detail
         if event.outcome == "dispatched":
             dispatches.append({"event": "dispatched", "at": event.at})
         elif event.outcome == "requeued":
@@ -369,7 +376,10 @@ def history_document(
     for round_steps, dispatch in zip(rounds, dispatches, strict=False):
         round_steps.insert(1, dispatch)
     steps = [step for round_steps in rounds for step in round_steps]
-    if job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED):
+    # From the row, unless the change that ended the job is a step already (a bulk cancel).
+    if job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED) and not (
+        steps and steps[-1]["event"] == job.state.value
+    ):
         steps.append({"event": job.state.value, "at": job.updated_at})
     document = job_document(job, held_by=held_by)
     document["history"] = steps

@@ -133,6 +133,7 @@ class HistoryStore:
                     error=row["error"],
                     at=row["at"],
                     ignored=row["ignored"],
+                    detail=row["detail"],
                 )
                 for row in rows
             ),
