@@ -16,9 +16,12 @@ import asyncpg
 import httpx
 import pytest
 
+from consumers_sdk import DispatcherClient
+from consumers_sdk.errors import BulkActionConflict, InvalidBulkAction
 from devstack.collector import Collector
 from dispatcher.node import Node
 from tests.support.nodes import client, running_node
+from tests.support.waiting import until
 
 ADMIN = "admin-token-0123456789"
 BILLING = "billing-token-0123456789"  # a producer of namespace team-a, billing.* only
@@ -334,3 +337,29 @@ async def test_bad_input_answers_422_naming_the_field_and_changes_nothing(
     assert field in [named["field"] for named in response.json().get("fields", [])], response.text
     assert await sql.fetchval("SELECT count(*) FROM bulk_actions") == 0
     assert await states(sql) == before
+
+
+async def test_the_sdk_client_dry_runs_starts_and_follows_a_bulk_action(
+    node: Node, http: httpx.AsyncClient, sql: asyncpg.Connection
+) -> None:
+    ids = await submit(http, 7, routing_key="sdk.cancel")
+    async with DispatcherClient(
+        "http://127.0.0.1", api_key=ADMIN, transport=httpx.ASGITransport(app=node.app)
+    ) as dispatcher:
+        dry = await dispatcher.bulk.dry_run("cancel", filter={"routing_key": "sdk.cancel"})
+        assert (dry.matched, [job.id for job in dry.sample]) == (7, sorted(ids))
+        action = await dispatcher.bulk.start("cancel", filter={"routing_key": "sdk.cancel"})
+
+        async def action_ended() -> bool:
+            return not (await dispatcher.bulk.get(action.id)).running
+
+        await until(action_ended, 30)
+        action = await dispatcher.bulk.get(action.id)
+        assert (action.status, action.touched, action.matched_estimate) == ("done", 7, 7)
+        assert [found.id for found in await dispatcher.bulk.list()] == [action.id]
+        with pytest.raises(BulkActionConflict):
+            await dispatcher.bulk.stop(action.id)
+        with pytest.raises(InvalidBulkAction) as invalid:
+            await dispatcher.bulk.start("reschedule", filter={"routing_key": "sdk.cancel"})
+        assert invalid.value.body["fields"][0]["field"] == "run_at"  # type: ignore[index]
+    assert set(await steps(sql, f"bulk action {action.id}: cancel")) == set(ids)
