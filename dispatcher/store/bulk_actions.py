@@ -203,6 +203,9 @@ class BulkActionStore:
             if current is None:
                 return None
             cursor: uuid.UUID = current["cursor"]
+            # Planned with the filter's values: a generic plan of the pick (which the plan cache
+            # may choose after five batches) walks the primary key instead of the filter's index.
+            await connection.execute(queries.PLAN_EACH_RUN)
             row = await connection.fetchrow(_STATEMENTS[action.action], cursor, batch, *args)
             assert row is not None  # aggregates: always one row
             done = row["seen"] < batch

@@ -1128,14 +1128,25 @@ def bulk_match(alias: str, first: int) -> str:
 
 
 # The next ids a bulk action's batch looks at: the first $2 jobs after the cursor $1, in id order,
-# in one of the states $3, $4 (NULL: one state only) matching the filter ($5-$13, ``bulk_match``).
-# One branch per state, each walking jobs_state (state, id) from the cursor: an IN of both states
-# would read and sort every row of both after the cursor at each batch.
+# in one of the states $3, $4 (NULL: one state only) matching the filter ($5-$13, ``bulk_match``;
+# $6 is its routing key). One branch per index, as in LIST_JOBS (a branch whose test on the
+# parameters alone fails is skipped at run time, in a generic plan too): a routing key walks
+# jobs_key (routing_key, id) from the cursor; otherwise each state its range of jobs_state
+# (state, id): an IN of both states would read and sort every row of both after the cursor.
 _BULK_PICK: Final = f"""
 SELECT id FROM (
-  (SELECT id FROM jobs WHERE state = $3 AND id > $1 AND {bulk_match("", 5)} ORDER BY id LIMIT $2)
+  (SELECT id FROM jobs
+   WHERE $6::text IS NOT NULL AND routing_key = $6 AND id > $1 AND state IN ($3, $4)
+     AND {bulk_match("", 5)}
+   ORDER BY id LIMIT $2)
   UNION ALL
-  (SELECT id FROM jobs WHERE state = $4 AND id > $1 AND {bulk_match("", 5)} ORDER BY id LIMIT $2)
+  (SELECT id FROM jobs
+   WHERE $6::text IS NULL AND state = $3 AND id > $1 AND {bulk_match("", 5)}
+   ORDER BY id LIMIT $2)
+  UNION ALL
+  (SELECT id FROM jobs
+   WHERE $6::text IS NULL AND state = $4 AND id > $1 AND {bulk_match("", 5)}
+   ORDER BY id LIMIT $2)
 ) AS candidates
 ORDER BY id
 LIMIT $2
