@@ -45,8 +45,10 @@ class _ReadByKey:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryEntry:
-    """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired`` and the
-    consumers' ``started``, ``failed``, ``succeeded``, ``dead`` and ``requeued``."""
+    """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired``, the
+    consumers' ``started``, ``failed``, ``succeeded``, ``dead``, and the dispatcher's changes:
+    ``requeued``, ``replaced`` and ``extended`` (a submit of its idempotency key), each with its
+    ``detail`` (``run_at ...``: the time it moved to)."""
 
     event: str
     at: datetime
@@ -55,6 +57,7 @@ class HistoryEntry:
     consumer: str | None = None
     error: str | None = None
     ignored: str | None = None  # why a consumer's event changed nothing
+    detail: str | None = None  # what a change by the dispatcher did
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,6 +191,7 @@ def _entry(document: Document) -> HistoryEntry:
         consumer=document.get("consumer"),
         error=document.get("error"),
         ignored=document.get("ignored"),
+        detail=document.get("detail"),
     )
 
 

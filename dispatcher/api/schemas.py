@@ -231,8 +231,9 @@ class JobOut(BaseModel):
 
 class HistoryEntry(BaseModel):
     """One step of a job's life: ``scheduled``, ``dispatched``, ``cancelled``, ``expired`` (from
-    the job's own timestamps) and the consumers' ``started``, ``failed``, ``succeeded``, ``dead``,
-    and ``requeued``; ``rescheduled`` and ``cancelled`` by a bulk action (its ``detail``)."""
+    the job's own timestamps), the consumers' ``started``, ``failed``, ``succeeded``, ``dead``,
+    and the dispatcher's changes: ``requeued``, ``replaced`` and ``extended`` (a submit of its
+    idempotency key), ``rescheduled`` and ``cancelled`` by a bulk action."""
 
     event: str
     at: datetime
@@ -248,9 +249,7 @@ class HistoryEntry(BaseModel):
         "report on this job)",
     )
     detail: str | None = Field(
-        None,
-        description="what a change by the dispatcher did: the bulk action that made it, the new "
-        "time",
+        None, description="what a change by the dispatcher did: the new run_at, the bulk action"
     )
 
 
@@ -362,9 +361,8 @@ def history_document(
             "consumer": event.consumer,
             "error": event.error,
             "ignored": event.ignored,
+            "detail": event.detail,
         }
-        if event.detail is not None:
-            step["detail"] = event.detail
         if event.outcome == "dispatched":
             dispatches.append({"event": "dispatched", "at": event.at})
         elif event.outcome == "requeued":
@@ -374,12 +372,13 @@ def history_document(
     if job.dispatched_at is not None:
         dispatches.append({"event": "dispatched", "at": job.dispatched_at})
     for round_steps, dispatch in zip(rounds, dispatches, strict=False):
-        round_steps.insert(1, dispatch)
+        # After the changes made while it waited (replaced, extended...), before what its
+        # consumers reported.
+        reported = (i for i, s in enumerate(round_steps) if s["event"] in contract.OUTCOMES)
+        round_steps.insert(next(reported, len(round_steps)), dispatch)
     steps = [step for round_steps in rounds for step in round_steps]
-    # From the row, unless the change that ended the job is a step already (a bulk cancel).
-    if job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED) and not (
-        steps and steps[-1]["event"] == job.state.value
-    ):
+    ended = job.state in (models.JobState.CANCELLED, models.JobState.EXPIRED)
+    if ended and not any(step["event"] == job.state.value for step in rounds[-1]):
         steps.append({"event": job.state.value, "at": job.updated_at})
     document = job_document(job, held_by=held_by)
     document["history"] = steps
