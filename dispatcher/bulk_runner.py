@@ -131,9 +131,11 @@ class BulkRunner:
             if done.done:
                 logger.info("bulk action %s done", action.id, extra=_LOG)
                 return changed
-            # Rest in proportion to the batch: firing shares the database and this loop.
+            # Rest in proportion to the batch: firing shares the database and this loop. Never
+            # long enough for the lease to run out: another node would take the action over.
+            rest_s = min((self._clock() - started) * self._rest, self._lease_s / 4)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout((self._clock() - started) * self._rest):
+                async with asyncio.timeout(rest_s):
                     await self._stop.wait()
         return changed
 

@@ -85,7 +85,8 @@ async def create_bulk_action(
     """Start a bulk action (202, the action: follow its progress with GET), or with ``dry_run``
     answer how many jobs it would change now and the first of them (200, nothing changed)."""
     action, spec, change = _plan(body, context, caller)
-    matched, sample = await context.bulk_actions.dry_run(spec, sample=bulk.SAMPLE_SIZE)
+    shown = bulk.SAMPLE_SIZE if body.dry_run else 0
+    matched, sample = await context.bulk_actions.dry_run(spec, sample=shown)
     if body.dry_run:
         return schemas.json_response(
             {

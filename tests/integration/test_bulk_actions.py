@@ -218,8 +218,8 @@ async def test_a_stopped_reschedule_resumes_where_it_stopped_and_moves_each_job_
     ids = await submit(http, 600, routing_key="moved.later", run_at="2029-01-01T00:00:00Z")
     untouched = await submit(http, 10, routing_key="moved.not")
     before = await states(sql)
-    # Slow it down: one batch of 40, then rest 19 times its time.
-    await sql.execute("SELECT 1")
+    # Slow it down: after each batch of 40, a rest of 19 times its time (at most a quarter of
+    # the lease: 0.5 s).
     node.bulk_runner._rest = 19.0
     action = await started(
         http, action="reschedule", filter={"routing_key": "moved.later"}, shift_s=3600
@@ -277,22 +277,20 @@ async def test_an_action_whose_worker_died_is_taken_over_after_its_lease(
     node: Node, http: httpx.AsyncClient, sql: asyncpg.Connection
 ) -> None:
     ids = await submit(http, 100, routing_key="orphan.cancel")
-    node.bulk_runner._rest = 1e6  # this node would never finish: the test's node takes over
-    await sql.execute("UPDATE bulk_actions SET status = 'done' WHERE status = 'running'")
-    action = await started(http, action="cancel", filter={"routing_key": "orphan.cancel"})
-    # Another node holds it for two seconds and does nothing (it died after taking it).
+    # Made and taken by another node, which died at once: its lease runs two more seconds.
+    action_id = uuid.uuid4()
     await sql.execute(
-        "UPDATE bulk_actions SET worked_by = 'dead-node', lease_until = now() + interval '2 s'"
-        " WHERE id = $1",
-        uuid.UUID(action["id"]),
+        "INSERT INTO bulk_actions (id, action, states, routing_key, created_by, worked_by,"
+        " lease_until) VALUES ($1, 'cancel', '{scheduled,waiting}', 'orphan.cancel', 'admin',"
+        " 'dead-node', now() + interval '2 s')",
+        action_id,
     )
-    node.bulk_runner._rest = 0.0
     node.bulk_runner.wake()
     await asyncio.sleep(1)
-    assert (await http.get(f"/v1/bulk-actions/{action['id']}")).json()["touched"] == 0
-    done = await finished(http, action["id"])
+    assert (await http.get(f"/v1/bulk-actions/{action_id}")).json()["touched"] == 0
+    done = await finished(http, str(action_id))
     assert (done["status"], done["touched"]) == ("done", 100)
-    assert set(await steps(sql, f"bulk action {action['id']}")) == set(ids)
+    assert set(await steps(sql, f"bulk action {action_id}")) == set(ids)
 
 
 async def test_a_producer_acts_only_within_its_namespace_and_prefixes(
