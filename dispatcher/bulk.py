@@ -134,8 +134,8 @@ def check_filter(
     for field, key in (("routing_key", routing_key), ("routing_key_prefix", routing_key_prefix)):
         if key is not None and (problem := validation.routing_key_problem(key.rstrip("."))):
             raise errors.InvalidField(f"filter.{field}", problem)
-    _check_range("run_at", run_at_from, run_at_to)
-    _check_range("finished", finished_from, finished_to)
+    run_at_from, run_at_to = _check_range("run_at", run_at_from, run_at_to)
+    finished_from, finished_to = _check_range("finished", finished_from, finished_to)
     if (finished_from or finished_to) and action is not Action.REQUEUE:
         raise errors.InvalidField(
             "filter.finished_from" if finished_from else "filter.finished_to",
@@ -159,12 +159,27 @@ def check_filter(
     )
 
 
-def _check_range(name: str, start: datetime | None, end: datetime | None) -> None:
-    for bound, value in (("from", start), ("to", end)):
-        if value is not None and value.tzinfo is None:
-            raise errors.InvalidField(f"filter.{name}_{bound}", "must have a timezone")
+def _check_range(
+    name: str, start: datetime | None, end: datetime | None
+) -> tuple[datetime | None, datetime | None]:
+    """The range in UTC, or InvalidField naming the bound at fault."""
+    start = _utc(f"filter.{name}_from", start)
+    end = _utc(f"filter.{name}_to", end)
     if start is not None and end is not None and end < start:
         raise errors.InvalidField(f"filter.{name}_to", f"must not be before {name}_from")
+    return start, end
+
+
+def _utc(field: str, value: datetime | None) -> datetime | None:
+    """An instant in UTC; a naive one, or one that UTC cannot hold (year 1 at +01:00), refused."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        raise errors.InvalidField(field, "must have a timezone")
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise errors.InvalidField(field, "out of range") from None
 
 
 def check_change(
@@ -189,10 +204,8 @@ def check_change(
         if abs(shift_s) > max_delay_days * 86400:
             raise errors.InvalidField("shift_s", f"at most {max_delay_days} days either way")
         return Change(shift_s=shift_s)
-    assert run_at is not None
-    if run_at.tzinfo is None:
-        raise errors.InvalidField("run_at", "must have a timezone")
-    due = run_at.astimezone(UTC)
+    due = _utc("run_at", run_at)
+    assert due is not None
     limits = validation.Limits(max_delay_days=max_delay_days)
     if problem := validation.due_problem(due, now, limits):
         raise errors.InvalidField("run_at", problem)

@@ -4,7 +4,7 @@ field a refusal names."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -133,3 +133,31 @@ def test_a_reschedule_takes_exactly_one_of_run_at_and_shift() -> None:
 def test_a_step_names_its_action() -> None:
     action_id = uuid.UUID(int=7)
     assert bulk.detail(action_id, bulk.Action.REQUEUE) == f"bulk action {action_id}: requeue"
+
+
+def test_times_are_kept_in_utc_and_one_utc_cannot_hold_is_refused() -> None:
+    paris = timezone(timedelta(hours=1))
+    spec = bulk.check_filter(
+        bulk.Action.CANCEL,
+        namespace=None,
+        scope_prefixes=None,
+        run_at_from=datetime(2026, 6, 1, 12, tzinfo=paris),
+    )
+    assert spec.run_at_from == datetime(2026, 6, 1, 11, tzinfo=UTC)
+    earliest = datetime.min.replace(tzinfo=paris)  # year 1 at +01:00: before UTC's year 1
+    assert (
+        refused_field(
+            lambda: bulk.check_filter(
+                bulk.Action.REQUEUE, namespace=None, scope_prefixes=None, finished_to=earliest
+            )
+        )
+        == "filter.finished_to"
+    )
+    assert (
+        refused_field(
+            lambda: bulk.check_change(
+                bulk.Action.RESCHEDULE, run_at=earliest, shift_s=None, now=NOW, max_delay_days=10
+            )
+        )
+        == "run_at"
+    )
