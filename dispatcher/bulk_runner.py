@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from dispatcher import bulk, errors, supervision
+from dispatcher import bulk, errors, metrics, supervision
 from dispatcher.store.bulk_actions import BulkActionStore
 
 logger = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class BulkRunner:
     def __init__(
         self,
         store: BulkActionStore,
+        metrics: metrics.Metrics,
         *,
         node_id: str,
         batch: int,
@@ -50,6 +51,7 @@ class BulkRunner:
         """``shards``: those this node owns now; ``notify_within_s``: how soon a rescheduled job
         must be due to need a due notice (the loaded window)."""
         self._store = store
+        self._metrics = metrics
         self._node_id = node_id
         self._batch = batch
         self._poll_s = poll_s
@@ -126,6 +128,7 @@ class BulkRunner:
             if done is None:  # stopped, or another node took it over
                 return changed
             changed += done.changed
+            self._metrics.bulk_jobs_changed.labels(action=action.action.value).inc(done.changed)
             if done.due_at is not None and done.changed:
                 self._on_requeued(done.due_at)
             if done.done:

@@ -234,6 +234,7 @@ class Node:
         self.bulk_actions = BulkActionStore(self.db)
         self.bulk_runner = BulkRunner(
             self.bulk_actions,
+            self.metrics,
             node_id=settings.node_id,
             batch=settings.bulk_batch,
             poll_s=settings.bulk_poll_s,

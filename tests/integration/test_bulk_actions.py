@@ -145,6 +145,8 @@ async def test_a_bulk_requeue_changes_each_matching_job_once_and_nothing_else(
 
     ledger = await steps(sql, f"bulk action {action['id']}: requeue")
     assert ledger == {job_id: ["requeued"] for job_id in matching}
+    exposed = (await http.get("/metrics")).text
+    assert 'dispatcher_bulk_jobs_changed_total{action="requeue"} 230.0' in exposed
     after = await states(sql)
     for job_id in other_error + other_key + pending:
         assert after[job_id] == before[job_id]

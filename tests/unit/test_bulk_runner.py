@@ -15,6 +15,7 @@ import pytest
 
 from dispatcher import bulk, errors
 from dispatcher.bulk_runner import MAX_FAILURES, BulkRunner
+from dispatcher.metrics import Metrics
 
 AT = datetime(2026, 11, 29, tzinfo=UTC)
 
@@ -67,6 +68,7 @@ class ScriptedStore:
 def runner(store: ScriptedStore, requeued: list[datetime]) -> BulkRunner:
     return BulkRunner(
         store,  # type: ignore[arg-type]
+        Metrics(),
         node_id="n1",
         batch=2,
         poll_s=0.01,
