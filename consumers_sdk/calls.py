@@ -18,10 +18,11 @@ from consumers_sdk import contract, records, tracing, validation
 
 T = TypeVar("T")
 Duration = timedelta | float
-Subject = Literal["job", "schedule", "limit"]  # what a 404/409/422 is about
+Subject = Literal["job", "schedule", "limit", "bulk"]  # what a 404/409/422 is about
 JOBS = "/v1/jobs"
 SCHEDULES = "/v1/schedules"
 LIMITS = "/v1/limits"
+BULK_ACTIONS = "/v1/bulk-actions"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -469,4 +470,126 @@ def delete_limit(key: str, *, namespace: str | None = None) -> Call[records.Flow
         params=_scope(namespace),
         parse=records.flow_rule,
         subject="limit",
+    )
+
+
+# --- bulk actions (/v1/bulk-actions) -----------------------------------------------------------
+
+BulkActionName = Literal["cancel", "requeue", "reschedule"]
+
+
+class BulkFilter(TypedDict, total=False):
+    """Which jobs a bulk action changes: every condition given must hold."""
+
+    state: str  # scheduled or waiting (cancel, reschedule); dead (requeue)
+    routing_key: str  # exactly
+    routing_key_prefix: str  # these words or below: billing matches billing.charge
+    run_at_from: datetime
+    run_at_to: datetime
+    finished_from: datetime  # a dead job's end (requeue only)
+    finished_to: datetime
+    error_contains: str  # its last error contains this (any case)
+    namespace: str  # an admin's key only ("" the default one)
+
+
+def _bulk_body(
+    action: BulkActionName,
+    filter: BulkFilter | None,
+    run_at: datetime | None,
+    shift: Duration | None,
+    *,
+    dry_run: bool,
+) -> dict[str, Any]:
+    given: dict[str, Any] = dict(filter or {})
+    for name in ("run_at_from", "run_at_to", "finished_from", "finished_to"):
+        if name in given:
+            given[name] = _time(name, given[name])
+    body: dict[str, Any] = {"action": action, "filter": given, "dry_run": dry_run}
+    if run_at is not None:
+        body["run_at"] = _time("run_at", run_at)
+    if shift is not None:
+        body["shift_s"] = seconds("shift", shift)
+    return body
+
+
+def bulk_dry_run(
+    action: BulkActionName,
+    *,
+    filter: BulkFilter | None = None,
+    run_at: datetime | None = None,
+    shift: Duration | None = None,
+) -> Call[records.BulkDryRun]:
+    return Call(
+        method="POST",
+        path=BULK_ACTIONS,
+        json=_bulk_body(action, filter, run_at, shift, dry_run=True),
+        parse=records.bulk_dry_run,
+        replay_safe=True,  # changes nothing
+        subject="bulk",
+    )
+
+
+def start_bulk_action(
+    action: BulkActionName,
+    *,
+    filter: BulkFilter | None = None,
+    run_at: datetime | None = None,
+    shift: Duration | None = None,
+) -> Call[records.BulkAction]:
+    # Not replayed: a second action would be made (it would change only what the first missed).
+    return Call(
+        method="POST",
+        path=BULK_ACTIONS,
+        json=_bulk_body(action, filter, run_at, shift, dry_run=False),
+        parse=records.bulk_action,
+        subject="bulk",
+    )
+
+
+def _bulk_path(action_id: str) -> str:
+    return f"{BULK_ACTIONS}/{quote(str(action_id), safe='')}"
+
+
+def get_bulk_action(action_id: str) -> Call[records.BulkAction]:
+    return Call(
+        method="GET",
+        path=_bulk_path(action_id),
+        parse=records.bulk_action,
+        replay_safe=True,
+        subject="bulk",
+    )
+
+
+def bulk_actions(
+    *, limit: int = 100, before: str | None = None
+) -> Call[tuple[records.BulkAction, ...]]:
+    params: dict[str, object] = {"limit": limit}
+    if before is not None:
+        params["before"] = before
+    return Call(
+        method="GET",
+        path=BULK_ACTIONS,
+        params=params,
+        parse=records.bulk_actions,
+        replay_safe=True,
+        subject="bulk",
+    )
+
+
+def stop_bulk_action(action_id: str) -> Call[records.BulkAction]:
+    # Not replayed: a replay of a stop that did happen would answer 409.
+    return Call(
+        method="POST",
+        path=f"{_bulk_path(action_id)}/stop",
+        parse=records.bulk_action,
+        subject="bulk",
+    )
+
+
+def resume_bulk_action(action_id: str) -> Call[records.BulkAction]:
+    return Call(
+        method="POST",
+        path=f"{_bulk_path(action_id)}/resume",
+        parse=records.bulk_action,
+        subject="bulk",
     )

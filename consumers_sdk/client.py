@@ -1,5 +1,6 @@
 """DispatcherClient: the whole HTTP API from asyncio (jobs, recurring schedules under
-``client.schedules``, flow rules under ``client.limits``), returning frozen records.
+``client.schedules``, flow rules under ``client.limits``, bulk actions under ``client.bulk``),
+returning frozen records.
 ``SyncDispatcherClient`` (``sync_client``) has the same methods for Django, Flask and scripts;
 both send the requests ``calls`` builds through the retry rules of ``exchange``.
 """
@@ -50,6 +51,7 @@ class DispatcherClient:
         self._retries = retries
         self.schedules = Schedules(self)
         self.limits = Limits(self)
+        self.bulk = BulkActions(self)
 
     async def __aenter__(self) -> Self:
         return self
@@ -269,6 +271,55 @@ class Limits:
 
     async def delete(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
         return await self._client._run(calls.delete_limit(key, namespace=namespace))
+
+
+class BulkActions:
+    """``client.bulk``: cancel, requeue or reschedule every job a filter matches, in the
+    background. ``dry_run`` first: how many jobs, and the first of them; ``start`` answers the
+    action at once, ``get`` its progress. A key acts only on the jobs it could act on one by one
+    (a requeue needs an admin's key)."""
+
+    def __init__(self, client: DispatcherClient) -> None:
+        self._client = client
+
+    async def dry_run(
+        self,
+        action: calls.BulkActionName,
+        *,
+        filter: calls.BulkFilter | None = None,
+        run_at: datetime | None = None,
+        shift: calls.Duration | None = None,
+    ) -> records.BulkDryRun:
+        call = calls.bulk_dry_run(action, filter=filter, run_at=run_at, shift=shift)
+        return await self._client._run(call)
+
+    async def start(
+        self,
+        action: calls.BulkActionName,
+        *,
+        filter: calls.BulkFilter | None = None,
+        run_at: datetime | None = None,
+        shift: calls.Duration | None = None,
+    ) -> records.BulkAction:
+        """A reschedule takes ``run_at`` (every job's new time) or ``shift`` (each job's moved)."""
+        call = calls.start_bulk_action(action, filter=filter, run_at=run_at, shift=shift)
+        return await self._client._run(call)
+
+    async def get(self, action_id: str) -> records.BulkAction:
+        return await self._client._run(calls.get_bulk_action(action_id))
+
+    async def list(
+        self, *, limit: int = 100, before: str | None = None
+    ) -> tuple[records.BulkAction, ...]:
+        return await self._client._run(calls.bulk_actions(limit=limit, before=before))
+
+    async def stop(self, action_id: str) -> records.BulkAction:
+        """Stop after the batch in flight (``BulkActionConflict`` unless running)."""
+        return await self._client._run(calls.stop_bulk_action(action_id))
+
+    async def resume(self, action_id: str) -> records.BulkAction:
+        """Go on from where it stopped: no job is changed twice."""
+        return await self._client._run(calls.resume_bulk_action(action_id))
 
 
 class Scheduler(Protocol[S_co]):

@@ -88,6 +88,19 @@ class InvalidFlowRule(ClientError):
     """422/400: the rule was refused; ``body["fields"]`` names the fields."""
 
 
+class BulkActionNotFound(ClientError):
+    """404: no bulk action has this id (that this key may see)."""
+
+
+class BulkActionConflict(ClientError):
+    """409: the bulk action is not in a state that allows this (stop a running one, resume a
+    stopped or failed one)."""
+
+
+class InvalidBulkAction(ClientError):
+    """422/400: the bulk action was refused; ``body["fields"]`` names the fields."""
+
+
 class DispatcherUnavailable(ClientError):
     """503 or no connection, after every retry."""
 

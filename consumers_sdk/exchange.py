@@ -92,16 +92,19 @@ _NOT_FOUND = {
     "job": errors.JobNotFound,
     "schedule": errors.ScheduleNotFound,
     "limit": errors.FlowRuleNotFound,
+    "bulk": errors.BulkActionNotFound,
 }
 _CONFLICT = {
     "job": errors.JobConflict,
     "schedule": errors.ScheduleConflict,
     "limit": errors.FlowRuleConflict,
+    "bulk": errors.BulkActionConflict,
 }
 _INVALID = {
     "job": errors.InvalidJob,
     "schedule": errors.InvalidSchedule,
     "limit": errors.InvalidFlowRule,
+    "bulk": errors.InvalidBulkAction,
 }
 
 

@@ -315,3 +315,67 @@ def schedule_page(document: Document) -> SchedulePage:
         schedules=tuple(schedule(item) for item in document["schedules"]),
         next_after=document.get("next_after"),
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkAction:
+    """A bulk action (``client.bulk``) and its progress: ``status`` running, stopped, done or
+    failed (``reason``); ``touched`` jobs changed so far of the ``matched_estimate`` the filter
+    matched when it was made."""
+
+    id: str
+    action: str
+    status: str
+    reason: str | None
+    filter: Mapping[str, Any]
+    run_at: datetime | None
+    shift_s: float | None
+    touched: int
+    matched_estimate: int
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkDryRun:
+    """What a bulk action would change now: how many jobs, and the first of them."""
+
+    action: str
+    matched: int
+    sample: tuple[JobRecord, ...]
+
+
+def bulk_action(document: Document) -> BulkAction:
+    return BulkAction(
+        id=document["id"],
+        action=document["action"],
+        status=document["status"],
+        reason=document.get("reason"),
+        filter=document.get("filter") or {},
+        run_at=_maybe_at(document.get("run_at")),
+        shift_s=document.get("shift_s"),
+        touched=document["touched"],
+        matched_estimate=document["matched_estimate"],
+        created_by=document["created_by"],
+        created_at=_at(document["created_at"]),
+        updated_at=_at(document["updated_at"]),
+        finished_at=_maybe_at(document.get("finished_at")),
+    )
+
+
+def bulk_actions(document: Document) -> tuple[BulkAction, ...]:
+    return tuple(bulk_action(action) for action in document["bulk_actions"])
+
+
+def bulk_dry_run(document: Document) -> BulkDryRun:
+    return BulkDryRun(
+        action=document["action"],
+        matched=document["matched"],
+        sample=tuple(job(found) for found in document["sample"]),
+    )

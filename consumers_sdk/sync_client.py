@@ -41,6 +41,7 @@ class SyncDispatcherClient:
         self._retries = retries
         self.schedules = SyncSchedules(self)
         self.limits = SyncLimits(self)
+        self.bulk = SyncBulkActions(self)
 
     def __enter__(self) -> Self:
         return self
@@ -219,3 +220,48 @@ class SyncLimits:
 
     def delete(self, key: str, *, namespace: str | None = None) -> records.FlowRule:
         return self._client._run(calls.delete_limit(key, namespace=namespace))
+
+
+class SyncBulkActions:
+    """``client.bulk`` of the sync client: as ``BulkActions``, blocking."""
+
+    def __init__(self, client: SyncDispatcherClient) -> None:
+        self._client = client
+
+    def dry_run(
+        self,
+        action: calls.BulkActionName,
+        *,
+        filter: calls.BulkFilter | None = None,
+        run_at: datetime | None = None,
+        shift: calls.Duration | None = None,
+    ) -> records.BulkDryRun:
+        return self._client._run(
+            calls.bulk_dry_run(action, filter=filter, run_at=run_at, shift=shift)
+        )
+
+    def start(
+        self,
+        action: calls.BulkActionName,
+        *,
+        filter: calls.BulkFilter | None = None,
+        run_at: datetime | None = None,
+        shift: calls.Duration | None = None,
+    ) -> records.BulkAction:
+        return self._client._run(
+            calls.start_bulk_action(action, filter=filter, run_at=run_at, shift=shift)
+        )
+
+    def get(self, action_id: str) -> records.BulkAction:
+        return self._client._run(calls.get_bulk_action(action_id))
+
+    def list(
+        self, *, limit: int = 100, before: str | None = None
+    ) -> tuple[records.BulkAction, ...]:
+        return self._client._run(calls.bulk_actions(limit=limit, before=before))
+
+    def stop(self, action_id: str) -> records.BulkAction:
+        return self._client._run(calls.stop_bulk_action(action_id))
+
+    def resume(self, action_id: str) -> records.BulkAction:
+        return self._client._run(calls.resume_bulk_action(action_id))

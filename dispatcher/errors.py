@@ -131,6 +131,10 @@ class FlowRuleNotFound(DispatcherError):
     """No flow rule has this key in this namespace."""
 
 
+class BulkActionNotFound(DispatcherError):
+    """No bulk action has this id (that this key may see)."""
+
+
 class FlowRuleLimitReached(DispatcherError):
     """As many flow rules exist as DISPATCHER_MAX_FLOW_RULES allows."""
 

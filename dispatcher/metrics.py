@@ -217,6 +217,12 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.bulk_jobs_changed = Counter(
+            "dispatcher_bulk_jobs_changed",
+            "Jobs a bulk action changed on this node (cancelled, requeued, rescheduled)",
+            ["action"],
+            registry=r,
+        )
         self.publish_framed = Gauge(
             "dispatcher_publish_framed",
             "1 while firing frames its batches as one write, 0 while it publishes one message at "

@@ -24,6 +24,7 @@ from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
 from dispatcher.api import connections, internals
 from dispatcher.api.context import ApiContext
+from dispatcher.bulk_runner import BulkRunner
 from dispatcher.cluster import ownership as ownership_mod
 from dispatcher.dependents_followup import DependentsFollower
 from dispatcher.firing import lanes, loader, pacing
@@ -42,6 +43,7 @@ from dispatcher.settings import Settings
 from dispatcher.stewardship import Steward
 from dispatcher.store import due_notices, listen, migrate
 from dispatcher.store.api_keys import KeyStore
+from dispatcher.store.bulk_actions import BulkActionStore
 from dispatcher.store.clock import ClockStore
 from dispatcher.store.db import Database
 from dispatcher.store.flow_rules import FlowRuleStore
@@ -229,6 +231,19 @@ class Node:
             batch=settings.dependents_batch,
             poll_s=settings.dependents_poll_s,
         )
+        self.bulk_actions = BulkActionStore(self.db)
+        self.bulk_runner = BulkRunner(
+            self.bulk_actions,
+            self.metrics,
+            node_id=settings.node_id,
+            batch=settings.bulk_batch,
+            poll_s=settings.bulk_poll_s,
+            lease_s=settings.bulk_lease_s,
+            duty=settings.bulk_duty,
+            shards=lambda: list(self.ownership.epochs()),
+            notify_within_s=settings.lookahead_s,
+            on_requeued=self.loader.catch_up,
+        )
         # What the node can do now; in a cluster, a node that cannot gives its shards away.
         self.steward = Steward(
             Health(step_out_s=settings.step_out_s, rejoin_s=settings.rejoin_s),
@@ -270,6 +285,8 @@ class Node:
             flow_rules=self.flow_rules,
             rules=lambda: self.rule_watch.book,
             rules_changed=self.rule_watch.refresh,
+            bulk_actions=self.bulk_actions,
+            bulk_started=self.bulk_runner.wake,
         )
 
     def _count_rules(self, counts: dict[str, int]) -> None:
@@ -348,6 +365,7 @@ class Node:
             Task("vacuum-watch", self.vacuum_watch.run),
             Task("schedules", self.materialiser.run, Phase.DRAIN, self.materialiser.stop),
             Task("dependents", self.dependents.run, Phase.DRAIN, self.dependents.stop),
+            Task("bulk-actions", self.bulk_runner.run, Phase.DRAIN, self.bulk_runner.stop),
             *([http] if serve_http else []),
         ]
 

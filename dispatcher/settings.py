@@ -278,6 +278,27 @@ class Settings(BaseSettings):
         1.0, gt=0, description="how often each node looks for deferred dependents to follow"
     )
 
+    # Bulk actions
+    bulk_batch: int = Field(
+        500, ge=1, le=10_000, description="jobs a bulk action changes per transaction"
+    )
+    bulk_poll_s: float = Field(
+        1.0, gt=0, description="how often each node looks for bulk actions to work"
+    )
+    bulk_lease_s: float = Field(
+        30.0,
+        gt=0,
+        description="a node working a bulk action is relieved of it this long after"
+        " its last batch (it died)",
+    )
+    bulk_duty: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="share of the time a bulk action works: after each batch it rests for"
+        " (1 - share) / share times what the batch took",
+    )
+
     # Recurring schedules
     schedule_ahead_s: float = Field(
         10.0, gt=0, description="occurrences become jobs this long before they are due"

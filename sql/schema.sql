@@ -384,6 +384,36 @@ ALTER TABLE public.api_keys ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+CREATE TABLE public.bulk_actions (
+    id uuid NOT NULL,
+    action text NOT NULL,
+    namespace text,
+    states text[] NOT NULL,
+    routing_key text,
+    routing_key_prefix text,
+    run_at_from timestamp with time zone,
+    run_at_to timestamp with time zone,
+    finished_from timestamp with time zone,
+    finished_to timestamp with time zone,
+    error_contains text,
+    run_at timestamp with time zone,
+    shift_s double precision,
+    scope_prefixes text[],
+    created_by text NOT NULL,
+    status text DEFAULT 'running'::text NOT NULL,
+    reason text,
+    cursor uuid DEFAULT '00000000-0000-0000-0000-000000000000'::uuid NOT NULL,
+    touched bigint DEFAULT 0 NOT NULL,
+    matched_estimate bigint DEFAULT 0 NOT NULL,
+    worked_by text,
+    lease_until timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    CONSTRAINT bulk_actions_action_known CHECK ((action = ANY (ARRAY['cancel'::text, 'requeue'::text, 'reschedule'::text]))),
+    CONSTRAINT bulk_actions_status_known CHECK ((status = ANY (ARRAY['running'::text, 'stopped'::text, 'done'::text, 'failed'::text])))
+);
+
 CREATE TABLE public.dependency_followups (
     id bigint NOT NULL,
     prerequisite_id uuid NOT NULL,
@@ -564,6 +594,9 @@ ALTER TABLE ONLY public.api_keys
 ALTER TABLE ONLY public.api_keys
     ADD CONSTRAINT api_keys_token_sha256_key UNIQUE (token_sha256);
 
+ALTER TABLE ONLY public.bulk_actions
+    ADD CONSTRAINT bulk_actions_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.dependency_followups
     ADD CONSTRAINT dependency_followups_pkey PRIMARY KEY (id);
 
@@ -608,6 +641,8 @@ ALTER TABLE ONLY public.schema_migrations
 
 ALTER TABLE ONLY public.shard_epochs
     ADD CONSTRAINT shard_epochs_pkey PRIMARY KEY (shard);
+
+CREATE INDEX bulk_actions_running ON public.bulk_actions USING btree (created_at) WHERE (status = 'running'::text);
 
 CREATE INDEX dependency_followups_prerequisite ON public.dependency_followups USING btree (prerequisite_id, id);
 

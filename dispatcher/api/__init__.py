@@ -16,7 +16,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from dispatcher.api import jobs, lean, limits, ops, problems, schedules
+from dispatcher.api import bulk_actions, jobs, lean, limits, ops, problems, schedules
 from dispatcher.api.browsers import BrowserGuard
 from dispatcher.api.context import ApiContext
 from dispatcher.api.gate import Gate, Rules
@@ -66,6 +66,7 @@ def build_fastapi() -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(schedules.router)
     app.include_router(limits.router)
+    app.include_router(bulk_actions.router)
     app.include_router(ops.router)
     # The console's static files hold no data (every figure comes from the API with a key), so
     # they are served without one. Shipped as package data: no build step.

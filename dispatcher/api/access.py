@@ -74,6 +74,12 @@ ROUTES: Mapping[tuple[str, str], Access] = {
     ("DELETE", "/v1/limits/{key}"): LIMITS,
     ("POST", "/v1/limits/{key}/pause"): LIMITS_DOCUMENT,
     ("POST", "/v1/limits/{key}/resume"): LIMITS,
+    # /v1/bulk-actions (api/bulk_actions.py): a requeue needs an admin's key (checked there)
+    ("POST", "/v1/bulk-actions"): PRODUCER_DOCUMENT,
+    ("GET", "/v1/bulk-actions"): PRODUCER,
+    ("GET", "/v1/bulk-actions/{action_id}"): PRODUCER,
+    ("POST", "/v1/bulk-actions/{action_id}/stop"): PRODUCER,
+    ("POST", "/v1/bulk-actions/{action_id}/resume"): PRODUCER,
     # operations (api/ops.py): probes see a live node without a key; readiness needs one.
     ("GET", "/healthz"): OPEN,
     ("GET", "/readyz"): ANY_KEY,

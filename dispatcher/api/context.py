@@ -17,6 +17,7 @@ from dispatcher.intake import Intake
 from dispatcher.keyring import Keyring
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
+from dispatcher.store.bulk_actions import BulkActionStore
 from dispatcher.store.flow_rules import FlowRuleStore
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
@@ -55,6 +56,10 @@ class ApiContext:
     flow_rules: FlowRuleStore
     rules: Callable[[], RuleBook]
     rules_changed: Callable[[], Awaitable[None]]
+    # /v1/bulk-actions: the actions as stored; ``bulk_started`` has this node's runner look at
+    # once for an action just made or resumed.
+    bulk_actions: BulkActionStore
+    bulk_started: Callable[[], None]
 
 
 async def get_deps(request: Request) -> ApiContext:

@@ -108,7 +108,7 @@ def dispatcher_problem(exc: Exception) -> Response:
             return problem(403, "forbidden", str(exc), fields=named)
         case errors.JobNotFound():
             return problem(404, "not_found", str(exc))
-        case errors.ScheduleNotFound() | errors.FlowRuleNotFound():
+        case errors.ScheduleNotFound() | errors.FlowRuleNotFound() | errors.BulkActionNotFound():
             return problem(404, "not_found", str(exc))
         case errors.ScheduleExists():
             return problem(

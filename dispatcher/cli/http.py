@@ -1,6 +1,6 @@
 """The commands that talk to a dispatcher's HTTP API with an API key: ``jobs list|show|cancel|
-requeue``, ``schedules list|show|pause|resume|delete``, ``limits list|show|set|pause|resume|
-delete``, ``cluster status`` and ``stats``.
+requeue|bulk`` (``cli.bulk``), ``schedules list|show|pause|resume|delete``, ``limits list|show|
+set|pause|resume|delete``, ``cluster status`` and ``stats``.
 Tables that fit the terminal by default, ``--json`` with everything for scripts; errors go to
 stderr with exit code 1."""
 
@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-from dispatcher.cli import credentials, parsers, progress, tables
+from dispatcher.cli import bulk, credentials, parsers, progress, tables
 
 Row = dict[str, Any]
 PAGE = 1000  # rows asked for at a time (the API's most)
@@ -54,6 +54,7 @@ def add_parsers(commands: parsers.Commands) -> None:
             jobs, name, text, example=f"dispatcher jobs {name} ID...", parents=[common]
         )
         action.add_argument("ids", nargs="+", metavar="id", help="a job's id (several: a bar)")
+    bulk.add_parsers(jobs, common)
     _schedules_parsers(commands, common)
     _limits_parsers(commands, common)
     parsers.command(
@@ -233,6 +234,8 @@ def _jobs(http: httpx.Client, args: argparse.Namespace) -> int:
         return _print(args, found, _jobs_table)
     if args.jobs_command == "show":
         return _print(args, _get(http, f"/v1/jobs/{quote(args.id, safe='')}"), _job_table)
+    if args.jobs_command == "bulk":
+        return bulk.run(http, args, _check)
     method = "DELETE" if args.jobs_command == "cancel" else "POST"
     suffix = "" if args.jobs_command == "cancel" else "/requeue"
     done: list[Row] = []

@@ -264,6 +264,59 @@ function renderDead(page) {
   );
 }
 
+// Bulk requeue: a dry run counts the dead jobs of the filter; the button then requeues exactly
+// that filter (a changed filter hides it until counted again), and the action's progress is
+// polled with the rest until it ends.
+let bulkFilter = null; // the filter the button's count is for
+let bulkShown = null; // the bulk action whose progress is on screen
+
+function deadFilter() {
+  const filter = {};
+  const prefix = $("bulk-prefix").value.trim();
+  const error = $("bulk-error").value.trim();
+  if (prefix) filter.routing_key_prefix = prefix;
+  if (error) filter.error_contains = error;
+  return filter;
+}
+
+function bulkBody(dryRun) {
+  return JSON.stringify({ action: "requeue", filter: bulkFilter, dry_run: dryRun });
+}
+
+async function countDead() {
+  const go = $("bulk-go");
+  go.hidden = true;
+  bulkFilter = deadFilter();
+  try {
+    const dry = await api("/v1/bulk-actions", { method: "POST", body: bulkBody(true) });
+    $("bulk-message").textContent = `${dry.matched.toLocaleString()} dead jobs match`;
+    go.dataset.matched = dry.matched;
+    go.textContent = `Requeue these ${dry.matched.toLocaleString()} jobs`;
+    go.hidden = dry.matched === 0;
+  } catch (error) {
+    $("bulk-message").textContent = `could not count: ${error.message}`;
+  }
+}
+
+async function requeueAll(button) {
+  const count = Number(button.dataset.matched).toLocaleString();
+  if (!window.confirm(`Requeue ${count} dead jobs? Each is scheduled again, due now.`)) return;
+  button.hidden = true;
+  try {
+    renderBulk(await api("/v1/bulk-actions", { method: "POST", body: bulkBody(false) }));
+  } catch (error) {
+    $("bulk-message").textContent = `could not requeue: ${error.message}`;
+  }
+  await refresh(true);
+}
+
+function renderBulk(action) {
+  bulkShown = action.status === "running" ? action.id : null;
+  const reason = action.reason ? ` (${action.reason})` : "";
+  $("bulk-message").textContent = `bulk requeue ${action.id}: ${action.status}, `
+    + `${action.touched.toLocaleString()} of ${action.matched_estimate.toLocaleString()} requeued${reason}`;
+}
+
 function every(seconds) {
   if (seconds % 86400 === 0) return `every ${seconds / 86400}d`;
   if (seconds % 3600 === 0) return `every ${seconds / 3600}h`;
@@ -461,6 +514,7 @@ async function refreshAll() {
   await api("/v1/cluster").then(renderCluster, () => fill($("cluster").tBodies[0], [row(["needs an admin key"])]));
   await api("/v1/queues").then(renderQueues, (error) => $("queues").replaceChildren(el("li", error.message)));
   if (shownJob) await api(`/v1/jobs/${shownJob}`).then(renderJob, () => {});
+  if (bulkShown) await api(`/v1/bulk-actions/${bulkShown}`).then(renderBulk, () => {});
 }
 
 $("api-key").value = sessionStorage.getItem(KEY) || "";
@@ -473,6 +527,14 @@ $("pause-form").addEventListener("submit", (event) => {
   event.preventDefault();
   pauseKey($("pause-key").value.trim(), $("pause-note").value.trim());
 });
+$("bulk-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  countDead();
+});
+$("bulk-go").addEventListener("click", () => requeueAll($("bulk-go")));
+for (const input of ["bulk-prefix", "bulk-error"]) {
+  $(input).addEventListener("input", () => { $("bulk-go").hidden = true; });
+}
 $("search-form").addEventListener("submit", (event) => {
   event.preventDefault();
   search($("search").value);

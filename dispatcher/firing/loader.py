@@ -229,6 +229,25 @@ class Loader:
             cursor.position = min(cursor.position, (now, MIN_ID))
         self._wake.set()
 
+    def catch_up(self, due_at: datetime) -> None:
+        """Jobs of the owned shards were made due at ``due_at`` (PostgreSQL's clock: a bulk
+        requeue's transaction), behind the live cursors: a backlog cursor walks them, so they
+        drain at the catch-up pace beside the jobs falling due, without a notice each. A cursor
+        that has not passed ``due_at`` yet is stretched instead of adding one per batch."""
+        shards = set().union(*(cursor.shards for cursor in self._live))
+        if not shards:
+            return  # no shard held: the new owner's takeover walks every overdue job
+        start = (_at(due_at.timestamp() - 0.001), MIN_ID)  # a millisecond early: see ``_trim``
+        for cursor in self._backlogs:
+            if cursor.shards == shards and cursor.end is not None and cursor.position <= start:
+                if cursor.end < due_at:
+                    cursor.end = due_at
+                    cursor.aim(due_at)
+                break
+        else:
+            self._backlogs.append(Cursor(shards, start, due_at, end=due_at))
+        self._wake.set()
+
     def on_taken(self) -> None:
         """Called by the lanes after every batch taken: load again only if a capped lane has room.
 
@@ -277,10 +296,12 @@ class Loader:
         for cursor in list(self._backlogs):
             if self._lanes.backlog_count >= self._backlog_cap // 2:
                 break
-            assert cursor.end is not None
+            end = cursor.end
+            assert end is not None
             budget = self._backlog_cap - self._lanes.backlog_count
-            done = await self._load(cursor, cursor.end, budget, live=False)
-            if done and cursor in self._backlogs:  # not replaced by a ``release`` meanwhile
+            done = await self._load(cursor, end, budget, live=False)
+            # Not replaced by a ``release`` meanwhile, nor stretched by a ``catch_up``.
+            if done and cursor in self._backlogs and cursor.end == end:
                 self._backlogs.remove(cursor)
 
     async def _load(self, cursor: Cursor, until: datetime, budget: int, *, live: bool) -> bool:

@@ -52,6 +52,8 @@ def document() -> dict[str, Any]:
         flow_rules=unused,
         rules=unused,
         rules_changed=unused,
+        bulk_actions=unused,
+        bulk_started=unused,
     )
     return api.create_api(context).fastapi.openapi()
 

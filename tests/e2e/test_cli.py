@@ -93,6 +93,37 @@ async def test_jobs_cluster_and_stats_commands_with_an_api_key(
     assert "401" in refused.stderr
 
 
+async def test_jobs_bulk_counts_first_and_changes_nothing_without_yes_off_a_terminal(
+    dispatcher: DispatcherProcess,
+) -> None:
+    env = {"DISPATCHER_URL": dispatcher.url, "DISPATCHER_API_KEY": ADMIN}
+    later = {"routing_key": "reports.weekly", "payload": 1, "delay_ms": 3_600_000}
+    async with httpx.AsyncClient(
+        base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"}
+    ) as http:
+        ids = [(await http.post("/v1/jobs", json=later)).json()["id"] for _ in range(5)]
+        kept = (await http.post("/v1/jobs", json={**later, "routing_key": "reports.daily"})).json()
+
+        refused = await cli(env, "jobs", "bulk", "cancel", "--routing-key", "reports.weekly")
+        assert refused.returncode == 1
+        assert "5 jobs match" in refused.stderr
+        assert "pass --yes" in refused.stderr
+        assert (await http.get("/v1/bulk-actions")).json()["bulk_actions"] == []
+
+        moved = await cli(
+            env, "jobs", "bulk", "reschedule", "--routing-key-prefix", "reports.weekly",
+            "--shift", "60", "--yes",
+        )  # fmt: skip
+        assert moved.returncode == 0, moved.stderr
+        assert moved.stdout.startswith("done: 5 jobs rescheduled (bulk action ")
+        for job_id in ids:
+            history = (await http.get(f"/v1/jobs/{job_id}")).json()["history"]
+            assert [step["event"] for step in history] == ["scheduled", "rescheduled"]
+        assert (await http.get(f"/v1/jobs/{kept['id']}")).json()["run_at"] == kept["run_at"]
+    listed = json.loads((await cli(env, "jobs", "bulk", "list", "--json")).stdout)
+    assert [(a["action"], a["status"], a["touched"]) for a in listed] == [("reschedule", "done", 5)]
+
+
 @pytest.mark.rabbitmq_version
 async def test_dlq_requeue_of_one_job_sends_it_to_its_routing_key_with_its_history(
     amqp_url: str,

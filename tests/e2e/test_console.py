@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 from selenium import webdriver
@@ -225,6 +226,53 @@ def test_the_console_pauses_and_resumes_a_routing_key_after_confirmation(
     wait.until(lambda b: "resumed billing" in b.find_element(By.ID, "limits-message").text)
     assert http.get("/v1/limits").json()["limits"] == []
     wait.until(lambda b: "no routing key is held back" in b.find_element(By.ID, "limits").text)
+
+
+def test_the_console_counts_dead_jobs_by_filter_and_requeues_them_all_after_confirmation(
+    dispatcher: DispatcherProcess, http: httpx.Client, database_url: str, browser: webdriver.Chrome
+) -> None:
+    far = {"payload": {}, "delay_ms": 600_000}
+    timed_out = [
+        http.post("/v1/jobs", json={"routing_key": "billing.charge", **far}).json()["id"]
+        for _ in range(3)
+    ]
+    declined = http.post("/v1/jobs", json={"routing_key": "billing.charge", **far}).json()["id"]
+    asyncio.run(make_dead(database_url, timed_out, "bank timeout"))
+    asyncio.run(make_dead(database_url, [declined], "card declined"))
+    wait = WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,))
+    browser.get(f"{dispatcher.url}/console/")
+    browser.find_element(By.ID, "api-key").send_keys(ADMIN)
+    browser.find_element(By.ID, "key-save").click()
+    browser.find_element(By.ID, "bulk-prefix").send_keys("billing")
+    browser.find_element(By.ID, "bulk-error").send_keys("timeout")
+    browser.find_element(By.ID, "bulk-count").click()
+    wait.until(lambda b: "3 dead jobs match" in b.find_element(By.ID, "bulk-message").text)
+    go = browser.find_element(By.ID, "bulk-go")
+    assert go.text == "Requeue these 3 jobs"
+
+    # Declined: nothing changes; accepted: the three are requeued in the background.
+    go.click()
+    wait.until(lambda b: b.switch_to.alert).dismiss()
+    assert http.get("/v1/bulk-actions").json()["bulk_actions"] == []
+    go.click()
+    wait.until(lambda b: b.switch_to.alert).accept()
+    wait.until(lambda b: "done, 3 of 3 requeued" in b.find_element(By.ID, "bulk-message").text)
+    assert all(http.get(f"/v1/jobs/{job}").json()["state"] != "dead" for job in timed_out)
+    assert http.get(f"/v1/jobs/{declined}").json()["state"] == "dead"
+
+
+async def make_dead(database_url: str, ids: list[str], error: str) -> None:
+    """Dead as a consumer's last failure leaves a job (its events aside)."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        await connection.execute(
+            "UPDATE jobs SET state = 'dead', last_error = $2, dispatched_at = now(),"
+            " updated_at = now() WHERE id = ANY($1::uuid[])",
+            ids,
+            error,
+        )
+    finally:
+        await connection.close()
 
 
 def test_a_monitor_key_sees_the_figures_but_neither_jobs_nor_schedules(

@@ -24,6 +24,7 @@ from dispatcher.store.jobs import JobStore
 # The states in flight, and a rare finished one. The bulk of finished jobs is half the table: any
 # plan reads much of it, and that count is the one spaced out (see dispatcher/housekeeping.py).
 HOT_STATES = ["scheduled", "dispatching", "waiting", "dead"]
+ROWS_HALF = million.ROWS // 2  # a cursor halfway: a bulk action part done
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +180,33 @@ async def test_a_confirm_does_not_scan_job_events_after_it_outgrew_its_statistic
         assert await job_events_scans(database_url, pool) == before
     finally:
         await pool.close()
+
+
+# A bulk action's batch (the sample of its dry run runs the same pick), as the API passes the
+# filter: by routing key, dead jobs with an error text, two states with a tenant and a prefix.
+# Each batch is planned with its values (``PLAN_EACH_RUN``); the generic plan reads no table whole.
+BULK_CASES = [
+    ("a routing key", "jobs_key", ["scheduled", "waiting"], "rk.3", None, None),
+    ("dead jobs", "jobs_state", ["dead", None], None, None, "timeout"),
+    ("two states, a tenant, a prefix", "jobs_state", ["scheduled", "waiting"], None, "ns-1", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("index", "states", "routing_key", "namespace", "error"),
+    [pytest.param(*case[1:], id=case[0]) for case in BULK_CASES],
+)
+async def test_a_bulk_batch_walks_the_filters_index_from_its_cursor(
+    million_jobs: str,
+    index: str,
+    states: list[str | None],
+    routing_key: str | None,
+    namespace: str | None,
+    error: str | None,
+) -> None:
+    match = [namespace, routing_key, "rk" if namespace else None, None, None, None, None, error]
+    args = (uuid.UUID(int=ROWS_HALF), 500, *states, *match, None)
+    custom, generic = await plans(million_jobs, queries.BULK_SAMPLE, args)
+    assert seq_scans(custom) == [], json.dumps(custom, indent=1)
+    assert seq_scans(generic) == [], json.dumps(generic, indent=1)
+    assert index in indexes(custom), json.dumps(custom, indent=1)

@@ -16,6 +16,7 @@ from dispatcher.metrics import Metrics
 from dispatcher.models import DueEntry
 from dispatcher.settings import Settings
 from dispatcher.store.api_keys import KeyStore
+from dispatcher.store.bulk_actions import BulkActionStore
 from dispatcher.store.db import Database
 from dispatcher.store.flow_rules import FlowRuleStore
 from dispatcher.store.history import HistoryStore
@@ -128,4 +129,6 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiContext:
         flow_rules=FlowRuleStore(db, max_rules=settings.max_flow_rules),
         rules=RuleBook,
         rules_changed=_nothing_to_refresh,
+        bulk_actions=BulkActionStore(db),
+        bulk_started=lambda: None,
     )

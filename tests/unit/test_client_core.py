@@ -31,8 +31,8 @@ from consumers_sdk import (
     records,
     validation,
 )
-from consumers_sdk.client import Limits, Schedules
-from consumers_sdk.sync_client import SyncLimits, SyncSchedules
+from consumers_sdk.client import BulkActions, Limits, Schedules
+from consumers_sdk.sync_client import SyncBulkActions, SyncLimits, SyncSchedules
 from dispatcher import models
 from dispatcher.api import schemas
 from tests.support import answers
@@ -334,6 +334,7 @@ def test_a_failed_chunk_says_what_the_chunks_before_it_stored() -> None:
 JOB_METHODS = "schedule schedule_many get list_page list reschedule cancel requeue job close"
 SCHEDULE_METHODS = "create get list_page list change pause resume delete"
 LIMIT_METHODS = "list get set pause resume delete"
+BULK_METHODS = "dry_run start get list stop resume"
 
 
 @pytest.mark.parametrize(
@@ -342,6 +343,7 @@ LIMIT_METHODS = "list get set pause resume delete"
         (DispatcherClient, SyncDispatcherClient, JOB_METHODS),
         (Schedules, SyncSchedules, SCHEDULE_METHODS),
         (Limits, SyncLimits, LIMIT_METHODS),
+        (BulkActions, SyncBulkActions, BULK_METHODS),
     ],
 )
 def test_the_sync_client_offers_the_async_clients_methods_and_parameters(

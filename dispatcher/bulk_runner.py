@@ -1,0 +1,153 @@
+"""The bulk action runner: every node runs this loop; it works the running bulk actions.
+
+An action is worked by one node at a time: taken with a lease (``FOR UPDATE SKIP LOCKED``, so
+nodes never wait for each other), renewed by each batch, and taken over by another node once the
+lease runs out (the worker died). Each batch is one transaction that locks the action, changes at
+most ``batch`` jobs after its cursor and moves the cursor past them: a job is changed at most
+once, and a stop (or a takeover) takes effect between two batches.
+
+Between batches the runner rests in proportion to the time the batch took (``duty``), so that a
+million-job action leaves PostgreSQL and the event loop to firing most of the time.
+
+Jobs a requeue made due now are put on shards this node owns; ``on_requeued`` then has this
+node's loader walk them at the catch-up pace (``Loader.catch_up``) instead of a due notice per job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from dispatcher import bulk, errors, metrics, supervision
+from dispatcher.store.bulk_actions import BulkActionStore
+
+logger = logging.getLogger(__name__)
+_LOG = {"action": "bulk"}
+# A batch failing this many times in a row on something else than the services being away (a
+# value PostgreSQL refuses, a bug) fails its action, with the reason: it is not retried forever.
+MAX_FAILURES = 3
+
+
+class BulkRunner:
+    def __init__(
+        self,
+        store: BulkActionStore,
+        metrics: metrics.Metrics,
+        *,
+        node_id: str,
+        batch: int,
+        poll_s: float,
+        lease_s: float,
+        duty: float,
+        shards: Callable[[], Sequence[int]],
+        notify_within_s: float,
+        on_requeued: Callable[[datetime], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``shards``: those this node owns now; ``notify_within_s``: how soon a rescheduled job
+        must be due to need a due notice (the loaded window)."""
+        self._store = store
+        self._metrics = metrics
+        self._node_id = node_id
+        self._batch = batch
+        self._poll_s = poll_s
+        self._lease_s = lease_s
+        self._rest = (1.0 - duty) / duty  # seconds of rest per second of batch
+        self._shards = shards
+        self._notify_within_s = notify_within_s
+        self._on_requeued = on_requeued
+        self._clock = clock
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wake(self) -> None:
+        """An action was made or resumed: look at once rather than at the next poll."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                await self.work()
+                supervision.report_recovered("bulk")
+            except errors.StoreUnavailable as exc:  # the batch in flight was rolled back
+                supervision.report_degraded("bulk", exc)
+                logger.warning("bulk actions paused: %s", exc, extra=_LOG)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._poll_s):
+                    await _first(self._stop, self._wake)
+
+    async def work(self) -> int:
+        """Work running actions until none is left for this node (or ``stop``); returns how many
+        jobs were changed."""
+        changed = 0
+        while not self._stop.is_set():
+            action = await self._store.claim(node_id=self._node_id, lease_s=self._lease_s)
+            if action is None:
+                break
+            logger.info(
+                "bulk action %s (%s) worked from %s",
+                action.id,
+                action.action.value,
+                action.cursor,
+                extra={**_LOG, "bulk_action": str(action.id)},
+            )
+            changed += await self._work_one(action)
+        return changed
+
+    async def _work_one(self, action: bulk.BulkAction) -> int:
+        changed = failures = 0
+        while not self._stop.is_set():
+            started = self._clock()
+            try:
+                done = await self._store.run_batch(
+                    action,
+                    node_id=self._node_id,
+                    batch=self._batch,
+                    lease_s=self._lease_s,
+                    shards=list(self._shards()),
+                    notify_within_s=self._notify_within_s,
+                )
+            except errors.TRANSIENT:
+                raise
+            except Exception as exc:  # one bad action never takes the loop down
+                failures += 1
+                logger.exception("bulk action %s: batch failed", action.id, extra=_LOG)
+                if failures >= MAX_FAILURES:
+                    await self._store.fail(action.id, node_id=self._node_id, reason=repr(exc))
+                    return changed
+                continue
+            failures = 0
+            if done is None:  # stopped, or another node took it over
+                return changed
+            changed += done.changed
+            self._metrics.bulk_jobs_changed.labels(action=action.action.value).inc(done.changed)
+            if done.due_at is not None and done.changed:
+                self._on_requeued(done.due_at)
+            if done.done:
+                logger.info("bulk action %s done", action.id, extra=_LOG)
+                return changed
+            # Rest in proportion to the batch: firing shares the database and this loop. Never
+            # long enough for the lease to run out: another node would take the action over.
+            rest_s = min((self._clock() - started) * self._rest, self._lease_s / 4)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(rest_s):
+                    await self._stop.wait()
+        return changed
+
+
+async def _first(*events: asyncio.Event) -> None:
+    """Wait until any of ``events`` is set."""
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
