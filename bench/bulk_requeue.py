@@ -4,7 +4,7 @@ delivered, and the lateness of the unrelated jobs (received - run_at) against th
 without the action, ``--runs`` times each, interleaved.
 
     .venv/bin/python -m bench.bulk_requeue [--dead 100000] [--rate 1000] [--seconds 45] [--runs 2]
-        [--duty 0.5]
+        [--duty 0.5] [--bulk-rate 5000] [--batch 100]
 """
 
 from __future__ import annotations
@@ -133,13 +133,17 @@ async def lateness_run(
     return stats, action
 
 
-async def main(dead: int, rate: int, seconds: float, runs: int, duty: float) -> None:
+async def main(
+    dead: int, rate: int, seconds: float, runs: int, duty: float, bulk_rate: float, batch: int
+) -> None:
     results: dict[str, object] = {
         "dead": dead,
         "rate": rate,
         "seconds": seconds,
         "runs": runs,
         "duty": duty,
+        "bulk_rate": bulk_rate,
+        "batch": batch,
     }
     with services() as svc, tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -148,6 +152,8 @@ async def main(dead: int, rate: int, seconds: float, runs: int, duty: float) -> 
             "DISPATCHER_DATABASE_URL": svc.database_url,
             "DISPATCHER_AMQP_URL": svc.amqp_url,
             "DISPATCHER_BULK_DUTY": str(duty),
+            "DISPATCHER_BULK_RATE_PER_S": str(bulk_rate),
+            "DISPATCHER_BULK_BATCH": str(batch),
         }
         node = DispatcherProcess(folder, port=reserve_port(), env=env, name="bulk")
         node.start()
@@ -193,6 +199,10 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=45)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--duty", type=float, default=0.5, help="DISPATCHER_BULK_DUTY")
+    parser.add_argument("--bulk-rate", type=float, default=5000, help="DISPATCHER_BULK_RATE_PER_S")
+    parser.add_argument("--batch", type=int, default=100, help="DISPATCHER_BULK_BATCH")
     args = parser.parse_args()
     print("bulk requeue: dead jobs back on the schedule while the node fires on time")
-    harness.run(main(args.dead, args.rate, args.seconds, args.runs, args.duty))
+    harness.run(
+        main(args.dead, args.rate, args.seconds, args.runs, args.duty, args.bulk_rate, args.batch)
+    )

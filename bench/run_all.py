@@ -2,6 +2,7 @@
 
 from bench import (
     backlog,
+    bulk_requeue,
     consumer_throughput,
     end_to_end,
     failover,
@@ -37,3 +38,8 @@ if __name__ == "__main__":
         )
     )
     harness.run(held_snapshot.main(minutes=30, rate=800, explain_at=[1, 10], held=True))
+    harness.run(
+        bulk_requeue.main(
+            dead=100_000, rate=1000, seconds=45, runs=2, duty=0.5, bulk_rate=5000, batch=100
+        )
+    )

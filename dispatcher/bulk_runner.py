@@ -43,6 +43,7 @@ class BulkRunner:
         poll_s: float,
         lease_s: float,
         duty: float,
+        rate_per_s: float,
         shards: Callable[[], Sequence[int]],
         notify_within_s: float,
         on_requeued: Callable[[datetime], None],
@@ -57,6 +58,7 @@ class BulkRunner:
         self._poll_s = poll_s
         self._lease_s = lease_s
         self._rest = (1.0 - duty) / duty  # seconds of rest per second of batch
+        self._rate_per_s = rate_per_s
         self._shards = shards
         self._notify_within_s = notify_within_s
         self._on_requeued = on_requeued
@@ -134,9 +136,12 @@ class BulkRunner:
             if done.done:
                 logger.info("bulk action %s done", action.id, extra=_LOG)
                 return changed
-            # Rest in proportion to the batch: firing shares the database and this loop. Never
-            # long enough for the lease to run out: another node would take the action over.
-            rest_s = min((self._clock() - started) * self._rest, self._lease_s / 4)
+            # Rest in proportion to the batch (firing shares the database and this loop), and
+            # long enough to keep to the rate (a requeue's jobs fire as fast as they are made
+            # due). Never long enough for the lease to run out: another node would take over.
+            work_s = self._clock() - started
+            rest_s = max(work_s * self._rest, done.changed / self._rate_per_s - work_s)
+            rest_s = min(rest_s, self._lease_s / 4)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(rest_s):
                     await self._stop.wait()

@@ -240,6 +240,7 @@ class Node:
             poll_s=settings.bulk_poll_s,
             lease_s=settings.bulk_lease_s,
             duty=settings.bulk_duty,
+            rate_per_s=settings.bulk_rate_per_s,
             shards=lambda: list(self.ownership.epochs()),
             notify_within_s=settings.lookahead_s,
             on_requeued=self.loader.catch_up,

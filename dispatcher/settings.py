@@ -280,7 +280,7 @@ class Settings(BaseSettings):
 
     # Bulk actions
     bulk_batch: int = Field(
-        500, ge=1, le=10_000, description="jobs a bulk action changes per transaction"
+        100, ge=1, le=10_000, description="jobs a bulk action changes per transaction"
     )
     bulk_poll_s: float = Field(
         1.0, gt=0, description="how often each node looks for bulk actions to work"
@@ -297,6 +297,12 @@ class Settings(BaseSettings):
         le=1,
         description="share of the time a bulk action works: after each batch it rests for"
         " (1 - share) / share times what the batch took",
+    )
+    bulk_rate_per_s: float = Field(
+        5000.0,
+        gt=0,
+        description="most jobs a bulk action changes a second (a requeue's jobs are due at once:"
+        " they fire at this pace beside the jobs falling due)",
     )
 
     # Recurring schedules

@@ -6,6 +6,7 @@ between batches."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -65,7 +66,9 @@ class ScriptedStore:
         self.failed.append((action_id, reason))
 
 
-def runner(store: ScriptedStore, requeued: list[datetime]) -> BulkRunner:
+def runner(
+    store: ScriptedStore, requeued: list[datetime], *, rate_per_s: float = 1e9
+) -> BulkRunner:
     return BulkRunner(
         store,  # type: ignore[arg-type]
         Metrics(),
@@ -74,6 +77,7 @@ def runner(store: ScriptedStore, requeued: list[datetime]) -> BulkRunner:
         poll_s=0.01,
         lease_s=30,
         duty=1.0,  # no rest between batches
+        rate_per_s=rate_per_s,
         shards=lambda: [0, 1],
         notify_within_s=60,
         on_requeued=requeued.append,
@@ -93,6 +97,19 @@ async def test_an_action_is_worked_to_its_end_and_its_requeued_jobs_go_to_the_lo
     assert await runner(store, requeued).work() == 3
     assert requeued == [AT, AT]  # only the batches that changed jobs
     assert store.failed == []
+
+
+async def test_the_rate_spaces_the_batches_that_change_jobs() -> None:
+    """40 jobs changed in four batches at 200 a second take 0.15 s at least (the rest after each
+    but the last), however fast the batches themselves."""
+    store = ScriptedStore(
+        [action()],
+        [bulk.Batch(seen=10, changed=10, done=False, due_at=AT)] * 3
+        + [bulk.Batch(seen=10, changed=10, done=True, due_at=AT)],
+    )
+    started = time.monotonic()
+    assert await runner(store, [], rate_per_s=200).work() == 40
+    assert time.monotonic() - started >= 0.15
 
 
 async def test_a_batch_failing_on_its_jobs_fails_its_action_and_the_next_is_worked() -> None:
