@@ -1,4 +1,5 @@
-"""One dead job, one dead copy: a dead job requeued through the API leaves its copy in .dead,
+"""One dead job, one dead copy: a dead job requeued through the API (one by one, or by a bulk
+action) leaves its copy in .dead,
 and ``dispatcher dlq requeue`` given the dispatcher's URL drops that copy (and says so) while it
 moves back the copy of a job still dead."""
 
@@ -43,8 +44,9 @@ async def dlq_requeue(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.parametrize("how", ["one by one", "bulk"])
 async def test_dlq_requeue_drops_the_copy_of_a_job_requeued_through_the_api(
-    dispatcher: DispatcherProcess, amqp_url: str
+    dispatcher: DispatcherProcess, amqp_url: str, how: str
 ) -> None:
     broken = True
     handled: list[str] = []
@@ -53,7 +55,7 @@ async def test_dlq_requeue_drops_the_copy_of_a_job_requeued_through_the_api(
     @consumer.handler("orders.expire", max_attempts=1)
     async def expire(job: Job) -> None:
         if broken:
-            raise RuntimeError("downstream is down")
+            raise RuntimeError(f"downstream is down for order {job.payload}")
         handled.append(job.id)
 
     async with (
@@ -70,7 +72,12 @@ async def test_dlq_requeue_drops_the_copy_of_a_job_requeued_through_the_api(
         await depth_reaches(amqp_url, DEAD, 2, 30)
 
         broken = False
-        (await http.post(f"/v1/jobs/{requeued}/requeue")).raise_for_status()
+        if how == "bulk":  # the first job only, found by its error
+            only = {"state": "dead", "routing_key": "orders.expire", "error_contains": "order 1"}
+            action = {"action": "requeue", "filter": only}
+            (await http.post("/v1/bulk-actions", json=action)).raise_for_status()
+        else:
+            (await http.post(f"/v1/jobs/{requeued}/requeue")).raise_for_status()
         await job_when(http, requeued, "succeeded")
         assert handled == [requeued]
         assert await queue_depth(amqp_url, DEAD) == 2  # the API left its copy in .dead
