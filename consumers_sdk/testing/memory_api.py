@@ -7,12 +7,16 @@ keep, replace, extend or refused; when a job lets go of its key; states, the bat
 names it refuses) and leaves out what needs a broker: nothing fires; ``mark`` plays a consumer
 (and ``mark(id, "dispatched")`` the dispatch, which lets go of a ``release_key="dispatched"``).
 Cron schedules are stored, not planned: their ``next_at`` is None and they show no ``upcoming``.
+A bulk action is checked and matches jobs as on the node, but is applied whole when started and
+answered ``done`` with its ``touched`` count (the node answers ``running`` and its runner works
+it in batches): so stop and resume answer the 409 the node answers for a done action.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -21,6 +25,7 @@ from urllib.parse import unquote
 import orjson
 
 from consumers_sdk import calls, contract, errors, records, validation
+from consumers_sdk.testing import memory_bulk
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
@@ -30,6 +35,8 @@ NOT_FIRED = ("scheduled", "waiting")  # what reschedule, cancel, replace and ext
 FINISHED = ("succeeded", "dead", "cancelled", "expired")  # what lets go of any released key
 REPLACED = ("run_at", "payload", "headers", "priority", "ttl_ms")  # what a replace changes
 ACTOR = "memory"  # who made a change, in its history step (a real node's id)
+CREATOR = "open"  # the key a node without API keys names as an action's maker
+ZERO_ID = str(uuid.UUID(int=0))  # a new action's cursor
 SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
 UPCOMING = 5  # as GET /v1/schedules/{name}
 
@@ -58,6 +65,12 @@ def _conflict(document: Document, action: str) -> errors.ClientError:
     message = f"cannot {action} a job that is {document['state']}"
     body = {"error": "conflict", "message": message, "state": document["state"]}
     return errors.JobConflict(409, message, body)
+
+
+def _bulk_conflict(action: Document) -> errors.ClientError:
+    message = f"the bulk action is {action['status']}"
+    body = {"error": "conflict", "message": message, "state": action["status"]}
+    return errors.BulkActionConflict(409, message, body)
 
 
 def _not_found(kind: type[errors.ClientError], what: str) -> errors.ClientError:
@@ -91,13 +104,20 @@ def _job_problem(job: Mapping[str, Any], ids: Mapping[str, Any]) -> tuple[str, s
     return (f"after[{unknown[0]}]", "no such job") if unknown else None
 
 
+# bulk actions: the node's checks (``bulk.check_filter`` and ``check_change``, with the same 422
+# fields), which jobs a filter matches (``bulk_match`` in its ``store/queries.py``), and what its
+# history steps say. The node is not imported (the SDK never imports it): the bulk case of
+# ``tests/e2e/test_sdk_client.py`` runs on a real node and on this fake, pinning one to the other.
+
+
 class MemoryAPI:
     """The jobs and schedules of one fake dispatcher, and what was done to them, in order:
     ``scheduled`` (new jobs only: a known idempotency key adds nothing), ``replaced`` and
     ``extended`` (by a known key), ``rescheduled``, ``cancelled``, ``requeued``,
     ``schedules_created``, ``schedules_changed``,
-    ``schedules_paused``, ``schedules_resumed``, ``schedules_deleted``; each holds the records
-    the client returned."""
+    ``schedules_paused``, ``schedules_resumed``, ``schedules_deleted``, ``bulk_started``; each
+    holds the records the client returned (the jobs a bulk action changed are in none of the
+    job lists: their history names the action)."""
 
     def __init__(self, *, max_batch: int = 1000, clock: Clock | None = None) -> None:
         self.max_batch = max_batch
@@ -107,6 +127,7 @@ class MemoryAPI:
         self._after: dict[str, tuple[str, ...]] = {}
         self._keys: dict[str, str] = {}  # idempotency key -> the id of the job holding it
         self._schedules: dict[str, Document] = {}
+        self._bulk: dict[str, Document] = {}  # by id, in creation order (ids sort that way too)
         self._serial = itertools.count(1)
         self.scheduled: list[records.JobRecord] = []
         self.replaced: list[records.JobRecord] = []
@@ -119,6 +140,7 @@ class MemoryAPI:
         self.schedules_paused: list[records.Schedule] = []
         self.schedules_resumed: list[records.Schedule] = []
         self.schedules_deleted: list[records.Schedule] = []
+        self.bulk_started: list[records.BulkAction] = []
         self._routes: dict[tuple[str, tuple[str, ...]], Handler] = {
             ("POST", ("jobs",)): self._create,
             ("POST", ("jobs", "batch")): self._create_batch,
@@ -132,6 +154,11 @@ class MemoryAPI:
             ("GET", ("schedules", "*")): self._get_schedule,
             ("PATCH", ("schedules", "*")): self._change_schedule,
             ("DELETE", ("schedules", "*")): self._delete_schedule,
+            ("POST", ("bulk-actions",)): self._create_bulk,
+            ("GET", ("bulk-actions",)): self._bulk_page,
+            ("GET", ("bulk-actions", "*")): self._get_bulk,
+            ("POST", ("bulk-actions", "*", "stop")): self._stop_bulk,
+            ("POST", ("bulk-actions", "*", "resume")): self._resume_bulk,
         }
 
     def answer(self, call: calls.Call[T]) -> T:
@@ -320,21 +347,31 @@ class MemoryAPI:
         job = self._job(found[0])
         if job["state"] not in NOT_FIRED:
             raise _conflict(job, "cancel")
-        self._move(job, "cancelled")
+        self._cancelled(job)
+        self.cancelled.append(records.job(job))
+        return job
+
+    def _cancelled(self, job: Document, **step: Any) -> None:
+        """Cancel a job (its history step with ``step``), and the jobs waiting for it."""
+        self._move(job, "cancelled", event=False)
+        self._history[job["id"]].append({"event": "cancelled", "at": job["updated_at"], **step})
         for other_id, after in self._after.items():  # what waits for it can never run
             if job["id"] in after and self._jobs[other_id]["state"] == "waiting":
                 self._move(self._jobs[other_id], "cancelled")
-        self.cancelled.append(records.job(job))
-        return job
 
     def _requeue(self, call: calls.Call[Any], found: Sequence[str]) -> Document:
         job = self._job(found[0])
         if job["state"] != "dead":
             raise _conflict(job, "requeue")
-        self._move(job, "scheduled", event=False, run_at=_text(self._clock()))
-        self._history[job["id"]].append({"event": "requeued", "at": job["updated_at"]})
+        self._requeued(job)
         self.requeued.append(records.job(job))
         return job
+
+    def _requeued(self, job: Document, **step: Any) -> None:
+        """A dead job scheduled again, due now (its history step with ``step``)."""
+        now = _text(self._clock())
+        self._move(job, "scheduled", event=False, run_at=now, last_error=None, dispatched_at=None)
+        self._history[job["id"]].append({"event": "requeued", "at": job["updated_at"], **step})
 
     # recurring schedules
 
@@ -437,3 +474,79 @@ class MemoryAPI:
         schedule = self._schedules.pop(self._schedule(found[0])["name"])
         self.schedules_deleted.append(records.schedule(schedule))
         return schedule
+
+    # bulk actions
+
+    def _create_bulk(self, call: calls.Call[Any], _: Sequence[str]) -> Document:
+        body, now = call.json, self._clock()
+        plan = memory_bulk.plan(body, now)
+        matched = [job for job in self._jobs.values() if memory_bulk.matches(job, plan.filter)]
+        if body.get("dry_run"):
+            sample = matched[: memory_bulk.SAMPLE]
+            return {"action": plan.action, "matched": len(matched), "sample": sample}
+        action: Document = {
+            "id": f"00000000-0000-7000-b000-{next(self._serial):012x}",
+            "action": plan.action,
+            "status": "done",
+            "reason": None,
+            "filter": memory_bulk.filter_document(plan.filter),
+            "run_at": _text(plan.run_at) if plan.run_at else None,
+            "shift_s": plan.shift_s,
+            "touched": len(matched),
+            "matched_estimate": len(matched),
+            "cursor": matched[-1]["id"] if matched else ZERO_ID,
+            "created_by": CREATOR,
+            "worked_by": None,
+            "created_at": _text(now),
+            "updated_at": _text(now),
+            "finished_at": _text(now),
+        }
+        for job in matched:
+            self._apply(action["id"], plan, job)
+        self._bulk[action["id"]] = action
+        self.bulk_started.append(records.bulk_action(action))
+        return action
+
+    def _apply(self, action_id: str, plan: memory_bulk.Plan, job: Document) -> None:
+        """What the node's batch does to one job it matched, with its history step."""
+        step = {"attempt": 0, "group": "dispatcher", "consumer": ACTOR}
+        if plan.action == "cancel":
+            self._cancelled(job, **step, detail=memory_bulk.detail(action_id, plan.action))
+        elif plan.action == "requeue":
+            self._requeued(job, **step, detail=memory_bulk.detail(action_id, plan.action))
+        else:
+            epoch = datetime.fromtimestamp(0, UTC)
+            moved = plan.run_at or max(
+                datetime.fromisoformat(job["run_at"]) + timedelta(seconds=plan.shift_s or 0),
+                epoch,
+            )
+            job.update(run_at=_text(moved), updated_at=_text(self._clock()))
+            detail = memory_bulk.moved_detail(action_id, moved)
+            self._history[job["id"]].append(
+                {"event": "rescheduled", "at": job["updated_at"], **step, "detail": detail}
+            )
+
+    def _bulk_action(self, action_id: str) -> Document:
+        try:
+            return self._bulk[action_id]
+        except KeyError:
+            raise _not_found(errors.BulkActionNotFound, "bulk action has this id") from None
+
+    def _get_bulk(self, call: calls.Call[Any], found: Sequence[str]) -> Document:
+        return self._bulk_action(found[0])
+
+    def _bulk_page(self, call: calls.Call[Any], _: Sequence[str]) -> Document:
+        before, limit = call.params.get("before"), int(str(call.params.get("limit", 100)))
+        newest = [
+            action
+            for action in reversed(self._bulk.values())
+            if before is None or action["id"] < str(before)
+        ][:limit]
+        next_before = newest[-1]["id"] if len(newest) == limit else None
+        return {"bulk_actions": newest, "next_before": next_before}
+
+    def _stop_bulk(self, call: calls.Call[Any], found: Sequence[str]) -> Document:
+        raise _bulk_conflict(self._bulk_action(found[0]))  # every fake action is done
+
+    def _resume_bulk(self, call: calls.Call[Any], found: Sequence[str]) -> Document:
+        raise _bulk_conflict(self._bulk_action(found[0]))

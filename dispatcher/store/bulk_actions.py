@@ -9,12 +9,14 @@ from typing import Final
 
 import asyncpg
 
+from consumers_sdk import ids
 from dispatcher import bulk, errors, models
 from dispatcher.store import queries
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import job_from_row
 
 _NO_ID: Final = uuid.UUID(int=0)
+_IDS: Final = ids.JobIds()  # an action's id says when it was made: lists go newest first
 # A batch waits for the row locks of the jobs it changes (a claim in flight): longer than an API
 # call may. A dry run counts every matching job.
 BATCH_TIMEOUT_S: Final = 30.0
@@ -103,7 +105,7 @@ class BulkActionStore:
         matched_estimate: int,
     ) -> bulk.BulkAction:
         values = {
-            "id": uuid.uuid4(),
+            "id": _IDS.next(),
             "action": action.value,
             "namespace": spec.namespace,
             "states": list(spec.states),
@@ -133,7 +135,8 @@ class BulkActionStore:
     async def page(
         self, *, namespace: str | None, limit: int, before: uuid.UUID | None = None
     ) -> list[bulk.BulkAction]:
-        """The newest actions first (ids are random: newest by id is stable paging only)."""
+        """The newest actions first: ids are UUIDv7, in creation order (a node's strictly; across
+        nodes, as far as their clocks agree)."""
         async with self._db.connection() as connection:
             rows = await connection.fetch(queries.LIST_BULK_ACTIONS, limit, namespace, before)
         return [action_from_row(row) for row in rows]

@@ -35,6 +35,7 @@ from consumers_sdk import (
     SyncDispatcherClient,
 )
 from consumers_sdk.client import job_body
+from consumers_sdk.errors import BulkActionConflict, BulkActionNotFound, InvalidBulkAction
 from consumers_sdk.testing import RecordingClient
 from devstack.dispatcher_process import DispatcherProcess
 from tests.support.consumers import running
@@ -62,7 +63,7 @@ class InThread:
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._target, name)
-        if name == "schedules":
+        if name in ("schedules", "bulk"):
             return InThread(found)
 
         async def call(*args: Any, **kwargs: Any) -> Any:
@@ -291,6 +292,97 @@ async def test_a_known_key_keeps_replaces_extends_or_lets_go_as_the_node_does(sd
     with pytest.raises(InvalidJob) as in_batch:
         await sdk.schedule_many([job_body(key, {}, **unknown)])
     assert [f["field"] for f in in_batch.value.body["fields"]] == ["jobs[0].on_existing"]
+
+
+async def finished(sdk: Any, action: Any) -> Any:
+    """The action once done: the node's runner works it in the background, the fake at once."""
+    found = action
+
+    async def done() -> bool:
+        nonlocal found
+        found = await sdk.bulk.get(action.id)
+        return bool(found.status == "done")
+
+    await until(done, 60)
+    return found
+
+
+async def test_bulk_actions_match_change_and_refuse_as_the_node_does(
+    sdk: Any, amqp_url: str
+) -> None:
+    key = f"bulk.{uuid.uuid4().hex[:12]}"
+    jobs = [await sdk.schedule(key, {"n": n}, delay=600) for n in range(3)]
+    below = await sdk.schedule(f"{key}.below", {}, delay=600)
+    await sdk.schedule(f"{key}x", {}, delay=600)  # not below the words of the key
+    dry = await sdk.bulk.dry_run("cancel", filter={"routing_key_prefix": key})
+    assert (dry.action, dry.matched) == ("cancel", 4)
+    assert [job.id for job in dry.sample] == sorted(job.id for job in [*jobs, below])
+
+    later = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=2)
+    window = {"routing_key": key, "run_at_to": datetime.now(UTC) + timedelta(hours=1)}
+    moved = await finished(sdk, await sdk.bulk.start("reschedule", filter=window, run_at=later))
+    assert (moved.touched, moved.matched_estimate, moved.run_at) == (3, 3, later)
+    assert (moved.created_by, dict(moved.filter)) == (
+        "open",
+        {
+            "states": ["scheduled", "waiting"],
+            "routing_key": key,
+            "run_at_to": window["run_at_to"].isoformat().replace("+00:00", "Z"),
+        },
+    )
+    step = (await sdk.get(jobs[0].id)).history[-1]
+    assert (step.event, step.detail, step.consumer is not None) == (
+        "rescheduled",
+        f"bulk action {moved.id}: reschedule to {later:%Y-%m-%dT%H:%M:%S}.000Z",
+        True,
+    )
+    assert (await sdk.get(jobs[1].id)).run_at == later
+
+    cancelled = await finished(
+        sdk, await sdk.bulk.start("cancel", filter={"routing_key_prefix": f"{key}."})
+    )
+    assert cancelled.touched == 4
+    states = {(await sdk.get(job.id)).state for job in [*jobs, below]}
+    assert states == {"cancelled"}
+    step = (await sdk.get(below.id)).history[-1]
+    assert (step.event, step.detail) == ("cancelled", f"bulk action {cancelled.id}: cancel")
+    listed = {action.id for action in await sdk.bulk.list(limit=1000)}
+    assert {moved.id, cancelled.id} <= listed  # the node's ids are random: no order asserted
+    for verb in (sdk.bulk.stop, sdk.bulk.resume):
+        with pytest.raises(BulkActionConflict) as conflict:
+            await verb(cancelled.id)
+        assert conflict.value.body["state"] == "done"
+    with pytest.raises(BulkActionNotFound):
+        await sdk.bulk.get(str(uuid.uuid4()))
+    with pytest.raises(InvalidBulkAction) as refused:
+        await sdk.bulk.dry_run("cancel", filter={"state": "dead"})
+    assert [f["field"] for f in refused.value.body["fields"]] == ["filter.state"]
+    with pytest.raises(InvalidBulkAction) as refused:
+        await sdk.bulk.start("cancel", filter={"finished_from": datetime.now(UTC)})
+    assert [f["field"] for f in refused.value.body["fields"]] == ["filter.finished_from"]
+    with pytest.raises(InvalidBulkAction) as refused:
+        await sdk.bulk.start("reschedule", shift=0)
+    assert [f["field"] for f in refused.value.body["fields"]] == ["shift_s"]
+
+    dead_key = f"{key}.dead"
+    if isinstance(sdk, RecordingClient):  # no broker: the fake is told what a consumer did
+        doomed = await sdk.schedule(dead_key, {})
+        sdk.mark(doomed.id, "dead", error="Reject: refused by the test")
+    else:
+        async with rejecting(amqp_url, dead_key):
+            doomed = await sdk.schedule(dead_key, {})
+
+            async def dead() -> bool:
+                return bool((await sdk.get(doomed.id)).state == "dead")
+
+            await until(dead, 60)
+    spec = {"routing_key": dead_key, "error_contains": "REFUSED BY"}
+    assert (await sdk.bulk.dry_run("requeue", filter=spec)).matched == 1
+    requeued = await finished(sdk, await sdk.bulk.start("requeue", filter=spec))
+    assert requeued.touched == 1
+    history = (await sdk.get(doomed.id)).history
+    steps = [step.detail for step in history if step.event == "requeued"]
+    assert steps == [f"bulk action {requeued.id}: requeue"]
 
 
 async def test_every_schedule_method_returns_records_and_raises_typed_errors(sdk: Any) -> None:

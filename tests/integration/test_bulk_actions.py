@@ -386,3 +386,12 @@ async def test_the_sdk_client_dry_runs_starts_and_follows_a_bulk_action(
             await dispatcher.bulk.start("reschedule", filter={"routing_key": "sdk.cancel"})
         assert invalid.value.body["fields"][0]["field"] == "run_at"  # type: ignore[index]
     assert set(await steps(sql, f"bulk action {action.id}: cancel")) == set(ids)
+
+
+async def test_actions_are_listed_newest_first(http: httpx.AsyncClient) -> None:
+    made = [
+        (await started(http, action="cancel", filter={"routing_key": f"none.{n}"}))["id"]
+        for n in range(5)
+    ]
+    listed = (await http.get("/v1/bulk-actions")).json()["bulk_actions"]
+    assert [found["id"] for found in listed] == made[::-1]

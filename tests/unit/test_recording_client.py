@@ -21,8 +21,9 @@ from consumers_sdk import (
     ScheduleNotFound,
     SyncDispatcherClient,
 )
-from consumers_sdk.client import Schedules, job_body
-from consumers_sdk.sync_client import SyncSchedules
+from consumers_sdk.client import BulkActions, Schedules, job_body
+from consumers_sdk.errors import BulkActionConflict, BulkActionNotFound, InvalidBulkAction
+from consumers_sdk.sync_client import SyncBulkActions, SyncSchedules
 from consumers_sdk.testing import RecordingClient, RecordingSyncClient
 
 NOW = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -41,6 +42,7 @@ JOB_METHODS = {
     "close",
 }
 SCHEDULE_METHODS = {"create", "get", "list_page", "list", "change", "pause", "resume", "delete"}
+BULK_METHODS = {"dry_run", "start", "get", "list", "stop", "resume"}
 
 
 def public_methods(cls: type) -> dict[str, inspect.Signature]:
@@ -58,6 +60,8 @@ def public_methods(cls: type) -> dict[str, inspect.Signature]:
         (SyncDispatcherClient, RecordingSyncClient, JOB_METHODS),
         (Schedules, Schedules, SCHEDULE_METHODS),  # client.schedules is the real one on a fake
         (SyncSchedules, SyncSchedules, SCHEDULE_METHODS),
+        (BulkActions, BulkActions, BULK_METHODS),  # client.bulk too
+        (SyncBulkActions, SyncBulkActions, BULK_METHODS),
     ],
 )
 def test_the_fakes_offer_every_method_of_the_real_clients(
@@ -266,6 +270,9 @@ def test_the_sync_fake_records_as_the_async_one() -> None:
             client.cancel(job.id)
         client.schedules.create("s", "reports.x", {}, interval=60)
         client.schedules.pause("s")
+        assert client.bulk.dry_run("cancel").matched == 0  # cancelled already
+        assert client.bulk.start("cancel", filter={"routing_key": "orders.expire"}).touched == 0
+    assert [action.action for action in client.bulk_started] == ["cancel"]
     assert [scheduled.run_at for scheduled in client.scheduled] == [NOW + timedelta(seconds=30)]
     assert [cancelled.state for cancelled in client.cancelled] == ["cancelled"]
     assert [paused.name for paused in client.schedules_paused] == ["s"]
@@ -392,3 +399,134 @@ async def test_a_batch_mixes_keep_replace_extend_and_new_keys(client: RecordingC
     )
     assert [job.outcome for job in answered] == ["kept", "replaced", "extended"]
     assert [job.payload for job in answered] == ["a", "b2", "c"]
+
+
+async def test_a_bulk_dry_run_counts_the_matches_and_shows_the_first_twenty_by_id(
+    client: RecordingClient,
+) -> None:
+    wanted = [await client.schedule("billing.charge", {"n": n}) for n in range(22)]
+    wanted.append(await client.schedule("billing", {}))
+    await client.schedule("billingx", {})  # not below the words "billing"
+    dry = await client.bulk.dry_run("cancel", filter={"routing_key_prefix": "billing."})
+    assert (dry.action, dry.matched) == ("cancel", 23)
+    assert [job.id for job in dry.sample] == [job.id for job in wanted[:20]]
+    assert {job.state for job in await everything(client.list())} == {"scheduled"}
+    assert (client.bulk_started, await client.bulk.list()) == ([], ())
+
+
+async def everything(listing: Any) -> list[Any]:
+    return [item async for item in listing]
+
+
+async def test_a_bulk_cancel_is_applied_at_once_and_answered_done(
+    client: RecordingClient,
+) -> None:
+    first = await client.schedule("orders.expire", {}, delay=600)
+    waiting = await client.schedule("orders.notify", {}, after=[first.id])
+    fired = await client.schedule("orders.expire", {})
+    client.mark(fired.id, "dispatched")  # past cancelling: left alone
+    started = await client.bulk.start("cancel", filter={"routing_key": "orders.expire"})
+    assert (started.status, started.touched, started.matched_estimate) == ("done", 1, 1)
+    assert started.filter == {"states": ["scheduled", "waiting"], "routing_key": "orders.expire"}
+    assert (started.created_at, started.finished_at) == (NOW, NOW)
+    states = [(await client.get(job.id)).state for job in (first, waiting, fired)]
+    assert states == ["cancelled", "cancelled", "dispatched"]  # the job waiting for it too
+    step = (await client.get(first.id)).history[-1]
+    assert (step.event, step.detail) == ("cancelled", f"bulk action {started.id}: cancel")
+    assert client.bulk_started == [started]
+    assert client.cancelled == []  # one-by-one cancels only
+
+    again = await client.bulk.start("cancel")
+    assert again.touched == 0  # nothing left to cancel
+    assert [action.id for action in await client.bulk.list()] == [again.id, started.id]
+    assert [action.id for action in await client.bulk.list(limit=1, before=again.id)] == [
+        started.id
+    ]
+    assert await client.bulk.get(started.id) == started
+    for verb in (client.bulk.stop, client.bulk.resume):
+        with pytest.raises(BulkActionConflict) as conflict:
+            await verb(started.id)
+        assert (conflict.value.status, conflict.value.body["state"]) == (409, "done")
+    with pytest.raises(BulkActionNotFound):
+        await client.bulk.get("00000000-0000-7000-8000-00000000ffff")
+
+
+async def test_a_bulk_reschedule_moves_the_jobs_in_the_run_at_range(
+    client: RecordingClient,
+) -> None:
+    soon = await client.schedule("reports.daily", {}, delay=60)
+    later = await client.schedule("reports.daily", {}, delay=3600)
+    window = {"run_at_from": NOW + timedelta(minutes=30), "run_at_to": NOW + timedelta(hours=2)}
+    target = NOW + timedelta(days=1, microseconds=123456)
+    moved = await client.bulk.start("reschedule", filter=window, run_at=target)
+    assert (moved.touched, moved.run_at) == (1, target)
+    assert [(await client.get(job.id)).run_at for job in (soon, later)] == [
+        NOW + timedelta(seconds=60),
+        target,
+    ]
+    step = (await client.get(later.id)).history[-1]
+    assert (step.event, step.detail) == (
+        "rescheduled",
+        f"bulk action {moved.id}: reschedule to 2030-01-02T12:00:00.123Z",
+    )
+    shifted = await client.bulk.start("reschedule", shift=timedelta(minutes=-5))
+    assert (shifted.touched, shifted.shift_s) == (2, -300.0)
+    assert (await client.get(soon.id)).run_at == NOW + timedelta(seconds=-240)
+
+
+async def test_a_bulk_requeue_takes_the_dead_jobs_whose_error_matches_in_any_case(
+    client: RecordingClient,
+) -> None:
+    jobs = [await client.schedule("billing.charge", {"n": n}) for n in range(3)]
+    client.mark(jobs[0].id, "dead", error="TimeoutError: upstream")
+    client.mark(jobs[1].id, "dead", error="ValueError: bad card")
+    dry = await client.bulk.dry_run(
+        "requeue", filter={"error_contains": "TIMEOUT", "finished_from": NOW}
+    )
+    assert [job.id for job in dry.sample] == [jobs[0].id]
+    requeued = await client.bulk.start("requeue", filter={"error_contains": "timeout"})
+    assert requeued.touched == 1
+    job = await client.get(jobs[0].id)
+    assert (job.state, job.run_at, job.last_error) == ("scheduled", NOW, None)
+    assert [(step.event, step.detail) for step in job.history] == [
+        ("scheduled", None),
+        ("dead", None),
+        ("requeued", f"bulk action {requeued.id}: requeue"),
+    ]
+    assert (await client.get(jobs[1].id)).state == "dead"
+    assert client.requeued == []
+
+
+@pytest.mark.parametrize(
+    ("action", "given", "field"),
+    [
+        ("cancel", {"filter": {"state": "dead"}}, "filter.state"),
+        ("requeue", {"filter": {"state": "scheduled"}}, "filter.state"),
+        ("cancel", {"filter": {"routing_key": "orders.*"}}, "filter.routing_key"),
+        ("cancel", {"filter": {"routing_key_prefix": "a b"}}, "filter.routing_key_prefix"),
+        (
+            "cancel",
+            {"filter": {"run_at_from": NOW, "run_at_to": NOW - timedelta(1)}},
+            "filter.run_at_to",
+        ),
+        ("cancel", {"filter": {"finished_from": NOW}}, "filter.finished_from"),
+        ("requeue", {"filter": {"error_contains": ""}}, "filter.error_contains"),
+        ("requeue", {"filter": {"error_contains": "x" * 1001}}, "filter.error_contains"),
+        ("cancel", {"filter": {"namespace": "no spaces"}}, "filter.namespace"),
+        ("reschedule", {}, "run_at"),
+        ("reschedule", {"run_at": NOW, "shift": 5}, "run_at"),
+        ("reschedule", {"shift": 0}, "shift_s"),
+        ("reschedule", {"run_at": NOW + timedelta(days=4000)}, "run_at"),
+        ("cancel", {"shift": 60}, "shift_s"),
+    ],
+)
+async def test_bad_bulk_requests_are_refused_naming_the_field(
+    client: RecordingClient, action: Any, given: dict[str, Any], field: str
+) -> None:
+    await client.schedule("orders.expire", {})
+    with pytest.raises(InvalidBulkAction) as refused:
+        await client.bulk.dry_run(action, **given)
+    assert [found["field"] for found in refused.value.body["fields"]] == [field]
+    with pytest.raises(InvalidBulkAction):
+        await client.bulk.start(action, **given)
+    assert client.bulk_started == []
