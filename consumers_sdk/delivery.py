@@ -29,7 +29,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from consumers_sdk import acks as acks_mod
-from consumers_sdk import contract, dedup, outcome, reporter, topology, tracing
+from consumers_sdk import contract, dedup, errors, outcome, reporter, topology, tracing
 from consumers_sdk import job as job_mod
 from consumers_sdk import metrics as metrics_mod
 
@@ -128,6 +128,17 @@ class Outcomes:
         assert decided.tier_s is not None
         if self._metrics is not None:
             self._metrics.moved(self._group, spec.routing_key, tier_s=decided.tier_s)
+        # Each failed attempt is logged with its traceback, as a dead one is: the first sign of a
+        # broken handler must not wait for its job's last attempt.
+        logger.warning(
+            "job %s (%s) attempt %d failed, again in %.1fs: %s",
+            job.id,
+            job.routing_key,
+            job.attempt,
+            decided.tier_s,
+            decided.reason,
+            exc_info=decided.error,
+        )
         self._report_job(job, "failed", decided.reason)
         copy = job_mod.retry_copy(job, error=decided.reason, work_queue=spec.queue)
         await self._move(job.message, copy, topology.wait_queue(spec.queue, decided.tier_s))
@@ -146,7 +157,13 @@ class Outcomes:
         text = outcome.error_text(error)
         if self._metrics is not None:
             self._metrics.moved(self._group, spec.routing_key, tier_s=None)
-        logger.warning("job %s dead after %d attempts: %s", message.message_id, attempts, text)
+        logger.warning(
+            "job %s dead after %d attempts: %s",
+            message.message_id,
+            attempts,
+            text,
+            exc_info=None if isinstance(error, errors.Reject) else error,  # a Reject is meant
+        )
         if job is not None:
             self._report_job(job, "dead", text)
         else:

@@ -51,8 +51,9 @@ async def peek_via_management(
 
 
 async def test_a_handler_failing_twice_is_retried_after_its_backoff_and_acked_once(
-    amqp_url: str,
+    amqp_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="consumers_sdk.delivery")
     consumer = Consumer(amqp_url, group="billing", prefetch=4, retry_tiers=TIERS)
     seen: list[tuple[float, int]] = []
 
@@ -67,6 +68,13 @@ async def test_a_handler_failing_twice_is_retried_after_its_backoff_and_acked_on
         await eventually(lambda: len(seen) == 3, 20)
         await asyncio.sleep(0.5)  # room for a wrong fourth delivery
     assert [attempt for _, attempt in seen] == [1, 2, 3]
+    # Each failed attempt is logged, with the handler's traceback: a retry is not silent.
+    failed = [r for r in caplog.records if "failed, again in" in r.getMessage()]
+    assert [r.getMessage().split(" failed")[0] for r in failed] == [
+        f"job {job_id} (orders.expire) attempt {attempt}" for attempt in (1, 2)
+    ]
+    assert all(r.exc_info and "flaky" in str(r.exc_info[1]) for r in failed)
+    assert "in expire" in caplog.text  # the handler's frame
     # Each retry waits out its tier (0.3 s), give or take a loaded machine's scheduling.
     gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(seen)]
     assert all(0.3 <= gap < 0.3 + 1.5 for gap in gaps), gaps
@@ -77,8 +85,9 @@ async def test_a_handler_failing_twice_is_retried_after_its_backoff_and_acked_on
 
 
 async def test_a_handler_that_always_fails_is_tried_max_attempts_then_dead(
-    amqp_url: str, rabbit_server: RabbitServer
+    amqp_url: str, rabbit_server: RabbitServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING, logger="consumers_sdk.delivery")
     consumer = Consumer(amqp_url, group="billing", retry_tiers=TIERS)
     attempts: list[int] = []
 
@@ -92,6 +101,9 @@ async def test_a_handler_that_always_fails_is_tried_max_attempts_then_dead(
         await eventually(lambda: len(attempts) == 3, 20)
         await asyncio.sleep(0.5)
     assert attempts == [1, 2, 3]
+    [dead_line] = [r for r in caplog.records if "dead after 3 attempts" in r.getMessage()]
+    assert dead_line.exc_info is not None  # with the last attempt's traceback
+    assert "ValueError: boom" in caplog.text
     [dead] = await peek_via_management(rabbit_server, amqp_url, topology.dead_queue(WORK))
     headers = dead["properties"]["headers"]
     assert dead["properties"]["message_id"] == job_id
