@@ -89,27 +89,34 @@ BEGIN
             RAISE EXCEPTION 'idempotency keys kept changing hands' USING ERRCODE = '40001';
         END IF;
         FOR r IN
-            INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms,
-                              idempotency_key, run_at, namespace, key_release)
-            SELECT n.id,
-                   coalesce(n.shard, (n.id_hash % (SELECT count(*) FROM shard_epochs))::integer),
-                   n.routing_key, n.payload, n.headers, n.priority, n.ttl_ms, n.idempotency_key,
-                   n.run_at, n.namespace, n.key_release
-            FROM unnest(job_ids, job_shards, id_hashes, routing_keys, payloads, job_headers,
-                        priorities, ttls_ms, idempotency_keys, run_ats, namespaces, key_releases)
-                 WITH ORDINALITY
-                 AS n(id, shard, id_hash, routing_key, payload, headers, priority, ttl_ms,
-                      idempotency_key, run_at, namespace, key_release, ordinal)
-            WHERE n.ordinal = ANY (todo)
-            ON CONFLICT ((coalesce(namespace, '')), idempotency_key)
-                WHERE idempotency_key IS NOT NULL
-            DO NOTHING
-            RETURNING jobs.id, jobs.shard, jobs.run_at, jobs.routing_key, jobs.created_at
+            WITH inserted AS (
+                INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms,
+                                  idempotency_key, run_at, namespace, key_release)
+                SELECT n.id,
+                       coalesce(n.shard,
+                                (n.id_hash % (SELECT count(*) FROM shard_epochs))::integer),
+                       n.routing_key, n.payload, n.headers, n.priority, n.ttl_ms,
+                       n.idempotency_key,
+                       n.run_at, n.namespace, n.key_release
+                FROM unnest(job_ids, job_shards, id_hashes, routing_keys, payloads, job_headers,
+                            priorities, ttls_ms, idempotency_keys, run_ats, namespaces,
+                            key_releases)
+                     WITH ORDINALITY
+                     AS n(id, shard, id_hash, routing_key, payload, headers, priority, ttl_ms,
+                          idempotency_key, run_at, namespace, key_release, ordinal)
+                WHERE n.ordinal = ANY (todo)
+                ON CONFLICT ((coalesce(namespace, '')), idempotency_key)
+                    WHERE idempotency_key IS NOT NULL
+                DO NOTHING
+                RETURNING jobs.id, jobs.shard, jobs.run_at, jobs.routing_key, jobs.created_at
+            )  -- each row's element, by its id: one hash join, not a search of the array a row
+            SELECT i.*, e.ordinal
+            FROM inserted i JOIN unnest(job_ids) WITH ORDINALITY AS e(id, ordinal) ON e.id = i.id
         LOOP
-            ids[array_position(job_ids, r.id)] := r.id;
-            created[array_position(job_ids, r.id)] := r.created_at;
-            due[array_position(job_ids, r.id)] := r.run_at;
-            outcomes[array_position(job_ids, r.id)] := 'created';
+            ids[r.ordinal] := r.id;
+            created[r.ordinal] := r.created_at;
+            due[r.ordinal] := r.run_at;
+            outcomes[r.ordinal] := 'created';
             IF notify THEN
                 PERFORM dispatcher_notify_due_v1(r.id, r.shard, r.run_at, r.routing_key);
             END IF;
