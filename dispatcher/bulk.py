@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import math
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Final
 
@@ -65,6 +65,15 @@ class Filter:
     finished_to: datetime | None = None
     error_contains: str | None = None
     scope_prefixes: tuple[str, ...] | None = None
+
+
+def filter_columns(spec: Filter) -> dict[str, object]:
+    """The filter's fields by name, its tuples as lists: the columns ``bulk_actions`` stores it
+    in, and the ``filter`` the API shows (without its empty conditions)."""
+    return {
+        name: list(value) if isinstance(value, tuple) else value
+        for name, value in asdict(spec).items()
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -85,19 +85,7 @@ class BulkActionPage(BaseModel):
 
 
 def filter_document(spec: bulk.Filter) -> dict[str, object]:
-    document: dict[str, object] = {
-        "namespace": spec.namespace,
-        "states": list(spec.states),
-        "routing_key": spec.routing_key,
-        "routing_key_prefix": spec.routing_key_prefix,
-        "run_at_from": spec.run_at_from,
-        "run_at_to": spec.run_at_to,
-        "finished_from": spec.finished_from,
-        "finished_to": spec.finished_to,
-        "error_contains": spec.error_contains,
-        "scope_prefixes": list(spec.scope_prefixes) if spec.scope_prefixes is not None else None,
-    }
-    return {name: value for name, value in document.items() if value is not None}
+    return {name: value for name, value in bulk.filter_columns(spec).items() if value is not None}
 
 
 def action_document(action: bulk.BulkAction) -> dict[str, object]:
