@@ -1,9 +1,11 @@
 # The dispatcher's image: `docker compose up` builds it (compose.yaml); `docker build -t
 # delay-dispatcher .` alone works too. Two stages: the wheels are built from the repository (the
 # SDK first: the service pins it and no index has it), and only they reach the runtime image.
+# Both stages install the versions constraints.txt pins, the ones the suite ran on.
 FROM python:3.11-slim AS wheels
 WORKDIR /src
-RUN pip install --no-cache-dir "build>=1.2"
+COPY constraints.txt ./
+RUN pip install --no-cache-dir -c constraints.txt "build>=1.2"
 COPY LICENSE README.md CHANGELOG.md pyproject.toml ./
 COPY sdk/ sdk/
 COPY consumers_sdk/ consumers_sdk/
@@ -15,7 +17,9 @@ FROM python:3.11-slim
 # Not root: the node needs no privilege, only its port.
 RUN useradd --system --uid 10001 --no-create-home dispatcher
 COPY --from=wheels /wheels /tmp/wheels
-RUN pip install --no-cache-dir /tmp/wheels/*.whl && rm -rf /tmp/wheels
+COPY constraints.txt /tmp/constraints.txt
+RUN pip install --no-cache-dir -c /tmp/constraints.txt /tmp/wheels/*.whl \
+    && rm -rf /tmp/wheels /tmp/constraints.txt
 USER dispatcher
 ENV DISPATCHER_HTTP_HOST=0.0.0.0 \
     DISPATCHER_HTTP_PORT=8080 \

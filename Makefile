@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 RUN_STAMP := $(VENV)/.runtime
 
 .DEFAULT_GOAL := help
-.PHONY: help venv dist run cluster cluster-ha down test test-rabbitmq4 rabbitmq4-chroot test-unit schema lint imports fmt typecheck docs docs-build check bench soak screenshots clean
+.PHONY: help venv lock dist run cluster cluster-ha down test test-rabbitmq4 rabbitmq4-chroot test-unit schema lint imports fmt typecheck docs docs-build check bench soak screenshots clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
@@ -17,26 +17,45 @@ help: ## list the targets
 # Debian's python3 makes no venv without python3-venv: devstack/packages.py installs it (stdlib only).
 ENSURE_VENV := $(PYTHON) -c 'import ensurepip' 2>/dev/null || $(PYTHON) -m devstack.packages python
 
-# The SDK first, from sdk/: the service depends on it and no index has it.
-$(STAMP): pyproject.toml sdk/pyproject.toml
+# The SDK first, from sdk/: the service depends on it and no index has it. Every install takes
+# the versions constraints.txt pins (the ones the suite ran on); pip reads dependency groups
+# (--group) from 25.1 on.
+PIP_FOR_GROUPS := 'pip>=25.1'
+$(STAMP): pyproject.toml sdk/pyproject.toml constraints.txt
 	$(ENSURE_VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ./sdk -e '.[dev]'
+	$(BIN)/pip install -q --upgrade $(PIP_FOR_GROUPS)
+	$(BIN)/pip install -q -c constraints.txt -e ./sdk -e . --group dev
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv and install the package with its dev tools
+
+# Resolved unconstrained in a venv of its own, every dependency group, so that the lock pins
+# whatever any target installs; the header (the file's leading comment lines) is kept.
+LOCK_GROUPS = $(shell $(PYTHON) -c 'import tomllib; \
+	print(*tomllib.load(open("pyproject.toml", "rb"))["dependency-groups"])')
+lock: ## regenerate constraints.txt from the newest releases the ranges allow; then make test
+	$(ENSURE_VENV)
+	@set -euo pipefail; venv=$$(mktemp -d); trap 'rm -rf "$$venv"' EXIT; \
+	$(PYTHON) -m venv "$$venv"; \
+	"$$venv/bin/pip" install -q --upgrade $(PIP_FOR_GROUPS); \
+	"$$venv/bin/pip" install -q -e ./sdk -e . $(addprefix --group ,$(LOCK_GROUPS)); \
+	{ awk '!/^#/ { exit } { print }' constraints.txt; \
+	  "$$venv/bin/pip" freeze --exclude-editable \
+	    | grep -viE '^(pip|delay-dispatcher|delay-dispatcher-sdk)=='; } > "$$venv/lock.txt"; \
+	cp "$$venv/lock.txt" constraints.txt; \
+	echo "constraints.txt: $$(grep -c '==' constraints.txt) pins; read git diff, then make test"
 
 DIST ?= dist
 dist: $(STAMP) ## build the SDK's and the service's wheels and sdists into dist/ (DIST=folder)
 	$(BIN)/python -m build -q -o $(DIST) sdk
 	$(BIN)/python -m build -q -o $(DIST) .
 
-$(RUN_STAMP): pyproject.toml sdk/pyproject.toml
+$(RUN_STAMP): pyproject.toml sdk/pyproject.toml constraints.txt
 	$(ENSURE_VENV)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ./sdk -e .
+	$(BIN)/pip install -q --upgrade $(PIP_FOR_GROUPS)
+	$(BIN)/pip install -q -c constraints.txt -e ./sdk -e .
 	touch $(RUN_STAMP)
 
 run: $(RUN_STAMP) ## install the runtime, start PostgreSQL + RabbitMQ, migrate, serve http://127.0.0.1:8080
@@ -118,7 +137,7 @@ docs-build: $(STAMP) ## build the documentation site into .run/site; any warning
 check: lint imports typecheck docs-build ## lint, layering rules, typecheck and the docs build
 
 bench: $(STAMP) ## run the benchmarks against throwaway services; prints tables, writes bench/results/
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/pip install -q -c constraints.txt --group bench
 	$(BIN)/python -m bench.run_all
 
 soak: $(STAMP) ## hold a steady load for 10 minutes: lost jobs, duplicates, lateness and RSS over time

@@ -446,6 +446,7 @@ class Node:
             access_log=False,
             lifespan="off",
             proxy_headers=False,  # nothing reads the client's address: no X-Forwarded-* parsing
+            ws="none",  # no websocket route: the same on every install, whatever ws library it has
         )
         self._http = _http_server(config)
         await self._http.serve()

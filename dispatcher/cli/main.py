@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def _run(coroutine: Coroutine[Any, Any, object]) -> object:
     try:
         import uvloop
-    except ImportError:  # pragma: no cover - uvloop ships with uvicorn[standard]
+    except ImportError:  # pragma: no cover - a dependency but on Windows (pyproject.toml)
         return asyncio.run(coroutine)
     return uvloop.run(coroutine)
 

@@ -75,6 +75,7 @@ def test_the_build_stage_copies_only_files_that_exist_and_are_not_ignored() -> N
     build, _runtime = stages()
     sources = [source for listed, _ in copies(build) for source in listed]
     assert {"sdk/", "consumers_sdk/", "dispatcher/", "sql/", "pyproject.toml"} <= set(sources)
+    assert "constraints.txt" in sources  # the lock the build tool is installed with
     for source in sources:
         assert (ROOT / source).exists(), source
         assert not ignored(source.rstrip("/")), source
@@ -115,10 +116,12 @@ def test_the_build_stage_builds_both_wheels_from_what_it_copies(tmp_path: Path) 
         f"delay_dispatcher-{__version__}-py3-none-any.whl",
         f"delay_dispatcher_sdk-{__version__}-py3-none-any.whl",
     ]
-    # The runtime stage installs the wheels alone: the service's pin on the SDK must resolve
-    # from them, with no index holding the SDK.
+    # The runtime stage installs the wheels alone, with the lock: the service's pin on the SDK
+    # must resolve from them, with no index holding the SDK, and the lock's pins with them.
     [install] = [args for args in runtime.all("RUN") if "pip install" in args]
     assert "/tmp/wheels/*.whl" in install
+    assert "-c /tmp/constraints.txt" in install
+    assert copies(runtime) == [(["constraints.txt"], "/tmp/constraints.txt")]
     resolved = subprocess.run(
         [
             sys.executable,
@@ -128,6 +131,8 @@ def test_the_build_stage_builds_both_wheels_from_what_it_copies(tmp_path: Path) 
             "--dry-run",
             "--ignore-installed",
             "-q",
+            "-c",
+            str(ROOT / "constraints.txt"),
             *map(str, sorted(wheels.glob("*.whl"))),
         ],
         capture_output=True,
