@@ -8,7 +8,9 @@ import os
 from consumers_sdk import Consumer, Job, polynomial
 
 consumer = Consumer(
-    os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), group="billing", prefetch=32
+    os.environ.get("DISPATCHER_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+    group="billing",
+    prefetch=32,
 )
 
 

@@ -88,3 +88,22 @@ def test_every_code_block_of_the_readme_and_the_pages_is_closed() -> None:
     for path in [ROOT / "README.md", *DOCS.rglob("*.md")]:
         fences = [line for line in path.read_text().splitlines() if line.lstrip().startswith("```")]
         assert len(fences) % 2 == 0, path
+
+
+def test_the_pages_on_the_consumer_runner_name_each_of_its_flags() -> None:
+    import argparse
+
+    from consumers_sdk.__main__ import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    flags = {
+        flag
+        for action in parser._actions  # argparse keeps no public list of its options
+        for flag in action.option_strings
+        if flag.startswith("--") and flag != "--help"
+    }
+    assert "--log-format" in flags
+    for page in ("how-to/integrations.md", "how-to/consumer-runner.md"):
+        text = (DOCS / page).read_text()
+        assert not {flag for flag in flags if f"`{flag}" not in text}, page
