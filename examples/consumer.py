@@ -1,6 +1,8 @@
 """Expires orders when their expiry job fires.
 
 python -m consumers_sdk examples.consumer:consumer     # against `make run`'s RabbitMQ
+
+Reads DISPATCHER_AMQP_URL, the name the dispatcher and the `dispatcher` command read too.
 """
 
 import os
@@ -8,7 +10,9 @@ import os
 from consumers_sdk import Consumer, Job, polynomial
 
 consumer = Consumer(
-    os.environ.get("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), group="billing", prefetch=32
+    os.environ.get("DISPATCHER_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"),
+    group="billing",
+    prefetch=32,
 )
 
 
