@@ -60,6 +60,7 @@ class JobFilters(TypedDict, total=False):
 
     state: str  # scheduled, waiting, dispatching, dispatched, succeeded, dead, cancelled, expired
     routing_key: str
+    routing_key_prefix: str  # these words or below: billing (or billing.) lists billing.charge
     idempotency_key: str  # the jobs stored under this key (one per namespace)
 
 

@@ -21,7 +21,6 @@ job raises ValueError or TypeError naming the argument, and the caller's transac
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -99,7 +98,7 @@ _REFUSALS: Final[dict[str, type[RuntimeError]]] = {
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnqueuedJob:
-    id: uuid.UUID
+    id: str  # canonical hyphenated text, as every job id the SDK answers (``JobRecord.id``)
     run_at: datetime
     created: bool  # False: the idempotency key found the job stored earlier
     outcome: str  # created, kept, replaced, extended or refused (as ``JobRecord.outcome``)
@@ -237,7 +236,7 @@ def _enqueued(row: sql_drivers.Row, *, created: bool) -> EnqueuedJob:
     job_id, run_at = row
     # psycopg gives the session's time zone, asyncpg UTC: one answer whatever the driver.
     return EnqueuedJob(
-        id=job_id,
+        id=str(job_id),
         run_at=run_at.astimezone(UTC),
         created=created,
         outcome="created" if created else "kept",
@@ -249,7 +248,9 @@ def _changed(row: sql_drivers.Row | None) -> EnqueuedJob:
     assert row is not None
     job_id, run_at, outcome = row
     created = outcome == "created"
-    return EnqueuedJob(id=job_id, run_at=run_at.astimezone(UTC), created=created, outcome=outcome)
+    return EnqueuedJob(
+        id=str(job_id), run_at=run_at.astimezone(UTC), created=created, outcome=outcome
+    )
 
 
 def _routing_key(value: str, limits: validation.Limits) -> str:

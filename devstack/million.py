@@ -57,10 +57,20 @@ def case(name: str, index: str, query: str, *args: Any) -> tuple[str, str, str, 
 
 # (what the caller asks, the index that must serve it, the query, its parameters): every filter
 # of GET /v1/jobs, alone and with a tenant's namespace, as the API passes them to the store (the
-# last, a key's routing-key filter).
+# last two, a key's routing-key filter and the routing-key prefix asked for).
 LIST_CASES = [
     case(
-        "every job", "jobs_pkey", queries.LIST_JOBS, None, None, START, 100, None, None, PAGE_BYTES
+        "every job",
+        "jobs_pkey",
+        queries.LIST_JOBS,
+        None,
+        None,
+        START,
+        100,
+        None,
+        None,
+        PAGE_BYTES,
+        None,
     ),
     case(
         "a state",
@@ -73,6 +83,7 @@ LIST_CASES = [
         None,
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "a state, a later page",
@@ -85,6 +96,7 @@ LIST_CASES = [
         None,
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "a rare state",
@@ -97,6 +109,7 @@ LIST_CASES = [
         None,
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "a routing key",
@@ -109,6 +122,7 @@ LIST_CASES = [
         None,
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "state and routing key",
@@ -121,6 +135,7 @@ LIST_CASES = [
         None,
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "a new tenant",
@@ -133,6 +148,7 @@ LIST_CASES = [
         "late",
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "a tiny tenant",
@@ -145,6 +161,7 @@ LIST_CASES = [
         "small",
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "default namespace",
@@ -157,6 +174,7 @@ LIST_CASES = [
         "",
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "tenant and state",
@@ -169,6 +187,7 @@ LIST_CASES = [
         "late",
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "tenant and key",
@@ -181,6 +200,7 @@ LIST_CASES = [
         "ns-3",
         None,
         PAGE_BYTES,
+        None,
     ),
     case(
         "idempotency key, any namespace",
@@ -198,6 +218,47 @@ LIST_CASES = [
         "ns-9",
         None,
     ),
+    # A routing-key prefix rides the other filters' index (jobs_state carries the routing key), and
+    # alone walks the primary key: a range of jobs_key would be right in byte order (C) only.
+    case(
+        "a state and a prefix",
+        "jobs_state",
+        queries.LIST_JOBS,
+        "dead",
+        None,
+        START,
+        100,
+        None,
+        None,
+        PAGE_BYTES,
+        "rk",
+    ),
+    case(
+        "a tenant and a prefix",
+        "jobs_namespace",
+        queries.LIST_JOBS,
+        None,
+        None,
+        START,
+        100,
+        "late",
+        None,
+        PAGE_BYTES,
+        "rk",
+    ),
+    case(
+        "a prefix",
+        "jobs_pkey",
+        queries.LIST_JOBS,
+        None,
+        None,
+        START,
+        100,
+        None,
+        None,
+        PAGE_BYTES,
+        "rk",
+    ),
     # A key limited to routing-key prefixes: the tenant's index, the prefixes tested on its rows.
     case(
         "a new tenant's prefixed key",
@@ -210,6 +271,7 @@ LIST_CASES = [
         "late",
         ["rk"],
         PAGE_BYTES,
+        None,
     ),
 ]
 

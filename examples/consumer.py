@@ -1,6 +1,8 @@
 """Expires orders when their expiry job fires.
 
 python -m consumers_sdk examples.consumer:consumer     # against `make run`'s RabbitMQ
+
+Reads DISPATCHER_AMQP_URL, the name the dispatcher and the `dispatcher` command read too.
 """
 
 import os

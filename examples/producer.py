@@ -3,7 +3,8 @@
 python -m examples.producer 5      # against `make run`'s dispatcher on :8080
 
 Reads DISPATCHER_URL and DISPATCHER_API_KEY (when the dispatcher requires keys), the names the
-`dispatcher` command reads too.
+`dispatcher` command reads too. Run it again: an order whose expiry job has finished (succeeded
+or dead) gets a new one, an order whose job has not keeps that job.
 """
 
 import asyncio
@@ -25,12 +26,17 @@ async def main(count: int) -> None:
             print(f"would expire {order} here")
 
         for order in range(count):
+            key = f"order-{order}-expiry"
             job = await expire_order.schedule(
                 {"order": order},
                 delay=timedelta(seconds=1),
-                idempotency_key=f"order-{order}-expiry",
+                idempotency_key=key,  # a retried run schedules nothing twice...
+                release_key="finished",  # ...and the key is free again once its job finished
             )
-            print(f"scheduled {job.id} for order {order} at {job.run_at}", flush=True)
+            said = f"created job {job.id}, due {job.run_at}"
+            if job.outcome != "created":  # kept: the job its key names has not finished
+                said = f"{job.outcome} job {job.id}, {job.state}: its key {key} is still held"
+            print(f"order {order}: {said}", flush=True)
 
 
 if __name__ == "__main__":

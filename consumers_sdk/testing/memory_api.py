@@ -61,6 +61,20 @@ def _refused(kind: type[errors.ClientError], field: str, problem: str) -> errors
     return kind(422, message, {"error": "invalid_request", "message": message, "fields": fields})
 
 
+def _prefix_words(params: Mapping[str, object]) -> str | None:
+    """``routing_key_prefix`` as the node checks it (``api.jobs``): its words, final dot dropped."""
+    if "routing_key_prefix" not in params:
+        return None
+    if "routing_key" in params:
+        raise _refused(
+            errors.InvalidJob, "routing_key_prefix", "give routing_key or this, not both"
+        )
+    words = str(params["routing_key_prefix"]).rstrip(".")
+    if problem := validation.routing_key_problem(words):
+        raise _refused(errors.InvalidJob, "routing_key_prefix", problem)
+    return words
+
+
 def _conflict(document: Document, action: str) -> errors.ClientError:
     message = f"cannot {action} a job that is {document['state']}"
     body = {"error": "conflict", "message": message, "state": document["state"]}
@@ -321,12 +335,14 @@ class MemoryAPI:
             ]
             return {"jobs": [*holder, *released][:10], "next_after": None}
         after, limit = str(params.get("after", "")), int(str(params.get("limit", 100)))
+        prefix = _prefix_words(params)
         page = [
             job
             for job in self._jobs.values()
             if job["id"] > after
             and params.get("state", job["state"]) == job["state"]
             and params.get("routing_key", job["routing_key"]) == job["routing_key"]
+            and (prefix is None or memory_bulk.within(job["routing_key"], prefix))
         ][:limit]
         return {"jobs": page, "next_after": page[-1]["id"] if len(page) == limit else None}
 

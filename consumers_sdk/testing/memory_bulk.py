@@ -117,7 +117,7 @@ def plan(body: Mapping[str, Any], now: datetime) -> Plan:
     return Plan(action=action, filter=spec, run_at=due, shift_s=None)
 
 
-def _within(routing_key: str, prefix: str) -> bool:
+def within(routing_key: str, prefix: str) -> bool:
     """Whether a routing key is these words or below them (``billing``: never ``billingx``)."""
     return routing_key == prefix or routing_key.startswith(prefix + ".")
 
@@ -131,7 +131,7 @@ def matches(job: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
     if namespace is not None and (job["namespace"] or "") != namespace:
         return False
     if (key is not None and job["routing_key"] != key) or (
-        prefix is not None and not _within(job["routing_key"], prefix)
+        prefix is not None and not within(job["routing_key"], prefix)
     ):
         return False
     for name, column in RANGES:

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from consumers_sdk import validation
 from dispatcher import api_keys, errors, intake, models
 from dispatcher.api import auth, schemas
 from dispatcher.api.context import ApiContext, Context
@@ -177,10 +178,19 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     after: uuid.UUID | None = None,
     idempotency_key: Annotated[str | None, Query(max_length=255, pattern="^[^\x00]*$")] = None,
+    routing_key_prefix: Annotated[
+        str | None,
+        Query(
+            max_length=256,
+            description="these words or below (billing or billing.: billing, billing.charge), "
+            "not with routing_key",
+        ),
+    ] = None,
 ) -> Response:
     """A page of jobs in creation order; follow ``next_after`` for the next one (a page ends
     early once its payloads pass ``DISPATCHER_MAX_PAGE_BYTES``: follow it until null). With
     ``idempotency_key``, the jobs stored under that key (one per namespace) instead."""
+    words = _prefix_words(routing_key, routing_key_prefix)
     if idempotency_key is not None:
         found = await context.jobs.by_idempotency_key(
             idempotency_key,
@@ -196,9 +206,23 @@ async def list_jobs(
         namespace=caller.namespace_filter,
         routing_keys=caller.routing_key_filter,
         max_bytes=context.settings.max_page_bytes,
+        routing_key_prefix=words,
     )
     next_after = str(jobs[-1].id) if more else None
     return schemas.json_response({"jobs": _documents(context, jobs), "next_after": next_after})
+
+
+def _prefix_words(routing_key: str | None, prefix: str | None) -> str | None:
+    """A ``routing_key_prefix`` as the words it names, its final dot dropped (as a bulk filter's
+    and an API key's prefixes are): checked as a routing key, so ``%`` never reaches the store."""
+    if prefix is None:
+        return None
+    if routing_key is not None:  # the one key, or the keys below: asking both is a mistake
+        raise errors.InvalidField("routing_key_prefix", "give routing_key or this, not both")
+    words = prefix.rstrip(".")
+    if problem := validation.routing_key_problem(words):
+        raise errors.InvalidField("routing_key_prefix", problem)
+    return words
 
 
 def _held_by(context: ApiContext, job: models.Job) -> Rule | None:

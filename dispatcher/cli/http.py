@@ -38,11 +38,17 @@ def add_parsers(commands: parsers.Commands) -> None:
         jobs,
         "list",
         "jobs in creation order, as a table that fits the terminal",
-        example="dispatcher jobs list --state dead --routing-key billing. --limit 20",
+        example="dispatcher jobs list --state dead --routing-key-prefix billing. --limit 20",
         parents=[common],
     )
     listing.add_argument("--state", default=None, help="only jobs in this state, e.g. dead")
-    listing.add_argument("--routing-key", default=None, help="only jobs with this routing key")
+    keys = listing.add_mutually_exclusive_group()
+    keys.add_argument("--routing-key", default=None, help="only jobs with this routing key")
+    keys.add_argument(
+        "--routing-key-prefix",
+        default=None,
+        help="only jobs of these words or below (billing.: billing.charge, billing)",
+    )
     listing.add_argument(
         "--idempotency-key", default=None, help="only the job with this idempotency key"
     )
@@ -229,6 +235,7 @@ def _jobs(http: httpx.Client, args: argparse.Namespace) -> int:
             args.limit,
             state=args.state,
             routing_key=args.routing_key,
+            routing_key_prefix=args.routing_key_prefix,
             idempotency_key=args.idempotency_key,
         )
         return _print(args, found, _jobs_table)

@@ -224,9 +224,11 @@ class JobStore:
         namespace: str | None = None,
         routing_keys: Sequence[str] | None = None,
         max_bytes: int = 2**62,
+        routing_key_prefix: str | None = None,
     ) -> tuple[list[models.Job], bool]:
         """A page, and whether more may follow: the page was full, or ended past ``max_bytes``
-        of payloads (a page holds one job at least)."""
+        of payloads (a page holds one job at least). ``routing_key_prefix`` is words without the
+        final dot: billing lists billing and billing.*."""
         async with self._db.connection() as connection:
             rows = await connection.fetch(
                 queries.LIST_JOBS,
@@ -237,6 +239,7 @@ class JobStore:
                 namespace,
                 routing_keys,
                 max_bytes,
+                routing_key_prefix,
             )
         more = bool(rows) and (len(rows) == limit or rows[0]["found"] > len(rows))
         return [job_from_row(row) for row in rows], more

@@ -105,7 +105,11 @@ SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, ''
 # A page in id (= creation) order. $1 state or NULL, $2 routing key or NULL, $3 after id, $4 limit,
 # $5 namespace filter, $6 routing-key filter (the words a key's prefixes name; NULL: any), $7 the
 # payload bytes a page may hold (it ends before the job that would start past them; ``found``
-# says how many the filters found, so a page cut short is told from the last one).
+# says how many the filters found, so a page cut short is told from the last one), $8 routing-key
+# prefix (words, as a key's: billing is billing and billing.*; NULL: any), tested as $6 is, with
+# starts_with: no LIKE metacharacter, and correct in any collation, where a range on jobs_key
+# would hold only in byte order (C). It rides the branch of the other filters: jobs_state carries
+# the routing key, so a state's page is still index-only; alone it walks the primary key.
 # One branch per filter, each reading its index (sql/0009): a branch whose test on the parameters
 # alone fails is skipped at run time, so a generic plan of the prepared statement (which the
 # plan cache may choose after five runs) still reads only the index the filter needs; one WHERE
@@ -125,6 +129,7 @@ SELECT * FROM (
          AND ($6::text[] IS NULL OR EXISTS (
              SELECT FROM unnest($6::text[]) AS w
              WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
        ORDER BY id LIMIT $4)
       UNION ALL
       (SELECT id FROM jobs  -- a state, and namespace if given: jobs_state
@@ -133,6 +138,7 @@ SELECT * FROM (
          AND ($6::text[] IS NULL OR EXISTS (
              SELECT FROM unnest($6::text[]) AS w
              WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
        ORDER BY id LIMIT $4)
       UNION ALL
       (SELECT id FROM jobs  -- a named namespace: jobs_namespace
@@ -140,6 +146,7 @@ SELECT * FROM (
          AND ($6::text[] IS NULL OR EXISTS (
              SELECT FROM unnest($6::text[]) AS w
              WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
        ORDER BY id LIMIT $4)
       UNION ALL
       (SELECT id FROM jobs  -- every job, or the default namespace's: the primary key
@@ -148,6 +155,7 @@ SELECT * FROM (
          AND ($6::text[] IS NULL OR EXISTS (
              SELECT FROM unnest($6::text[]) AS w
              WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
        ORDER BY id LIMIT $4)
   ))
 ) AS page

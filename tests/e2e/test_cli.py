@@ -93,6 +93,34 @@ async def test_jobs_cluster_and_stats_commands_with_an_api_key(
     assert "401" in refused.stderr
 
 
+async def test_jobs_list_by_routing_key_prefix_lists_those_words_and_below(
+    dispatcher: DispatcherProcess,
+) -> None:
+    env = {"DISPATCHER_URL": dispatcher.url, "DISPATCHER_API_KEY": ADMIN}
+    keys = ["billing.charge", "billingx.charge", "orders.expire", "billing.refund.late"]
+    async with httpx.AsyncClient(
+        base_url=dispatcher.url, headers={"authorization": f"Bearer {ADMIN}"}
+    ) as http:
+        for key in keys:
+            later = {"routing_key": key, "payload": 1, "delay_ms": 3_600_000}
+            assert (await http.post("/v1/jobs", json=later)).status_code == 201
+
+    listed = await cli(env, "jobs", "list", "--routing-key-prefix", "billing.", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert [j["routing_key"] for j in json.loads(listed.stdout)] == [
+        "billing.charge",
+        "billing.refund.late",
+    ]
+    table = (await cli(env, "jobs", "list", "--routing-key-prefix", "billing.refund")).stdout
+    assert len(table.splitlines()) == 2  # the header and the one job
+    both = await cli(env, "jobs", "list", "--routing-key", "a", "--routing-key-prefix", "a")
+    assert both.returncode == 2
+    assert "not allowed with argument" in both.stderr
+    refused = await cli(env, "jobs", "list", "--routing-key-prefix", "bill%")
+    assert refused.returncode == 1
+    assert "routing_key_prefix" in refused.stderr
+
+
 async def test_jobs_bulk_counts_first_and_changes_nothing_without_yes_off_a_terminal(
     dispatcher: DispatcherProcess,
 ) -> None:

@@ -54,19 +54,19 @@ async def test_only_the_committed_transactions_job_is_published(
     finally:
         await conn.close()
 
-    assert await collector.wait_for([str(committed.id), str(due_now.id)], 30) == set()
-    [delivery] = collector.deliveries[str(committed.id)]
-    assert delivery.message_id == str(committed.id)
+    assert await collector.wait_for([committed.id, due_now.id], 30) == set()
+    [delivery] = collector.deliveries[committed.id]
+    assert delivery.message_id == committed.id
     assert orjson.loads(delivery.body) == {"order": 2}
     assert delivery.received_at >= committed.run_at.timestamp()
-    assert delivery.headers["x-job-id"] == str(committed.id)
+    assert delivery.headers["x-job-id"] == committed.id
     assert delivery.headers[contract.HEADER_MAX_ATTEMPTS] == 2
     assert delivery.headers[contract.HEADER_RETRY_BACKOFF] == "5"
     # Well past the rolled-back job's due time: it never comes (there is no row to sweep either).
     remaining = rolled_back.run_at.timestamp() + 5.0 - time.time()
     await asyncio.sleep(max(remaining, 0))
     await collector.settle()
-    assert set(collector.deliveries) == {str(committed.id), str(due_now.id)}
+    assert set(collector.deliveries) == {committed.id, due_now.id}
     assert node.is_running()
 
 
@@ -100,12 +100,12 @@ async def test_on_psycopg_only_the_committed_transactions_job_is_published(
         )
     else:
         committed, rolled_back = await committed_and_rolled_back_async(database_url)
-    assert await collector.wait_for([str(committed.id)], 30) == set()
-    [delivery] = collector.deliveries[str(committed.id)]
+    assert await collector.wait_for([committed.id], 30) == set()
+    [delivery] = collector.deliveries[committed.id]
     assert orjson.loads(delivery.body) == {"driver": driver}
     assert delivery.received_at >= committed.run_at.timestamp()
     remaining = rolled_back.run_at.timestamp() + 5.0 - time.time()
     await asyncio.sleep(max(remaining, 0))  # well past the rolled-back job's due time
     await collector.settle()
-    assert set(collector.deliveries) == {str(committed.id)}
+    assert set(collector.deliveries) == {committed.id}
     assert node.is_running()

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from consumers_sdk import Consumer, Job
+from consumers_sdk import Consumer, DispatcherClient, Job
 from devstack.dispatcher_process import DispatcherProcess
 from devstack.jobs_out import job, publish
 from devstack.rabbitmq import RabbitServer
+from tests.support.consumers import running
 from tests.support.process import spawn
 from tests.support.queues import wait_for_consumer
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq_version]
 ROOT = Path(__file__).parents[2]
@@ -30,7 +31,9 @@ async def test_the_example_producer_and_consumer_work_against_a_dispatcher(
 ) -> None:
     log = tmp_path / "consumer.log"
     consumer = spawn(
-        ["-m", "consumers_sdk", "examples.consumer:consumer"], {"AMQP_URL": amqp_url}, log
+        ["-m", "consumers_sdk", "examples.consumer:consumer"],
+        {"DISPATCHER_AMQP_URL": amqp_url},
+        log,
     )
     try:
         await wait_for_consumer(amqp_url, "billing.orders.expire")
@@ -43,13 +46,55 @@ async def test_the_example_producer_and_consumer_work_against_a_dispatcher(
             text=True,
             check=True,
         )
-        assert producer.stdout.count("scheduled ") == 4
+        assert producer.stdout.count(": created job ") == 4
         await eventually(lambda: log.read_text().count("expiring order") == 4, 30)
     finally:
         consumer.send_signal(signal.SIGTERM)
         assert await asyncio.to_thread(consumer.wait, 30) == 0
     orders = sorted(line.split()[2] for line in log.read_text().splitlines() if "expiring" in line)
     assert orders == ["0", "1", "2", "3"]
+
+
+async def produced(url: str, count: int) -> list[tuple[str, str]]:
+    """Runs the example producer: (outcome, job id) per order, from its lines."""
+    run = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "examples.producer", str(count)],
+        cwd=ROOT,
+        env={**os.environ, "DISPATCHER_URL": url},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    # "order 0: created job <id>, due ..." or "order 0: kept job <id>, <state>: ..."
+    return [(words[2], words[4].rstrip(",")) for words in map(str.split, run.stdout.splitlines())]
+
+
+async def test_the_example_producer_schedules_again_once_its_jobs_finished(
+    dispatcher: DispatcherProcess, amqp_url: str
+) -> None:
+    consumer = Consumer(amqp_url, group="example")
+    gate = asyncio.Event()
+
+    @consumer.handler("orders.expire")
+    async def expire(job: Job) -> None:
+        await gate.wait()  # the jobs stay dispatched, unfinished, until the gate opens
+
+    async with running(consumer), DispatcherClient(dispatcher.url) as client:
+        first = await produced(dispatcher.url, 2)
+        assert [outcome for outcome, _ in first] == ["created", "created"]
+        pending = await produced(dispatcher.url, 2)  # scheduled or dispatched: not finished
+        assert pending == [("kept", job_id) for _, job_id in first]
+
+        async def finished() -> bool:
+            states = {(await client.get(job_id)).state for _, job_id in first}
+            return states == {"succeeded"}
+
+        gate.set()
+        await until(finished, 30)
+        again = await produced(dispatcher.url, 2)
+    assert [outcome for outcome, _ in again] == ["created", "created"]
+    assert {job_id for _, job_id in again}.isdisjoint(job_id for _, job_id in first)
 
 
 async def test_dlq_requeue_brings_dead_jobs_back_with_fresh_attempts(

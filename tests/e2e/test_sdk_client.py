@@ -185,6 +185,18 @@ async def test_every_job_method_returns_records_and_raises_typed_errors(
         await sdk.requeue(doomed.id)  # no longer dead
 
 
+async def test_listing_by_a_routing_key_prefix_answers_those_words_and_below(sdk: Any) -> None:
+    key = f"sdk{uuid.uuid4().hex[:12]}"
+    for routing_key in (f"{key}.charge", f"{key}x.charge", f"{key}.refund.late", key):
+        await sdk.schedule(routing_key, 1, delay=600)
+    listed = await everything(sdk.list(routing_key_prefix=f"{key}.", page_size=2))
+    assert [job.routing_key for job in listed] == [f"{key}.charge", f"{key}.refund.late", key]
+    for refused in ({"routing_key": key}, {"routing_key_prefix": f"{key}%"}):
+        with pytest.raises(InvalidJob) as invalid:
+            await sdk.list_page(**{"routing_key_prefix": key, **refused})
+        assert invalid.value.body["fields"][0]["field"] == "routing_key_prefix"
+
+
 async def test_schedule_many_sends_chunks_and_names_what_the_failed_chunk_left_stored(
     sdk: Any,
 ) -> None:

@@ -145,7 +145,7 @@ async def enqueued(database_url: str, job: dict[str, Any]) -> str:
         )
     finally:
         await connection.close()
-    return str(placed.id)
+    return placed.id
 
 
 class Pipeline(Probe):

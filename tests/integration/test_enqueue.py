@@ -66,10 +66,11 @@ async def test_a_committed_job_is_stored_and_notified_exactly_once(
         await asyncio.sleep(0.3)
         assert listener.payloads.empty()  # nothing before the commit
     assert job.created
-    assert job.id.version == 7
+    assert job.id == str(uuid.UUID(job.id))  # text in its canonical form, as JobRecord.id
+    assert uuid.UUID(job.id).version == 7
     [row] = await jobs(conn)
     stored = job_from_row(row)
-    assert stored.id == job.id
+    assert str(stored.id) == job.id
     assert stored.state == "scheduled"
     assert 0 <= stored.shard < SHARDS
     assert stored.routing_key == "orders.expire"
@@ -84,7 +85,7 @@ async def test_a_committed_job_is_stored_and_notified_exactly_once(
     assert abs((stored.run_at - datetime.now(UTC)).total_seconds() - 30) < 5
     [payload] = await listener.drained()
     job_id, shard, epoch_s, routing_key = payload.split(",")
-    assert (job_id, int(shard), routing_key) == (str(job.id), stored.shard, "orders.expire")
+    assert (job_id, int(shard), routing_key) == (job.id, stored.shard, "orders.expire")
     assert float(epoch_s) == pytest.approx(job.run_at.timestamp(), abs=1e-6)
 
 
@@ -116,9 +117,9 @@ async def test_the_job_commits_with_the_callers_own_rows_or_not_at_all(
     with pytest.raises(asyncpg.UniqueViolationError):
         await conn.execute("INSERT INTO orders VALUES (3, 'placed twice')")
     await transaction.rollback()
-    assert [row["id"] for row in await jobs(conn)] == [placed.id]
+    assert [str(row["id"]) for row in await jobs(conn)] == [placed.id]
     assert await conn.fetchval("SELECT state FROM orders WHERE id = 3") == "placed"
-    assert [payload.split(",")[0] for payload in await listener.drained()] == [str(placed.id)]
+    assert [payload.split(",")[0] for payload in await listener.drained()] == [placed.id]
 
 
 async def test_outside_a_transaction_the_job_commits_by_itself(
@@ -126,7 +127,7 @@ async def test_outside_a_transaction_the_job_commits_by_itself(
 ) -> None:
     job = await enqueue(conn, "orders.expire", [1, 2, 3], run_at=datetime(2000, 1, 1, tzinfo=UTC))
     [row] = await jobs(conn)
-    assert row["id"] == job.id
+    assert str(row["id"]) == job.id
     assert row["run_at"] == datetime(2000, 1, 1, tzinfo=UTC)  # in the past: due now
     assert len(await listener.drained()) == 1
 

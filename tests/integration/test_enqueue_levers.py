@@ -6,6 +6,7 @@ goes through v1, so a database without v2 takes it."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -127,6 +128,7 @@ async def test_a_job_lets_go_of_its_key_as_its_release_key_says(
     conn: asyncpg.Connection, release: str
 ) -> None:
     first = await enqueue(conn, "keys.sync", 1, idempotency_key="k", release_key=release)
+    assert first.id == str(uuid.UUID(first.id))  # v2's answer is text too, as v1's
     assert (await stored(conn, first.id))["key_release"] == release
     await conn.execute("UPDATE jobs SET state = 'dispatched' WHERE id = $1", first.id)
     again = await enqueue(conn, "keys.sync", 2, idempotency_key="k")  # v1: keep
