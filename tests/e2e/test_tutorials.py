@@ -76,13 +76,14 @@ class Reader:
         elif sample.kind == "output":
             await self.sees(sample)
 
-    def command(self, sample: Sample) -> list[str]:
+    def command(self, sample: Sample, *, keeps_variables: bool = True) -> list[str]:
         script = self.home / ".samples" / f"line-{sample.line}"
         if sample.language == "python":
             script.write_text(self.code(sample))
             return [str(self.home / ".venv" / "bin" / "python"), str(script)]
         assert sample.language == "sh", f"{sample.where}: cannot run a {sample.language!r} block"
-        return ["bash", "-c", SHELL_PRELUDE + self.code(sample) + SHELL_EPILOGUE]
+        epilogue = SHELL_EPILOGUE if keeps_variables else ""
+        return ["bash", "-c", SHELL_PRELUDE + self.code(sample) + epilogue]
 
     async def run(self, sample: Sample) -> None:
         command = self.command(sample)
@@ -117,7 +118,7 @@ class Reader:
     async def start(self, sample: Sample) -> None:
         assert sample.name not in self.processes, f"{sample.where}: {sample.name} runs already"
         log = self.home / ".samples" / f"{sample.name}.log"
-        process = launch(self.command(sample), self.home, self.env, log)
+        process = launch(self.command(sample, keeps_variables=False), self.home, self.env, log)
         self.processes[sample.name] = (process, log)
         if sample.consuming:
             await wait_for_consumer(self.system.amqp_url, sample.consuming, WAIT_S)
