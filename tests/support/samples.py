@@ -9,6 +9,13 @@ it (rendered nowhere, read here and by whoever edits the page):
     <!-- sample: start NAME -->           started in the background as NAME (shell or python)
     <!-- sample: start NAME consuming Q -->   ... and waited for until queue Q has a consumer
     <!-- sample: save PATH -->            written to PATH in the reader's directory
+    <!-- sample: append PATH -->          added to the end of PATH (a module built block by block)
+    <!-- sample: session -->              a python block run in the page's one session, as typed
+                                          into `python -m asyncio` (top-level await, the names of
+                                          the page's earlier session blocks)
+    <!-- sample: session given CODE -->   ... after CODE, the reader's own values of names the
+                                          block uses but does not define (`user_id`, `pool`)
+    <!-- sample: pytest -->               a python test module, run by pytest (asyncio_mode auto)
     <!-- sample: output of NAME -->       each line appears in NAME's output (``...`` matches any
                                           text, a job id any job id)
     <!-- sample: not run: REASON -->      left alone, for the reason given
@@ -22,6 +29,7 @@ why not."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from dataclasses import dataclass
@@ -30,11 +38,12 @@ from urllib.parse import quote
 
 ROOT = Path(__file__).parents[2]
 
-_DIRECTIVE = re.compile(r"^<!-- sample: (?P<text>.*?) -->\s*$")
-_FENCE = re.compile(r"^```(?P<language>[a-z]*)\s*$")
+# A list item's block is indented, its directive with it.
+_DIRECTIVE = re.compile(r"^\s*<!-- sample: (?P<text>.*?) -->\s*$")
+_FENCE = re.compile(r"^(?P<indent>\s*)```(?P<language>[a-z]*)\s*$")
 _SNIPPET = re.compile(r'^--8<-- "(?P<path>[^"]+)"\s*$')
-_SKIPPED_COMMENT = re.compile(r"^<!-- fmt: (on|off) -->\s*$")
-_KINDS = ("run", "start", "save", "output", "not run", "stop")
+_SKIPPED_COMMENT = re.compile(r"^\s*<!-- fmt: (on|off) -->\s*$")
+_KINDS = ("run", "start", "save", "append", "session", "pytest", "output", "not run", "stop")
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class Sample:
     consuming: str  # start ... consuming: the queue awaited; else ""
     language: str  # the fence's language ("" for a standalone directive)
     code: str
+    given: str = ""  # session given: the reader's own values, run first
 
     @property
     def where(self) -> str:
@@ -60,6 +70,11 @@ class PageError(ValueError):
 
 
 def _directive(page: str, line: int, text: str) -> Sample:
+    if text == "session" or text.startswith("session given "):
+        given = text.removeprefix("session").strip().removeprefix("given ").strip()
+        return Sample(page, line, "session", "", "", "", "", "", given)
+    if text == "pytest":
+        return Sample(page, line, "pytest", "", "", "", "", "")
     if text.startswith("not run:"):
         reason = text.removeprefix("not run:").strip()
         if not reason:
@@ -71,7 +86,7 @@ def _directive(page: str, line: int, text: str) -> Sample:
         return Sample(page, line, "output", words[2], "", "", "", "")
     if kind == "run" and (len(words) == 1 or (len(words) == 3 and words[1] == "until")):
         return Sample(page, line, "run", "", words[2] if len(words) == 3 else "", "", "", "")
-    if kind in ("start", "stop", "save") and len(words) >= 2:
+    if kind in ("start", "stop", "save", "append") and len(words) >= 2:
         rest = words[2:]
         if kind == "start" and len(rest) == 2 and rest[0] in ("consuming", "until"):
             consuming, until = (rest[1], "") if rest[0] == "consuming" else ("", rest[1])
@@ -103,7 +118,7 @@ def samples(page: str, text: str | None = None) -> list[Sample]:
                 pending = sample
         elif fence:
             end = next(
-                (at for at in range(index + 1, len(lines)) if lines[at].startswith("```")), None
+                (at for at in range(index + 1, len(lines)) if lines[at].strip() == "```"), None
             )
             if end is None:
                 raise PageError(f"{page}:{index + 1}: a fence that never closes")
@@ -112,7 +127,8 @@ def samples(page: str, text: str | None = None) -> list[Sample]:
                     f"{page}:{index + 1}: a block with no sample directive before it "
                     "(run it, or say why not: tests/support/samples.py)"
                 )
-            code = _included("\n".join(lines[index + 1 : end]))
+            indent = len(fence["indent"])
+            code = _included("\n".join(row[indent:] for row in lines[index + 1 : end]))
             found.append(_with_block(pending, fence["language"], code))
             pending = None
             index = end
@@ -125,16 +141,7 @@ def samples(page: str, text: str | None = None) -> list[Sample]:
 
 
 def _with_block(directive: Sample, language: str, code: str) -> Sample:
-    return Sample(
-        directive.page,
-        directive.line,
-        directive.kind,
-        directive.name,
-        directive.until,
-        directive.consuming,
-        language,
-        code + "\n",
-    )
+    return dataclasses.replace(directive, language=language, code=code + "\n")
 
 
 def _included(code: str) -> str:
@@ -143,15 +150,20 @@ def _included(code: str) -> str:
     return (ROOT / snippet["path"]).read_text().rstrip("\n") if snippet else code
 
 
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+# What a page shows of one run and a reader's run never repeats: a job id, a log line's time.
+_OF_ONE_RUN = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    r"|\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3}"
+)
 
 
 def output_pattern(line: str) -> re.Pattern[str]:
-    """A line of an ``output of`` block as a pattern: ``...`` stands for any text, and a job id
-    for any job id (the page shows one a reader's run will not make)."""
+    """A line of an ``output of`` block as a pattern: ``...`` stands for any text, a job id for
+    any job id and a log line's time for any time."""
     pieces = []
     for part in line.strip().split("..."):
-        pieces.append(_UUID.pattern.join(re.escape(text) for text in _UUID.split(part)))
+        any_such = f"(?:{_OF_ONE_RUN.pattern})"
+        pieces.append(any_such.join(re.escape(text) for text in _OF_ONE_RUN.split(part)))
     return re.compile(".*?".join(pieces))
 
 
@@ -164,6 +176,7 @@ class System:
     vhost: str
     amqp_url: str
     database_url: str
+    app_port: int = 8000  # where the reader serves an application of their own
 
     def rewrite(self, code: str) -> str:
         """CODE as it reads on the test's system: `make run`'s addresses replaced by the test's,
@@ -174,6 +187,8 @@ class System:
             "http://127.0.0.1:8080": self.api_url,
             "http://127.0.0.1:15672": self.management_url,
             "postgresql://postgres@127.0.0.1:5432/dispatcher": self.database_url,
+            "http://127.0.0.1:8000": f"http://127.0.0.1:{self.app_port}",
+            "--port 8000": f"--port {self.app_port}",
         }
         for address, replacement in replacements.items():
             code = code.replace(address, replacement)
@@ -201,4 +216,15 @@ TUTORIALS = [
     "docs/tutorials/enqueue.md",
 ]
 
-MAKE_RUN_ADDRESSES = re.compile(r"127\.0\.0\.1:(8080|15672|5672|5432)\b")
+# The SDK's guides (the docs' "SDK guide" page is this README), on a system of their own.
+SDK_GUIDE = ["consumers_sdk/README.md", "docs/how-to/testing.md"]
+# FastAPI and Django, in one directory, on a system of their own.
+INTEGRATIONS = ["docs/how-to/integrations.md"]
+# The other how-to pages, each block run or saying why not, on a system of their own.
+HOW_TO = sorted(
+    str(path.relative_to(ROOT))
+    for path in (ROOT / "docs" / "how-to").glob("*.md")
+    if str(path.relative_to(ROOT)) not in SDK_GUIDE + INTEGRATIONS
+)
+
+MAKE_RUN_ADDRESSES = re.compile(r"127\.0\.0\.1:(8080|15672|5672|5432|8000)\b|--port 8000\b")

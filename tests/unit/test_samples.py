@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.samples import TUTORIALS, PageError, System, output_pattern, samples
+from tests.support.samples import (
+    HOW_TO,
+    INTEGRATIONS,
+    SDK_GUIDE,
+    TUTORIALS,
+    PageError,
+    System,
+    output_pattern,
+    samples,
+)
 
 PAGE = """# A page
 
@@ -35,10 +44,13 @@ await something
 """
 
 
-def test_every_tutorial_says_of_each_block_what_its_test_does_with_it() -> None:
+def test_every_tutorial_and_how_to_says_of_each_block_what_its_test_does_with_it() -> None:
+    for page in TUTORIALS + SDK_GUIDE + INTEGRATIONS + HOW_TO:
+        samples(page)  # refuses a block that does not say
+    assert "docs/how-to/keys.md" in HOW_TO
+    assert not set(HOW_TO) & set(SDK_GUIDE + INTEGRATIONS)
     for page in TUTORIALS:
-        found = samples(page)
-        assert any(sample.kind in ("run", "start") for sample in found), page
+        assert any(sample.kind in ("run", "start") for sample in samples(page)), page
 
 
 def test_the_directives_read_as_documented() -> None:
@@ -78,6 +90,9 @@ def test_output_lines_match_any_job_id_and_any_text_for_dots() -> None:
     assert pattern.search("12:00 WARNING sdk: job 01a22000-0000-7000-8000-000000000001 dead (x)")
     assert not pattern.search("WARNING sdk: job 01a2291e dead (x)")
     assert not pattern.search("WARNING sdk: job 01a22000-0000-7000-8000-000000000001 dead (y)")
+    logged = output_pattern("2026-11-24 13:00:00,000 INFO x: running")
+    assert logged.search("2026-11-29 15:40:21,779 INFO x: running")
+    assert not logged.search("2026-11-29 15:40:21,779 WARNING x: running")
 
 
 def test_only_make_runs_addresses_move() -> None:
