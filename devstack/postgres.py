@@ -19,6 +19,24 @@ BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
 # are analysed while they grow, and their dead index entries go as fast as jobs finish
 # (docs/how-to/production.md, "PostgreSQL").
 QUEUE_SETTINGS: Final = {"autovacuum_naptime": "5s"}
+# What every server here runs with, the tests' too (tests/support/containers.py gives a container
+# the same): room for many nodes' pools, and checkpoints kept out of the log a failure shows.
+SERVER_SETTINGS: Final = {
+    "max_connections": "300",
+    "shared_buffers": "256MB",
+    "log_checkpoints": "off",
+}
+# How a statement is run: no ~/.psqlrc, quiet, bare unaligned rows, stop at the first error.
+PSQL_OPTIONS: Final = ("-X", "-q", "-At", "-v", "ON_ERROR_STOP=1")
+
+
+def create_database_statement(name: str, template: str | None = None) -> str:
+    suffix = f' TEMPLATE "{template}"' if template else ""
+    return f'CREATE DATABASE "{name}"{suffix}'
+
+
+def drop_database_statement(name: str) -> str:
+    return f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
 
 
 class PostgresServer:
@@ -39,10 +57,10 @@ class PostgresServer:
         self._own_root()
         if not (self.data / "PG_VERSION").exists():
             self._run([str(BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"])
-        options = (
-            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-            "-c max_connections=300 -c shared_buffers=256MB -c log_checkpoints=off"
-        ) + "".join(f" -c {name}={value}" for name, value in self.settings.items())
+        settings = {**SERVER_SETTINGS, **self.settings}
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1" + "".join(
+            f" -c {name}={value}" for name, value in settings.items()
+        )
         self._run(
             [
                 str(BIN / "pg_ctl"),
@@ -91,11 +109,7 @@ class PostgresServer:
         result = subprocess.run(
             [
                 "psql",
-                "-X",
-                "-q",
-                "-At",
-                "-v",
-                "ON_ERROR_STOP=1",
+                *PSQL_OPTIONS,
                 "-d",
                 self.dsn(dbname),
                 "-c",
@@ -109,11 +123,10 @@ class PostgresServer:
         return result.stdout
 
     def create_database(self, name: str, template: str | None = None) -> None:
-        suffix = f' TEMPLATE "{template}"' if template else ""
-        self.sql(f'CREATE DATABASE "{name}"{suffix}')
+        self.sql(create_database_statement(name, template))
 
     def drop_database(self, name: str) -> None:
-        self.sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.sql(drop_database_statement(name))
 
     def _run(self, args: list[str]) -> None:
         result = subprocess.run(

@@ -23,6 +23,10 @@ STOP_S = 60.0  # a node stops its queues and writes its state before it exits
 # How many `rabbitmqctl` runs one process may have at once (the size of RabbitMQ's own range).
 CTL_PORT_COUNT = 11
 _ctl_ports: dict[int, range] = {}
+# What every node here runs with, wherever it runs (tests/support/containers.py gives a container
+# the same): guest may sign in from any address (the tests and the console use it), and tests
+# restart nodes often: no waiting for big disk headroom.
+SHARED_CONFIG = "loopback_users = none\ndisk_free_limit.absolute = 50MB\n"
 
 
 def ctl_ports() -> range:
@@ -90,9 +94,9 @@ class RabbitServer:
             f"listeners.tcp.default = 127.0.0.1:{self.amqp_port}\n"
             f"management.tcp.port = {self.mgmt_port}\n"
             "management.tcp.ip = 127.0.0.1\n"
-            "loopback_users = none\n"
-            # Tests restart nodes often: do not wait for long-gone peers or big disk headroom.
-            "disk_free_limit.absolute = 50MB\n" + self.extra_config() + self.config_lines
+            + SHARED_CONFIG
+            + self.extra_config()
+            + self.config_lines
         )
         (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
         with self.out.open("ab") as out:
@@ -117,42 +121,12 @@ class RabbitServer:
     def connection_names(self, vhost: str) -> list[str]:
         """The client-provided names of the vhost's connections, from the node itself (the
         management API lists connections only with its metrics on)."""
-        listed = json.loads(
-            self.ctl("list_connections", "vhost", "client_properties", "--formatter", "json")
-            or "[]"
-        )
-        names = []
-        for connection in listed:
-            if connection.get("vhost") != vhost:
-                continue
-            properties = connection.get("client_properties") or []
-            # [["connection_name", "longstr", "name"], ...] (a list of triples in the JSON)
-            for entry in properties:
-                if isinstance(entry, list) and entry and entry[0] == "connection_name":
-                    names.append(str(entry[-1]))
-        return names
-
-    def _amqp_answers(self) -> bool:
-        with socket.socket() as sock:
-            sock.settimeout(1)
-            if sock.connect_ex(("127.0.0.1", self.amqp_port)) != 0:
-                return False
-            sock.sendall(b"AMQP\x00\x00\x09\x01")
-            try:
-                return sock.recv(8)[:1] == b"\x01"  # a Connection.Start frame
-            except OSError:
-                return False
+        return connection_names_in(self.ctl(*LIST_CONNECTIONS), vhost)
 
     def _ready(self) -> bool:
         if self._process is not None and self._process.poll() is not None:
             raise ServiceError("rabbitmq", "exited during start", self.logs())
-        if not self._amqp_answers():
-            return False
-        try:
-            response = httpx.get(f"{self.mgmt_url}/api/overview", auth=("guest", "guest"))
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
+        return amqp_answers(self.amqp_port) and management_answers(self.mgmt_url)
 
     def ctl(self, *args: str, check: bool = True) -> str:
         result = subprocess.run(
@@ -215,22 +189,76 @@ class RabbitServer:
         return self._process is not None and self._process.poll() is None
 
     def url(self, vhost: str = "/") -> str:
-        return f"amqp://guest:guest@127.0.0.1:{self.amqp_port}/{quote(vhost, safe='')}"
+        return guest_url(self.amqp_port, vhost)
 
     def create_vhost(self, name: str) -> None:
-        vhost = quote(name, safe="")
-        with httpx.Client(base_url=self.mgmt_url, auth=("guest", "guest"), timeout=30) as http:
-            http.put(f"/api/vhosts/{vhost}").raise_for_status()
-            http.put(
-                f"/api/permissions/{vhost}/guest",
-                json={"configure": ".*", "write": ".*", "read": ".*"},
-            ).raise_for_status()
+        create_vhost(self.mgmt_url, name)
 
     def delete_vhost(self, name: str) -> None:
-        with httpx.Client(base_url=self.mgmt_url, auth=("guest", "guest"), timeout=30) as http:
-            http.delete(f"/api/vhosts/{quote(name, safe='')}")
+        delete_vhost(self.mgmt_url, name)
 
     def logs(self) -> str:
         logs = sorted((self.root / "log").glob("*.log")) if (self.root / "log").exists() else []
         # The node's own log says why; the script's output only when it failed to start one.
         return "\n".join([tail(path) for path in logs] or [tail(self.out)])
+
+
+# Below, what a node answers wherever it runs (tests/support/containers.py asks a container's).
+# `rabbitmqctl` arguments that list each connection's vhost and client properties.
+LIST_CONNECTIONS = ("list_connections", "vhost", "client_properties", "--formatter", "json")
+
+
+def connection_names_in(listed: str, vhost: str) -> list[str]:
+    """The client-provided names of VHOST's connections in LISTED, the JSON that
+    ``rabbitmqctl`` prints for LIST_CONNECTIONS."""
+    names = []
+    for connection in json.loads(listed or "[]"):
+        if connection.get("vhost") != vhost:
+            continue
+        properties = connection.get("client_properties") or []
+        # [["connection_name", "longstr", "name"], ...] (a list of triples in the JSON)
+        for entry in properties:
+            if isinstance(entry, list) and entry and entry[0] == "connection_name":
+                names.append(str(entry[-1]))
+    return names
+
+
+def guest_url(amqp_port: int, vhost: str = "/") -> str:
+    return f"amqp://guest:guest@127.0.0.1:{amqp_port}/{quote(vhost, safe='')}"
+
+
+def amqp_answers(amqp_port: int) -> bool:
+    """Whether a broker on 127.0.0.1:AMQP_PORT answers the protocol header."""
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        if sock.connect_ex(("127.0.0.1", amqp_port)) != 0:
+            return False
+        sock.sendall(b"AMQP\x00\x00\x09\x01")
+        try:
+            return sock.recv(8)[:1] == b"\x01"  # a Connection.Start frame
+        except OSError:
+            return False
+
+
+def management_answers(mgmt_url: str) -> bool:
+    try:
+        response = httpx.get(f"{mgmt_url}/api/overview", auth=("guest", "guest"))
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def create_vhost(mgmt_url: str, name: str) -> None:
+    """NAME, with every permission for guest."""
+    vhost = quote(name, safe="")
+    with httpx.Client(base_url=mgmt_url, auth=("guest", "guest"), timeout=30) as http:
+        http.put(f"/api/vhosts/{vhost}").raise_for_status()
+        http.put(
+            f"/api/permissions/{vhost}/guest",
+            json={"configure": ".*", "write": ".*", "read": ".*"},
+        ).raise_for_status()
+
+
+def delete_vhost(mgmt_url: str, name: str) -> None:
+    with httpx.Client(base_url=mgmt_url, auth=("guest", "guest"), timeout=30) as http:
+        http.delete(f"/api/vhosts/{quote(name, safe='')}")

@@ -30,6 +30,9 @@ MARKER = ".dispatcher-rabbitmq4-built"
 # Without this the Erlang distribution port listens on every interface.
 ERL_ARGS = "-kernel inet_dist_use_interface {127,0,0,1}"
 ENTER_S = 5.0  # `chroot` enters the tree and execs the start script in milliseconds
+# What later 4.x releases default to: the management API gives no message counts (a 4.x
+# container of tests/support/containers.py runs with it too).
+EXTRA_CONFIG = "deprecated_features.permit.management_metrics_collection = false\n"
 
 
 def mounts_under(path: Path) -> list[Path]:
@@ -172,8 +175,7 @@ class Rabbit4Server(RabbitServer):
         }
 
     def extra_config(self) -> str:
-        # What later 4.x releases default to: the management API gives no message counts.
-        return "deprecated_features.permit.management_metrics_collection = false\n"
+        return EXTRA_CONFIG
 
     def launch(self) -> None:
         # debootstrap made the few device nodes the node uses; binding the host's /dev for the

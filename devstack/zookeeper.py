@@ -75,15 +75,7 @@ class ZooKeeperServer:
         return self.four_letter("ruok") == "imok"
 
     def four_letter(self, word: str) -> str:
-        try:
-            with socket.create_connection(("127.0.0.1", self.client_port), timeout=2) as sock:
-                sock.sendall(word.encode())
-                answer = b""
-                while chunk := sock.recv(4096):  # the server closes once it has answered
-                    answer += chunk
-                return answer.decode(errors="replace")
-        except OSError:
-            return ""
+        return four_letter(self.client_port, word)
 
     def stop(self) -> None:
         kill_group(self._process, signal.SIGTERM)
@@ -104,3 +96,16 @@ class ZooKeeperServer:
 
     def logs(self) -> str:
         return tail(self.log)
+
+
+def four_letter(client_port: int, word: str) -> str:
+    """The answer of the server on 127.0.0.1:CLIENT_PORT to a four-letter WORD ("" if none)."""
+    try:
+        with socket.create_connection(("127.0.0.1", client_port), timeout=2) as sock:
+            sock.sendall(word.encode())
+            answer = b""
+            while chunk := sock.recv(4096):  # the server closes once it has answered
+                answer += chunk
+            return answer.decode(errors="replace")
+    except OSError:
+        return ""

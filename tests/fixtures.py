@@ -1,5 +1,14 @@
 """Session-wide services, isolated per test cheaply: a database cloned from a migrated template,
-a RabbitMQ vhost, a ZooKeeper chroot. Services start once; they never skip."""
+a RabbitMQ vhost, a ZooKeeper chroot. Services start once; they never skip.
+
+The session's three run in containers where a Docker engine answers (tests/support/engine.py,
+tests/support/containers.py), else from the system's binaries; either offers what
+tests/support/services.py names. The fixtures that control servers of their own as host
+processes stay on the binaries everywhere: own_postgres, pg_pair (a standby replicating from
+its primary's folder), own_zookeeper, the RabbitMQ clusters and 4.x chroot nodes
+(tests/support/rabbit_cluster.py), and the killed worker of tests/e2e/test_stray_processes.py.
+The firewall tests (tests/faults/test_gray_failures.py) cut a node's own packets to a service's
+port on 127.0.0.1, which Docker's default userland proxy serves as a local socket."""
 
 from __future__ import annotations
 
@@ -7,8 +16,9 @@ import asyncio
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import psycopg
 import pytest
@@ -20,25 +30,57 @@ from devstack.postgres import PostgresServer
 from devstack.postgres_standby import PrimaryWithStandby
 from devstack.rabbitmq import RabbitServer
 from devstack.zookeeper import ZooKeeperServer
+from tests.support import engine
+from tests.support.services import PostgresService, RabbitService, Service, ZooKeeperService
 
 TEMPLATE = "dispatcher_template"
-_running: list[PostgresServer | RabbitServer | ZooKeeperServer] = []
+_running: list[Service] = []
+S = TypeVar("S", bound=Service)
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer]:
-    root = service_root("postgres")
-    server = PostgresServer(root, reserve_port())
-    server.start()
+def in_containers() -> bool:
+    """Whether the session's PostgreSQL, RabbitMQ and ZooKeeper run in containers: where a
+    Docker engine answers, unless DISPATCHER_TEST_SERVICES=binaries|containers says
+    (tests/support/engine.py). tests.support.containers, and with it testcontainers, is imported
+    only then."""
+    return engine.use_containers()
+
+
+def serve(server: S, teardown: Callable[[], None]) -> Iterator[S]:
+    """SERVER started for the session, its log shown under a failing test; TEARDOWN at the end
+    (or at once, if it does not start)."""
+    try:
+        server.start()
+    except BaseException:
+        teardown()
+        raise
     _running.append(server)
     yield server
     _running.remove(server)
-    server.stop()
-    shutil.rmtree(root, ignore_errors=True)
+    teardown()
 
 
 @pytest.fixture(scope="session")
-def pg_template(pg_server: PostgresServer) -> str:
+def pg_server(in_containers: bool) -> Iterator[PostgresService]:
+    if in_containers:
+        from tests.support import containers
+
+        container = containers.PostgresContainer(reserve_port())
+        yield from serve(container, container.remove)
+        return
+    root = service_root("postgres")
+    server = PostgresServer(root, reserve_port())
+
+    def teardown() -> None:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+    yield from serve(server, teardown)
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server: PostgresService) -> str:
     from dispatcher.store.migrate import apply_migrations
 
     pg_server.create_database(TEMPLATE)
@@ -50,7 +92,7 @@ class Databases:
     """CREATE and DROP DATABASE over one kept connection: through ``psql``, each cost a process
     and a backend of its own (two a test, a thousand a run)."""
 
-    def __init__(self, server: PostgresServer) -> None:
+    def __init__(self, server: PostgresService) -> None:
         self._server = server
         self._connection: psycopg.Connection[tuple[object, ...]] | None = None
 
@@ -75,13 +117,13 @@ class Databases:
 
 
 @pytest.fixture(scope="session")
-def databases(pg_server: PostgresServer) -> Iterator[Databases]:
+def databases(pg_server: PostgresService) -> Iterator[Databases]:
     kept = Databases(pg_server)
     yield kept
     kept.close()
 
 
-def fresh_database(server: PostgresServer, template: str, databases: Databases) -> Iterator[str]:
+def fresh_database(server: PostgresService, template: str, databases: Databases) -> Iterator[str]:
     name = f"test_{uuid.uuid4().hex}"
     if not server.is_running():  # a previous test crashed it on purpose
         server.start()
@@ -93,14 +135,14 @@ def fresh_database(server: PostgresServer, template: str, databases: Databases) 
 
 @pytest.fixture
 def database_url(
-    pg_server: PostgresServer, pg_template: str, databases: Databases
+    pg_server: PostgresService, pg_template: str, databases: Databases
 ) -> Iterator[str]:
     yield from fresh_database(pg_server, pg_template, databases)
 
 
 @pytest.fixture(scope="module")
 def module_database_url(
-    pg_server: PostgresServer, pg_template: str, databases: Databases
+    pg_server: PostgresService, pg_template: str, databases: Databases
 ) -> Iterator[str]:
     """One database for a module's tests that change nothing (tests/support/nodes.py)."""
     yield from fresh_database(pg_server, pg_template, databases)
@@ -134,11 +176,16 @@ def pg_pair() -> Iterator[PrimaryWithStandby]:
                 shutil.rmtree(server.root, ignore_errors=True)
 
 
+def rabbit_major() -> int:
+    """The session's RabbitMQ is 3.x unless DISPATCHER_TEST_RABBITMQ=4 (make test-rabbitmq4)."""
+    return 4 if os.environ.get("DISPATCHER_TEST_RABBITMQ") == "4" else 3
+
+
 def new_rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> RabbitServer:
     """The system's RabbitMQ, or 4.x from its chroot when DISPATCHER_TEST_RABBITMQ=4."""
     ports = {"amqp_port": reserve_port(), "mgmt_port": reserve_port(), "dist_port": reserve_port()}
     nodename = f"test-{uuid.uuid4().hex[:8]}@localhost"
-    if os.environ.get("DISPATCHER_TEST_RABBITMQ") == "4":
+    if rabbit_major() == 4:
         chroot = rabbitmq4.ensure_chroot()
         return rabbitmq4.Rabbit4Server(
             chroot, rabbitmq4.node_root(chroot), **ports, nodename=nodename
@@ -147,19 +194,27 @@ def new_rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> RabbitServer:
 
 
 @pytest.fixture(scope="session")
-def rabbit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RabbitServer]:
+def rabbit_server(
+    tmp_path_factory: pytest.TempPathFactory, in_containers: bool
+) -> Iterator[RabbitService]:
+    if in_containers:
+        from tests.support import containers
+
+        container = containers.RabbitContainer(reserve_port(), reserve_port(), rabbit_major())
+        yield from serve(container, container.remove)
+        return
     server = new_rabbit_server(tmp_path_factory)
-    server.start()
-    _running.append(server)
-    yield server
-    _running.remove(server)
-    server.stop()
-    if isinstance(server, rabbitmq4.Rabbit4Server):
-        # Its root is in the kept chroot: drop the data, keep the log to grep after the run.
-        shutil.rmtree(server.root / "mnesia", ignore_errors=True)
+
+    def teardown() -> None:
+        server.stop()
+        if isinstance(server, rabbitmq4.Rabbit4Server):
+            # Its root is in the kept chroot: drop the data, keep the log to grep after the run.
+            shutil.rmtree(server.root / "mnesia", ignore_errors=True)
+
+    yield from serve(server, teardown)
 
 
-def fresh_vhost(server: RabbitServer) -> Iterator[str]:
+def fresh_vhost(server: RabbitService) -> Iterator[str]:
     if not server.is_running():
         server.start()
     vhost = f"test-{uuid.uuid4().hex[:12]}"
@@ -174,24 +229,28 @@ def fresh_vhost(server: RabbitServer) -> Iterator[str]:
 
 
 @pytest.fixture
-def amqp_url(rabbit_server: RabbitServer) -> Iterator[str]:
+def amqp_url(rabbit_server: RabbitService) -> Iterator[str]:
     yield from fresh_vhost(rabbit_server)
 
 
 @pytest.fixture(scope="module")
-def module_amqp_url(rabbit_server: RabbitServer) -> Iterator[str]:
+def module_amqp_url(rabbit_server: RabbitService) -> Iterator[str]:
     """One vhost for a module's tests that change nothing (tests/support/nodes.py)."""
     yield from fresh_vhost(rabbit_server)
 
 
 @pytest.fixture(scope="session")
-def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+def zk_server(
+    tmp_path_factory: pytest.TempPathFactory, in_containers: bool
+) -> Iterator[ZooKeeperService]:
+    if in_containers:
+        from tests.support import containers
+
+        container = containers.ZooKeeperContainer(reserve_port())
+        yield from serve(container, container.remove)
+        return
     server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), reserve_port())
-    server.start()
-    _running.append(server)
-    yield server
-    _running.remove(server)
-    server.stop()
+    yield from serve(server, server.stop)
 
 
 @pytest.fixture
@@ -204,7 +263,7 @@ def own_zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
 
 
 @pytest.fixture
-def zk_hosts(zk_server: ZooKeeperServer) -> str:
+def zk_hosts(zk_server: ZooKeeperService) -> str:
     """A chroot of this test's own; the dispatcher creates its paths below it."""
     if not zk_server.is_running():
         zk_server.start()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from devstack.base import alive, wait_until
 from tests.support import stranded_worker
+from tests.support.engine import SERVICES
 from tests.support.process import ROOT
 
 
@@ -32,7 +33,9 @@ def test_a_killed_worker_leaves_none_of_its_processes_running(tmp_path: Path) ->
                 stranded_worker.__file__,
             ],
             cwd=ROOT,
-            env={**os.environ, stranded_worker.PIDS: str(pids_file)},
+            # The process reaper is under test: the inner run's PostgreSQL is a host process
+            # (in a container, testcontainers' Ryuk removes it instead).
+            env={**os.environ, stranded_worker.PIDS: str(pids_file), SERVICES: "binaries"},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -30,6 +30,7 @@ def test_start_processes_then_wait_to_be_killed(
     daemon = subprocess.run(
         [sys.executable, "-c", DAEMON], capture_output=True, text=True, check=True
     )
+    # Its data folder is on this host: test_stray_processes.py runs this on the binaries.
     postmaster = (pg_server.data / "postmaster.pid").read_text().split()[0]
     assert own_zookeeper.is_running()
     java = (own_zookeeper.root / "zookeeper.pid").read_text()
