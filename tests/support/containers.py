@@ -13,7 +13,6 @@ devstack/reaper.py, sees host processes only)."""
 
 from __future__ import annotations
 
-import os
 import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -54,11 +53,6 @@ STOP_S: Final = 60  # RabbitMQ stops its queues and writes its state before it e
 LIVE: Final = frozenset({"created", "restarting", "running"})
 # Gone (Ryuk removed it, say), or made but never created (its start failed).
 ABSENT: Final = (docker.errors.NotFound, ContainerStartException)
-
-
-def rabbit_major() -> int:
-    """The major the session's RabbitMQ runs, chosen as tests/fixtures.py chooses it."""
-    return 4 if os.environ.get("DISPATCHER_TEST_RABBITMQ") == "4" else 3
 
 
 def postgres_command(settings: Mapping[str, str]) -> list[str]:
