@@ -5,6 +5,7 @@ version and ping requests the docker SDK makes before anything else."""
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import os
@@ -77,6 +78,28 @@ def test_an_engine_answers_only_where_one_answers(
 ) -> None:
     assert engine.engine_answers()
     monkeypatch.setenv("DOCKER_HOST", UNREACHABLE)
+    assert not engine.engine_answers()
+
+
+@pytest.mark.parametrize("where", ["unix", "tcp"])
+def test_asking_an_engine_that_is_not_there_leaves_no_socket_behind(
+    where: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A refused connection inside the docker SDK left its socket to the collector; its
+    ResourceWarning, an error under this suite's warning filter, failed whichever test ran when
+    it was collected. A leak would fail this test (pytest reports it here, at this collection)."""
+    absent = f"unix://{tmp_path / 'docker.sock'}" if where == "unix" else UNREACHABLE
+    monkeypatch.setenv("DOCKER_HOST", absent)
+    assert not engine.engine_answers()
+    gc.collect()
+
+
+def test_no_docker_host_and_no_local_socket_asks_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setattr(engine, "LOCAL_SOCKET", str(tmp_path / "docker.sock"))
+    monkeypatch.setattr(engine, "_pinged", lambda: pytest.fail("asked an engine"))
     assert not engine.engine_answers()
 
 
