@@ -53,6 +53,14 @@ def routing_key_problem(value: str, max_bytes: int = AMQP_SHORTSTR_BYTES) -> str
     return None
 
 
+def prefix_words(prefix: str) -> tuple[str, str | None]:
+    """A routing-key prefix as the whole words it names (``billing.`` is ``billing``), and what
+    is wrong with them as a routing key, if anything: the node's ``routing_key_prefix`` and the
+    SDK's fake check it with this one function."""
+    words = prefix.rstrip(".")
+    return words, routing_key_problem(words)
+
+
 def unstorable(text: str) -> str | None:
     """Why PostgreSQL could not store this text (it holds no NUL, UTF-8 no lone surrogate)."""
     if "\x00" in text:

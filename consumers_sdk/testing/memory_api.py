@@ -69,8 +69,8 @@ def _prefix_words(params: Mapping[str, object]) -> str | None:
         raise _refused(
             errors.InvalidJob, "routing_key_prefix", "give routing_key or this, not both"
         )
-    words = str(params["routing_key_prefix"]).rstrip(".")
-    if problem := validation.routing_key_problem(words):
+    words, problem = validation.prefix_words(str(params["routing_key_prefix"]))
+    if problem:
         raise _refused(errors.InvalidJob, "routing_key_prefix", problem)
     return words
 

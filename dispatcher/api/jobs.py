@@ -219,8 +219,8 @@ def _prefix_words(routing_key: str | None, prefix: str | None) -> str | None:
         return None
     if routing_key is not None:  # the one key, or the keys below: asking both is a mistake
         raise errors.InvalidField("routing_key_prefix", "give routing_key or this, not both")
-    words = prefix.rstrip(".")
-    if problem := validation.routing_key_problem(words):
+    words, problem = validation.prefix_words(prefix)
+    if problem:
         raise errors.InvalidField("routing_key_prefix", problem)
     return words
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from dispatcher.node import Node
-from tests.support.nodes import client, running_node
+from tests.support.nodes import bearer, client, running_node
 
 ADMIN = "admin-token-0123456789"
 TEAM_A = "team-a-token-0123456789"
@@ -35,10 +35,6 @@ KEYS = [
     "other.billing",
     "billing.charge.retry",
 ]
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {token}"}
 
 
 @pytest.fixture

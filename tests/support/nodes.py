@@ -54,6 +54,11 @@ def client(node: Node) -> httpx.AsyncClient:
     )
 
 
+def bearer(token: str) -> dict[str, str]:
+    """The header an API key is sent in."""
+    return {"authorization": f"Bearer {token}"}
+
+
 async def jobs_stored(database_url: str) -> int:
     """How many jobs the node's database holds (a refused request must not change it)."""
     connection = await asyncpg.connect(database_url)

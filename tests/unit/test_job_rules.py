@@ -26,6 +26,13 @@ def test_routing_keys() -> None:
     assert validation.routing_key_problem("a" * 20, max_bytes=10) == "must be at most 10 bytes"
 
 
+def test_a_prefix_is_its_words_without_the_final_dot() -> None:
+    assert validation.prefix_words("billing.") == ("billing", None)
+    assert validation.prefix_words("billing.charge") == ("billing.charge", None)
+    assert validation.prefix_words("bill%")[1] is not None
+    assert validation.prefix_words(".")[1] is not None  # no words at all
+
+
 def test_headers_name_the_header_at_fault() -> None:
     limits = validation.Limits(max_headers=2, max_header_bytes=10)
     assert validation.headers_problem({"a": "b", "c": 1}, limits) is None
