@@ -140,9 +140,15 @@ def check_filter(
             allowed = " or ".join(states)
             raise errors.InvalidField("filter.state", f"a {action.value} changes {allowed} jobs")
         states = (state,)
-    for field, key in (("routing_key", routing_key), ("routing_key_prefix", routing_key_prefix)):
-        if key is not None and (problem := validation.routing_key_problem(key.rstrip("."))):
-            raise errors.InvalidField(f"filter.{field}", problem)
+    if routing_key is not None and (
+        problem := validation.routing_key_problem(routing_key.rstrip("."))
+    ):
+        raise errors.InvalidField("filter.routing_key", problem)
+    prefix: str | None = None
+    if routing_key_prefix is not None:
+        prefix, problem = validation.prefix_words(routing_key_prefix)
+        if problem:
+            raise errors.InvalidField("filter.routing_key_prefix", problem)
     run_at_from, run_at_to = _check_range("run_at", run_at_from, run_at_to)
     finished_from, finished_to = _check_range("finished", finished_from, finished_to)
     if (finished_from or finished_to) and action is not Action.REQUEUE:
@@ -158,7 +164,7 @@ def check_filter(
         namespace=namespace,
         states=states,
         routing_key=routing_key,
-        routing_key_prefix=routing_key_prefix.rstrip(".") if routing_key_prefix else None,
+        routing_key_prefix=prefix,
         run_at_from=run_at_from,
         run_at_to=run_at_to,
         finished_from=finished_from,

@@ -65,14 +65,15 @@ def _checked_filter(action: str, asked: Mapping[str, Any]) -> dict[str, Any]:
         if state not in states:
             raise _bad("filter.state", f"a {action} changes {' or '.join(states)} jobs")
         states = (state,)
-    for field in ("routing_key", "routing_key_prefix"):
-        key = asked.get(field)
-        if key is not None and (problem := validation.routing_key_problem(key.rstrip("."))):
-            raise _bad(f"filter.{field}", problem)
+    key, prefix = asked.get("routing_key"), asked.get("routing_key_prefix")
+    if key is not None and (problem := validation.routing_key_problem(key.rstrip("."))):
+        raise _bad("filter.routing_key", problem)
+    if prefix is not None:
+        prefix, problem = validation.prefix_words(prefix)
+        if problem:
+            raise _bad("filter.routing_key_prefix", problem)
     spec: dict[str, Any] = {"namespace": namespace, "states": list(states)}
-    spec["routing_key"] = asked.get("routing_key")
-    prefix = asked.get("routing_key_prefix")
-    spec["routing_key_prefix"] = prefix.rstrip(".") if prefix else None
+    spec["routing_key"], spec["routing_key_prefix"] = key, prefix
     for name, _ in RANGES:
         start = _utc_field(f"filter.{name}_from", asked.get(f"{name}_from"))
         end = _utc_field(f"filter.{name}_to", asked.get(f"{name}_to"))
