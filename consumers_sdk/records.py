@@ -344,11 +344,13 @@ class BulkAction:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BulkDryRun:
-    """What a bulk action would change now: how many jobs, and the first of them."""
+    """What a bulk action would change now: how many jobs (at least, with ``matched_at_least``:
+    the node's count stops at its cap), and the first of them."""
 
     action: str
     matched: int
     sample: tuple[JobRecord, ...]
+    matched_at_least: bool = False
 
 
 def bulk_action(document: Document) -> BulkAction:
@@ -378,4 +380,5 @@ def bulk_dry_run(document: Document) -> BulkDryRun:
         action=document["action"],
         matched=document["matched"],
         sample=tuple(job(found) for found in document["sample"]),
+        matched_at_least=bool(document.get("matched_at_least", False)),
     )

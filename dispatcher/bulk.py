@@ -5,7 +5,14 @@ An action's life, in ``bulk_actions.status`` (worked by ``bulk_runner``):
 
     running --batches until no job is left--> done
     running --stop--> stopped --resume--> running (from its cursor: nothing is changed twice)
-    running --a batch keeps failing on its jobs--> failed (with the reason)
+    running --a batch keeps failing on its jobs, or takes too long--> failed (with the reason)
+    done | failed | stopped --``Bounds.keep_s`` after its last change--> removed
+
+Many tenants share the runners (``Bounds``): each namespace has at most ``max_running`` running
+and ``max_stored`` stored actions, an operator's (made with an admin key) in a budget of their
+own; runners work one batch at a time, an operator's action first, then the namespace whose
+last batch is the oldest, then its least recently worked action: a tenant's eight actions take
+one turn between them, and an operator's one-job cancel waits for one batch at most.
 
 A job is matched by the filter when a batch reaches it (in id order, after the cursor), not when
 the action is made: one that no longer matches is left alone. Each action changes only the
@@ -102,6 +109,28 @@ class BulkAction:
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bounds:
+    """What one tenant may take of the store and the runners (the ``DISPATCHER_BULK_*``
+    settings of the same names)."""
+
+    count_cap: int = 10_000  # a count stops here: "at least" this many
+    read_timeout_s: float = 5.0  # a dry run's count and sample
+    batch_timeout_s: float = 30.0  # one batch; past it the action fails
+    reads: int = 2  # counts at once on a node; more are answered 429
+    max_running: int = 4  # per namespace, an operator's apart
+    max_stored: int = 100
+    keep_s: float = 7 * 86_400.0  # a finished or stopped action, after its last change
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Count:
+    """How many jobs a filter matches: exactly ``matched``, or at least (the count stopped)."""
+
+    matched: int
+    at_least: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

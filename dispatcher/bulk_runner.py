@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
@@ -87,65 +88,71 @@ class BulkRunner:
                     await _first(self._stop, self._wake)
 
     async def work(self) -> int:
-        """Work running actions until none is left for this node (or ``stop``); returns how many
-        jobs were changed."""
+        """Work running actions a batch at a time, each batch to the action whose turn it is
+        (``bulk``, "Bounds"), until none is left for this node (or ``stop``); returns how many
+        jobs were changed. Ended actions past their keeping time are removed first."""
+        await self._store.remove_ended()
         changed = 0
+        failures: dict[uuid.UUID, int] = {}
         while not self._stop.is_set():
             action = await self._store.claim(node_id=self._node_id, lease_s=self._lease_s)
             if action is None:
                 break
-            logger.info(
-                "bulk action %s (%s) worked from %s",
-                action.id,
-                action.action.value,
-                action.cursor,
-                extra={**_LOG, "bulk_action": str(action.id)},
-            )
-            changed += await self._work_one(action)
-        return changed
-
-    async def _work_one(self, action: bulk.BulkAction) -> int:
-        changed = failures = 0
-        while not self._stop.is_set():
-            started = self._clock()
-            try:
-                done = await self._store.run_batch(
-                    action,
-                    node_id=self._node_id,
-                    batch=self._batch,
-                    lease_s=self._lease_s,
-                    shards=list(self._shards()),
-                    notify_within_s=self._notify_within_s,
+            if action.cursor.int == 0 and action.touched == 0:
+                logger.info(
+                    "bulk action %s (%s) started",
+                    action.id,
+                    action.action.value,
+                    extra={**_LOG, "bulk_action": str(action.id)},
                 )
-            except errors.TRANSIENT:
-                raise
-            except Exception as exc:  # one bad action never takes the loop down
-                failures += 1
-                logger.exception("bulk action %s: batch failed", action.id, extra=_LOG)
-                if failures >= MAX_FAILURES:
-                    await self._store.fail(action.id, node_id=self._node_id, reason=repr(exc))
-                    return changed
+            started = self._clock()
+            done = await self._one_batch(action, failures)
+            if done is None:
                 continue
-            failures = 0
-            if done is None:  # stopped, or another node took it over
-                return changed
             changed += done.changed
-            self._metrics.bulk_jobs_changed.labels(action=action.action.value).inc(done.changed)
-            if done.due_at is not None and done.changed:
-                self._on_requeued(done.due_at)
-            if done.done:
-                logger.info("bulk action %s done", action.id, extra=_LOG)
-                return changed
             # Rest in proportion to the batch (firing shares the database and this loop), and
             # long enough to keep to the rate (a requeue's jobs fire as fast as they are made
-            # due). Never long enough for the lease to run out: another node would take over.
+            # due), whichever action comes next.
             work_s = self._clock() - started
             rest_s = max(work_s * self._rest, done.changed / self._rate_per_s - work_s)
-            rest_s = min(rest_s, self._lease_s / 4)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(rest_s):
+                async with asyncio.timeout(min(rest_s, self._lease_s / 4)):
                     await self._stop.wait()
         return changed
+
+    async def _one_batch(
+        self, action: bulk.BulkAction, failures: dict[uuid.UUID, int]
+    ) -> bulk.Batch | None:
+        """One batch of ``action``; None when it did nothing (stopped, taken over, failed)."""
+        try:
+            done = await self._store.run_batch(
+                action,
+                node_id=self._node_id,
+                batch=self._batch,
+                shards=list(self._shards()),
+                notify_within_s=self._notify_within_s,
+            )
+        except errors.TRANSIENT:
+            raise
+        except errors.BulkBatchTooSlow as exc:  # its reason is the action's, not the node's
+            logger.warning("bulk action %s failed: %s", action.id, exc, extra=_LOG)
+            await self._store.fail(action.id, node_id=self._node_id, reason=str(exc))
+            return None
+        except Exception as exc:  # one bad action never takes the loop down
+            failures[action.id] = failures.get(action.id, 0) + 1
+            logger.exception("bulk action %s: batch failed", action.id, extra=_LOG)
+            if failures[action.id] >= MAX_FAILURES:
+                await self._store.fail(action.id, node_id=self._node_id, reason=repr(exc))
+            return None
+        failures.pop(action.id, None)
+        if done is None:  # stopped, or another node took it over
+            return None
+        self._metrics.bulk_jobs_changed.labels(action=action.action.value).inc(done.changed)
+        if done.due_at is not None and done.changed:
+            self._on_requeued(done.due_at)
+        if done.done:
+            logger.info("bulk action %s done", action.id, extra=_LOG)
+        return done
 
 
 async def _first(*events: asyncio.Event) -> None:

@@ -68,6 +68,15 @@ class InvalidField(DispatcherError):
         self.detail = message
 
 
+class KeyConflict(DispatcherError):
+    """A field names something another caller holds (409)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.detail = message
+
+
 class ShardCountMismatch(Fatal):
     """The configured shard count differs from the one this database was created with."""
 
@@ -106,6 +115,14 @@ class InvalidPrerequisite(DispatcherError):
         self.detail = message
 
 
+class IdempotencyKeyTaken(DispatcherError):
+    """The idempotency key is held by a job outside this API key's routing-key prefixes."""
+
+    def __init__(self, job_index: int) -> None:
+        super().__init__()
+        self.job_index = job_index  # the job's position in the submission
+
+
 class ScheduleNotFound(DispatcherError):
     """No schedule has this name in this namespace."""
 
@@ -133,6 +150,21 @@ class FlowRuleNotFound(DispatcherError):
 
 class BulkActionNotFound(DispatcherError):
     """No bulk action has this id (that this key may see)."""
+
+
+class Busy(DispatcherError):
+    """This node is doing as much of this as it does at once: retry in a second."""
+
+    retry_after_s = 1
+
+
+class BulkLimitReached(DispatcherError):
+    """This namespace has as many bulk actions as DISPATCHER_BULK_MAX_RUNNING or
+    DISPATCHER_BULK_MAX_STORED allows."""
+
+
+class BulkBatchTooSlow(DispatcherError):
+    """A bulk action's batch took longer than DISPATCHER_BULK_BATCH_TIMEOUT_S."""
 
 
 class FlowRuleLimitReached(DispatcherError):

@@ -75,12 +75,18 @@ class Intake:
         await self.group_commit.run()
 
     async def submit(
-        self, specs: Sequence[models.JobSpec], *, namespace: str | None = None
+        self,
+        specs: Sequence[models.JobSpec],
+        *,
+        namespace: str | None = None,
+        routing_scope: Sequence[str] | None = None,
     ) -> list[models.Submitted]:
-        """Store all or nothing, in ``namespace`` (None: the default one); a 2xx may be answered
-        once this returns.
+        """Store all or nothing, in ``namespace`` (None: the default one), for a key whose
+        prefixes name the words ``routing_scope`` (None: any); a 2xx may be answered once this
+        returns. IdempotencyKeyTaken when a key names a job outside that scope.
 
         A single job joins a group commit with other concurrent single submissions."""
+        scope = tuple(routing_scope) if routing_scope is not None else None
         window_end_s = self._clock() + self._lookahead_s
         owned = list(self._ownership.epochs())
         new_jobs = []
@@ -90,11 +96,22 @@ class Intake:
             # Due soon: a shard this node owns, so it fires from here without a load.
             due_soon = owned and spec.run_at.timestamp() <= window_end_s
             shard = ids.shard_for(job_id.bytes, owned if due_soon else self._all_shards)
-            new_jobs.append(models.NewJob(id=job_id, shard=shard, spec=spec, namespace=namespace))
+            new_jobs.append(
+                models.NewJob(
+                    id=job_id, shard=shard, spec=spec, namespace=namespace, routing_scope=scope
+                )
+            )
         # A job with prerequisites is refused on its own (422), so it never shares a group commit;
         # nor does one that replaces, extends or lets go of its key: two submits of one key in a
-        # group would be one statement's two changes of one row.
-        single = len(new_jobs) == 1 and not (new_jobs[0].spec.after or new_jobs[0].spec.keyed)
+        # group would be one statement's two changes of one row; nor one whose key may name a job
+        # outside its key's prefixes, refused alone (a group would be retried job by job).
+        first = new_jobs[0].spec if new_jobs else None
+        single = (
+            first is not None
+            and len(new_jobs) == 1
+            and not (first.after or first.keyed)
+            and not (scope is not None and first.idempotency_key)
+        )
         if single and self._grouped:
             results = [await self.group_commit.submit(new_jobs[0])]
         else:

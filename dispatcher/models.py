@@ -113,6 +113,9 @@ class NewJob:
     shard: ShardId
     spec: JobSpec
     namespace: str | None = None  # None: the default namespace
+    # The words of the submitting key's routing-key prefixes (None: any): a job outside them is
+    # neither handed back under an idempotency key nor waited for (``after``).
+    routing_scope: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -18,7 +18,7 @@ from typing import Any
 import uvicorn
 
 from consumers_sdk import broker_urls
-from dispatcher import api, errors, lifecycle, metrics, supervision
+from dispatcher import api, bulk, errors, lifecycle, metrics, supervision
 from dispatcher.amqp import events, publisher
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
@@ -231,7 +231,18 @@ class Node:
             batch=settings.dependents_batch,
             poll_s=settings.dependents_poll_s,
         )
-        self.bulk_actions = BulkActionStore(self.db)
+        self.bulk_actions = BulkActionStore(
+            self.db,
+            bulk.Bounds(
+                count_cap=settings.bulk_count_cap,
+                read_timeout_s=settings.bulk_read_timeout_s,
+                batch_timeout_s=settings.bulk_batch_timeout_s,
+                reads=settings.bulk_reads,
+                max_running=settings.bulk_max_running,
+                max_stored=settings.bulk_max_stored,
+                keep_s=settings.bulk_keep_s,
+            ),
+        )
         self.bulk_runner = BulkRunner(
             self.bulk_actions,
             self.metrics,

@@ -305,6 +305,49 @@ class Settings(BaseSettings):
         " they fire at this pace beside the jobs falling due)",
     )
 
+    bulk_count_cap: int = Field(
+        10_000,
+        ge=1,
+        le=10_000_000,
+        description="a dry run (and a new action's estimate) counts matching jobs up to this"
+        " many, then answers 'at least' this many",
+    )
+    bulk_read_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="longest a dry run's count and sample may take (past it: 422 naming the"
+        " filter, nothing changed)",
+    )
+    bulk_batch_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="longest one batch of a bulk action may take; past it the action fails with"
+        " that reason (resume it, or narrow it)",
+    )
+    bulk_reads: int = Field(
+        2,
+        ge=1,
+        description="dry runs and new actions a node counts at once; more are answered 429 with"
+        " Retry-After, so claims, clock samples and probes always find a connection",
+    )
+    bulk_max_running: int = Field(
+        4,
+        ge=1,
+        description="running actions per namespace (an operator's, made with an admin key,"
+        " count apart); a new or resumed one past it is refused 409",
+    )
+    bulk_max_stored: int = Field(
+        100,
+        ge=1,
+        description="actions kept per namespace, finished ones included (an operator's count"
+        " apart); a new one past it is refused 409",
+    )
+    bulk_keep_s: float = Field(
+        7 * 86_400.0,
+        gt=0,
+        description="a done, failed or stopped action is removed this long after it last changed",
+    )
+
     # Recurring schedules
     schedule_ahead_s: float = Field(
         10.0, gt=0, description="occurrences become jobs this long before they are due"

@@ -98,7 +98,17 @@ BEGIN
             END IF;
         END LOOP;
         todo := ARRAY(SELECT t FROM unnest(todo) AS t WHERE outcomes[t] IS NULL);
-        -- The pending jobs the others' keys name, changed as asked.
+        -- The pending jobs the others' keys name, changed as asked: locked first in id order,
+        -- as every statement locking several jobs takes them (a claim's, a bulk action's), so
+        -- that two of them waiting for each other's rows cannot deadlock.
+        PERFORM FROM jobs j
+        JOIN unnest(idempotency_keys, namespaces, hows) WITH ORDINALITY
+             AS n(idempotency_key, namespace, how, ordinal)
+          ON j.idempotency_key = n.idempotency_key
+         AND coalesce(j.namespace, '') = coalesce(n.namespace, '')
+        WHERE n.ordinal = ANY (todo) AND n.how IN ('replace', 'extend')
+        ORDER BY j.id
+        FOR UPDATE OF j;
         FOR r IN
             WITH changed AS (
                 UPDATE jobs j
@@ -417,6 +427,8 @@ CREATE TABLE public.bulk_actions (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     finished_at timestamp with time zone,
+    by_operator boolean DEFAULT false NOT NULL,
+    turn_at timestamp with time zone,
     CONSTRAINT bulk_actions_action_known CHECK ((action = ANY (ARRAY['cancel'::text, 'requeue'::text, 'reschedule'::text]))),
     CONSTRAINT bulk_actions_status_known CHECK ((status = ANY (ARRAY['running'::text, 'stopped'::text, 'done'::text, 'failed'::text])))
 );
@@ -648,6 +660,10 @@ ALTER TABLE ONLY public.schema_migrations
 
 ALTER TABLE ONLY public.shard_epochs
     ADD CONSTRAINT shard_epochs_pkey PRIMARY KEY (shard);
+
+CREATE INDEX bulk_actions_budget ON public.bulk_actions USING btree (COALESCE(namespace, '*'::text), by_operator);
+
+CREATE INDEX bulk_actions_ended ON public.bulk_actions USING btree (updated_at) WHERE (status <> 'running'::text);
 
 CREATE INDEX bulk_actions_running ON public.bulk_actions USING btree (created_at) WHERE (status = 'running'::text);
 

@@ -499,7 +499,12 @@ class MemoryAPI:
         matched = [job for job in self._jobs.values() if memory_bulk.matches(job, plan.filter)]
         if body.get("dry_run"):
             sample = matched[: memory_bulk.SAMPLE]
-            return {"action": plan.action, "matched": len(matched), "sample": sample}
+            return {
+                "action": plan.action,
+                "matched": len(matched),
+                "matched_at_least": False,  # the fake counts every job it holds
+                "sample": sample,
+            }
         action: Document = {
             "id": f"00000000-0000-7000-b000-{next(self._serial):012x}",
             "action": plan.action,

@@ -2,9 +2,10 @@
 Validate -> a dry run (count and sample) or a stored action that the nodes' runners work in the
 background (``bulk_runner``). No SQL, no AMQP here.
 
-A key acts only on the jobs it could act on one by one: its namespace and routing-key prefixes
-are stored with the action (cancel and reschedule need a producer's key, a requeue an admin's, as
-``DELETE``, ``PATCH`` and ``POST .../requeue`` of /v1/jobs do)."""
+A key acts only on the jobs it could act on one by one, and sees, stops and resumes only the
+actions whose jobs it could act on (``queries.bulk_visible``): its namespace and routing-key
+prefixes are stored with the action (cancel and reschedule need a producer's key, a requeue an
+admin's, as ``DELETE``, ``PATCH`` and ``POST .../requeue`` of /v1/jobs do)."""
 
 from __future__ import annotations
 
@@ -83,27 +84,37 @@ async def create_bulk_action(
     body: bulk_schemas.BulkActionIn, context: Context, caller: auth.Producer
 ) -> Response:
     """Start a bulk action (202, the action: follow its progress with GET), or with ``dry_run``
-    answer how many jobs it would change now and the first of them (200, nothing changed)."""
+    answer how many jobs it would change now (counted up to ``DISPATCHER_BULK_COUNT_CAP``:
+    ``matched_at_least`` says the count stopped there) and the first of them (200, nothing
+    changed). 429 with Retry-After while the node counts as many as it does at once; 409 past
+    the namespace's budget of actions."""
     action, spec, change = _plan(body, context, caller)
     shown = bulk.SAMPLE_SIZE if body.dry_run else 0
-    matched, sample = await context.bulk_actions.dry_run(spec, sample=shown)
+    count, sample = await context.bulk_actions.dry_run(spec, sample=shown)
     if body.dry_run:
         return schemas.json_response(
             {
                 "action": action.value,
-                "matched": matched,
+                "matched": count.matched,
+                "matched_at_least": count.at_least,
                 "sample": [schemas.job_document(job) for job in sample],
             }
         )
     stored = await context.bulk_actions.create(
-        action, spec, change, created_by=caller.key, matched_estimate=matched
+        action,
+        spec,
+        change,
+        created_by=caller.key,
+        by_operator=caller.scope is api_keys.Scope.ADMIN,
+        matched_estimate=count.matched,
     )
     logger.info(
-        "bulk action %s (%s) made by %s: %d jobs match",
+        "bulk action %s (%s) made by %s: %s%d jobs match",
         stored.id,
         action.value,
         caller.key,
-        matched,
+        "at least " if count.at_least else "",
+        count.matched,
         extra={"action": "bulk", "bulk_action": str(stored.id)},
     )
     context.bulk_started()
@@ -119,7 +130,10 @@ async def list_bulk_actions(
 ) -> Response:
     """The actions this key may see, by id descending; follow ``next_before``."""
     found = await context.bulk_actions.page(
-        namespace=caller.namespace_filter, limit=limit, before=before
+        namespace=caller.namespace_filter,
+        routing_keys=caller.routing_key_filter,
+        limit=limit,
+        before=before,
     )
     next_before = str(found[-1].id) if len(found) == limit else None
     return schemas.json_response(
@@ -135,7 +149,9 @@ async def get_bulk_action(
     action_id: uuid.UUID, context: Context, caller: auth.Producer
 ) -> Response:
     """An action and its progress."""
-    found = await context.bulk_actions.get(action_id, namespace=caller.namespace_filter)
+    found = await context.bulk_actions.get(
+        action_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
+    )
     return schemas.json_response(bulk_schemas.action_document(found))
 
 
@@ -145,7 +161,9 @@ async def stop_bulk_action(
 ) -> Response:
     """Stop a running action after the batch in flight (409 unless running)."""
     await _may_change(context, caller, action_id)
-    stopped = await context.bulk_actions.stop(action_id, namespace=caller.namespace_filter)
+    stopped = await context.bulk_actions.stop(
+        action_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
+    )
     return schemas.json_response(bulk_schemas.action_document(stopped))
 
 
@@ -155,7 +173,9 @@ async def resume_bulk_action(
 ) -> Response:
     """Resume a stopped or failed action where it stopped (409 otherwise)."""
     await _may_change(context, caller, action_id)
-    resumed = await context.bulk_actions.resume(action_id, namespace=caller.namespace_filter)
+    resumed = await context.bulk_actions.resume(
+        action_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
+    )
     context.bulk_started()
     return schemas.json_response(bulk_schemas.action_document(resumed))
 
@@ -164,6 +184,8 @@ async def _may_change(
     context: ApiContext, caller: api_keys.Principal, action_id: uuid.UUID
 ) -> None:
     """Only an admin stops or resumes a requeue (as only an admin makes one)."""
-    found = await context.bulk_actions.get(action_id, namespace=caller.namespace_filter)
+    found = await context.bulk_actions.get(
+        action_id, namespace=caller.namespace_filter, routing_keys=caller.routing_key_filter
+    )
     if found.action is bulk.Action.REQUEUE and not caller.has(api_keys.Scope.ADMIN):
         raise errors.Forbidden(auth.denied(caller, api_keys.Scope.ADMIN))

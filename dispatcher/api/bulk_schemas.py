@@ -57,7 +57,12 @@ class BulkActionIn(BaseModel):
 
 class DryRunOut(BaseModel):
     action: str
-    matched: int = Field(description="jobs the filter matches now")
+    matched: int = Field(
+        description="jobs the filter matches now (at least, when the count stopped)"
+    )
+    matched_at_least: bool = Field(
+        description="the count stopped at DISPATCHER_BULK_COUNT_CAP: at least ``matched`` match"
+    )
     sample: list[JobOut] = Field(description=f"the first {bulk.SAMPLE_SIZE} of them, by id")
 
 

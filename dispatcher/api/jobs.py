@@ -25,14 +25,20 @@ ERRORS: dict[int | str, dict[str, object]] = {
 
 
 @contextmanager
-def prerequisites_named(prefix: str) -> Iterator[None]:
-    """A refused prerequisite answers 422 naming ``after[i]`` of the job at fault (``prefix`` is
+def refusals_named(prefix: str) -> Iterator[None]:
+    """A refused prerequisite answers 422 naming ``after[i]`` of the job at fault, an idempotency
+    key held outside the key's prefixes 409 naming its ``idempotency_key`` (``prefix`` is
     formatted with the job's index in the request)."""
     try:
         yield
     except errors.InvalidPrerequisite as exc:
         field = f"{prefix.format(exc.job_index)}after[{exc.after_index}]"
         raise errors.InvalidField(field, exc.detail) from None
+    except errors.IdempotencyKeyTaken as exc:
+        raise errors.KeyConflict(
+            f"{prefix.format(exc.job_index)}idempotency_key",
+            "is held by a job outside this key's routing-key prefixes",
+        ) from None
 
 
 @router.post(
@@ -59,8 +65,10 @@ async def submit_one(
     (``api.lean``), which serves valid requests without FastAPI's routing."""
     auth.check_routing_key(caller, body.routing_key, "routing_key")
     spec = schemas.to_spec(body, context.settings, now=context.now())
-    with prerequisites_named(""):
-        [result] = await context.intake.submit([spec], namespace=caller.namespace)
+    with refusals_named(""):
+        [result] = await context.intake.submit(
+            [spec], namespace=caller.namespace, routing_scope=caller.routing_key_filter
+        )
     return schemas.json_response(
         schemas.job_document(result.job, outcome=result.outcome),
         201 if result.created else 200,
@@ -100,8 +108,10 @@ async def create_jobs(request: Request, context: Context, caller: auth.Producer)
         specs.append(
             schemas.to_spec(job, context.settings, now=now, field_prefix=f"jobs[{index}].")
         )
-    with prerequisites_named("jobs[{}]."):
-        results = await context.intake.submit(specs, namespace=caller.namespace)
+    with refusals_named("jobs[{}]."):
+        results = await context.intake.submit(
+            specs, namespace=caller.namespace, routing_scope=caller.routing_key_filter
+        )
     documents = []
     for index, result in enumerate(results):
         await intake.take_turn(index)

@@ -90,12 +90,27 @@ async def _dispatcher_error(request: Request, exc: Exception) -> Response:
     return dispatcher_problem(exc)
 
 
+# The errors that always name one field: (status, error, field).
+_ONE_FIELD: dict[type[Exception], tuple[int, str, str]] = {
+    errors.ScheduleExists: (409, "conflict", "name"),
+    errors.ScheduleLimitReached: (409, "limit_reached", "name"),
+    errors.FlowRuleLimitReached: (409, "limit_reached", "key"),
+    errors.BulkLimitReached: (409, "limit_reached", "action"),
+}
+
+
 def dispatcher_problem(exc: Exception) -> Response:
     """The answer to a DispatcherError, named by its field or state."""
+    if (one := _ONE_FIELD.get(type(exc))) is not None:
+        status, error, field = one
+        return problem(status, error, str(exc), fields=[{"field": field, "message": str(exc)}])
     match exc:
         case errors.InvalidField():
             fields = [{"field": exc.field, "message": exc.detail}]
             return problem(422, "invalid_request", str(exc), fields=fields)
+        case errors.KeyConflict():
+            fields = [{"field": exc.field, "message": exc.detail}]
+            return problem(409, "conflict", str(exc), fields=fields)
         case errors.PayloadTooLarge():
             fields = [{"field": exc.field, "message": str(exc)}]
             return problem(413, "payload_too_large", str(exc), fields=fields)
@@ -110,18 +125,10 @@ def dispatcher_problem(exc: Exception) -> Response:
             return problem(404, "not_found", str(exc))
         case errors.ScheduleNotFound() | errors.FlowRuleNotFound() | errors.BulkActionNotFound():
             return problem(404, "not_found", str(exc))
-        case errors.ScheduleExists():
-            return problem(
-                409, "conflict", str(exc), fields=[{"field": "name", "message": str(exc)}]
-            )
-        case errors.ScheduleLimitReached():
-            return problem(
-                409, "limit_reached", str(exc), fields=[{"field": "name", "message": str(exc)}]
-            )
-        case errors.FlowRuleLimitReached():
-            return problem(
-                409, "limit_reached", str(exc), fields=[{"field": "key", "message": str(exc)}]
-            )
+        case errors.Busy():
+            answer = problem(429, "busy", str(exc))
+            answer.headers["Retry-After"] = str(exc.retry_after_s)
+            return answer
         case errors.ScheduleQuotaReached():
             named = [{"field": exc.field, "message": str(exc)}]
             return problem(409, "quota_reached", str(exc), fields=named)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -17,9 +18,9 @@ from dispatcher.store.jobs import job_from_row
 
 _NO_ID: Final = uuid.UUID(int=0)
 _IDS: Final = ids.JobIds()  # an action's id says when it was made: lists go newest first
-# A batch waits for the row locks of the jobs it changes (a claim in flight): longer than an API
-# call may. A dry run counts every matching job.
-BATCH_TIMEOUT_S: Final = 30.0
+# The server cuts a statement short at its limit; the block's own deadline, a little later, is
+# for a server that no longer answers (then the database is away, not the statement slow).
+_GRACE_S: Final = 5.0
 
 _STATEMENTS: Final = {
     bulk.Action.CANCEL: queries.BULK_CANCEL,
@@ -41,6 +42,10 @@ def _match(spec: bulk.Filter) -> list[object]:
         spec.error_contains,
         list(spec.scope_prefixes) if spec.scope_prefixes is not None else None,
     ]
+
+
+def _words(routing_keys: Sequence[str] | None) -> list[str] | None:
+    return list(routing_keys) if routing_keys is not None else None
 
 
 def _states(spec: bulk.Filter) -> list[object]:
@@ -79,21 +84,57 @@ def action_from_row(row: asyncpg.Record) -> bulk.BulkAction:
     )
 
 
+def _limit(timeout_s: float) -> str:
+    """A statement_timeout setting: whole milliseconds."""
+    return f"{max(1, round(timeout_s * 1000))}ms"
+
+
 class BulkActionStore:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, bounds: bulk.Bounds | None = None) -> None:
         self._db = db
+        self.bounds = bounds or bulk.Bounds()
+        # Dry runs and new actions count jobs: at most this many at once take a connection of
+        # the pool that claims, clock samples and probes share; more are refused (429).
+        self._reads = asyncio.Semaphore(self.bounds.reads)
 
     # --- the API ---------------------------------------------------------------------------------
 
-    async def dry_run(self, spec: bulk.Filter, *, sample: int) -> tuple[int, list[models.Job]]:
-        """How many jobs match now, and the first ``sample`` of them; changes nothing."""
-        async with self._db.connection(BATCH_TIMEOUT_S) as connection:
-            row = await connection.fetchrow(queries.BULK_COUNT, *_states(spec), *_match(spec))
-            rows = await connection.fetch(
-                queries.BULK_SAMPLE, _NO_ID, sample, *_states(spec), *_match(spec)
-            )
+    async def dry_run(
+        self, spec: bulk.Filter, *, sample: int
+    ) -> tuple[bulk.Count, list[models.Job]]:
+        """How many jobs match now (up to the cap), and the first ``sample`` of them; changes
+        nothing. Busy past ``bounds.reads`` at once; InvalidField naming the filter when the
+        count takes longer than ``bounds.read_timeout_s``."""
+        if self._reads.locked():
+            raise errors.Busy("as many bulk counts run on this node as it allows: retry")
+        timeout_s = self.bounds.read_timeout_s
+        async with self._reads, self._db.connection(timeout_s + _GRACE_S) as connection:
+            try:
+                async with connection.transaction(readonly=True):
+                    await connection.execute(queries.LIMIT_STATEMENT_TIME, _limit(timeout_s))
+                    row = await connection.fetchrow(
+                        queries.BULK_COUNT,
+                        *_states(spec),
+                        *_match(spec),
+                        self.bounds.count_cap + 1,
+                    )
+                    rows = (
+                        await connection.fetch(
+                            queries.BULK_SAMPLE, _NO_ID, sample, *_states(spec), *_match(spec)
+                        )
+                        if sample
+                        else []
+                    )
+            except asyncpg.QueryCanceledError:
+                raise errors.InvalidField(
+                    "filter",
+                    f"counting the jobs it matches took over {timeout_s:g} s: narrow it"
+                    " (a routing_key, a state, a run_at range)",
+                ) from None
         assert row is not None  # an aggregate: always one row
-        return row["matched"], [job_from_row(found) for found in rows]
+        cap = self.bounds.count_cap
+        count = bulk.Count(matched=min(row["matched"], cap), at_least=row["matched"] > cap)
+        return count, [job_from_row(found) for found in rows]
 
     async def create(
         self,
@@ -102,8 +143,10 @@ class BulkActionStore:
         change: bulk.Change,
         *,
         created_by: str,
+        by_operator: bool,
         matched_estimate: int,
     ) -> bulk.BulkAction:
+        """Store a running action; BulkLimitReached past its namespace's budget."""
         values = {
             "id": _IDS.next(),
             "action": action.value,
@@ -112,42 +155,106 @@ class BulkActionStore:
             "shift_s": change.shift_s,
             "created_by": created_by,
             "matched_estimate": matched_estimate,
+            "by_operator": by_operator,
         }
-        async with self._db.connection() as connection:
+        async with self._db.connection() as connection, connection.transaction():
+            await self._within_budget(connection, spec.namespace, by_operator, stored=True)
             row = await connection.fetchrow(
                 queries.INSERT_BULK_ACTION, *(values[name] for name in queries.BULK_ACTION_COLUMNS)
             )
         assert row is not None
         return action_from_row(row)
 
-    async def get(self, action_id: uuid.UUID, *, namespace: str | None) -> bulk.BulkAction:
-        return await self._one(queries.SELECT_BULK_ACTION, action_id, namespace)
+    async def _within_budget(
+        self,
+        connection: asyncpg.pool.PoolConnectionProxy,
+        namespace: str | None,
+        by_operator: bool,
+        *,
+        stored: bool,
+    ) -> None:
+        """Take the budget's lock for the transaction; BulkLimitReached when one more running
+        action (and, with ``stored``, one more stored) would pass it."""
+        await connection.execute(queries.LOCK_BULK_BUDGET, namespace, by_operator)
+        used = await connection.fetchrow(queries.BULK_BUDGET, namespace, by_operator)
+        assert used is not None  # an aggregate: always one row
+        whose = "an operator's" if by_operator else "this namespace's"
+        if stored and used["stored"] >= self.bounds.max_stored:
+            raise errors.BulkLimitReached(
+                f"{whose} {self.bounds.max_stored} stored bulk actions are as many as"
+                " DISPATCHER_BULK_MAX_STORED allows: ended ones are removed"
+                f" {self.bounds.keep_s:g} s after they end"
+            )
+        if used["running"] >= self.bounds.max_running:
+            raise errors.BulkLimitReached(
+                f"{whose} {self.bounds.max_running} running bulk actions are as many as"
+                " DISPATCHER_BULK_MAX_RUNNING allows: stop one, or wait for one to end"
+            )
+
+    # ``namespace`` and ``routing_keys`` are the caller's filters (``api_keys.Principal``'s
+    # ``namespace_filter`` and ``routing_key_filter``): an action outside them is not found.
+
+    async def get(
+        self, action_id: uuid.UUID, *, namespace: str | None, routing_keys: Sequence[str] | None
+    ) -> bulk.BulkAction:
+        return await self._one(
+            queries.SELECT_BULK_ACTION, action_id, namespace, _words(routing_keys)
+        )
 
     async def page(
-        self, *, namespace: str | None, limit: int, before: uuid.UUID | None = None
+        self,
+        *,
+        namespace: str | None,
+        routing_keys: Sequence[str] | None,
+        limit: int,
+        before: uuid.UUID | None = None,
     ) -> list[bulk.BulkAction]:
         """The newest actions first: ids are UUIDv7, in creation order (a node's strictly; across
         nodes, as far as their clocks agree)."""
         async with self._db.connection() as connection:
-            rows = await connection.fetch(queries.LIST_BULK_ACTIONS, limit, namespace, before)
+            rows = await connection.fetch(
+                queries.LIST_BULK_ACTIONS, limit, namespace, _words(routing_keys), before
+            )
         return [action_from_row(row) for row in rows]
 
-    async def stop(self, action_id: uuid.UUID, *, namespace: str | None) -> bulk.BulkAction:
+    async def stop(
+        self, action_id: uuid.UUID, *, namespace: str | None, routing_keys: Sequence[str] | None
+    ) -> bulk.BulkAction:
         """Stop a running action (JobStateConflict naming its status otherwise)."""
-        return await self._move(queries.STOP_BULK_ACTION, action_id, namespace)
+        return await self._move(queries.STOP_BULK_ACTION, action_id, namespace, routing_keys)
 
-    async def resume(self, action_id: uuid.UUID, *, namespace: str | None) -> bulk.BulkAction:
-        """Resume a stopped or failed action from its cursor."""
-        return await self._move(queries.RESUME_BULK_ACTION, action_id, namespace)
+    async def resume(
+        self, action_id: uuid.UUID, *, namespace: str | None, routing_keys: Sequence[str] | None
+    ) -> bulk.BulkAction:
+        """Resume a stopped or failed action from its cursor, within its namespace's budget of
+        running actions (BulkLimitReached past it)."""
+        return await self._move(
+            queries.RESUME_BULK_ACTION, action_id, namespace, routing_keys, budgeted=True
+        )
 
     async def _move(
-        self, query: str, action_id: uuid.UUID, namespace: str | None
+        self,
+        query: str,
+        action_id: uuid.UUID,
+        namespace: str | None,
+        routing_keys: Sequence[str] | None,
+        *,
+        budgeted: bool = False,
     ) -> bulk.BulkAction:
-        async with self._db.connection(BATCH_TIMEOUT_S) as connection:
-            row = await connection.fetchrow(query, action_id, namespace)
+        timeout_s = self.bounds.batch_timeout_s + _GRACE_S  # a stop waits for a batch in flight
+        async with self._db.connection(timeout_s) as connection, connection.transaction():
+            if budgeted:
+                found = await connection.fetchrow(
+                    queries.SELECT_BULK_ACTION, action_id, namespace, _words(routing_keys)
+                )
+                if found is not None and found["status"] != bulk.Status.RUNNING:
+                    await self._within_budget(
+                        connection, found["namespace"], found["by_operator"], stored=False
+                    )
+            row = await connection.fetchrow(query, action_id, namespace, _words(routing_keys))
         if row is not None:
             return action_from_row(row)
-        current = await self.get(action_id, namespace=namespace)
+        current = await self.get(action_id, namespace=namespace, routing_keys=routing_keys)
         raise errors.JobStateConflict(
             current.status.value, f"the bulk action is {current.status.value}"
         )
@@ -162,7 +269,8 @@ class BulkActionStore:
     # --- the workers ----------------------------------------------------------------------------
 
     async def claim(self, *, node_id: str, lease_s: float) -> bulk.BulkAction | None:
-        """The oldest running action no other node works, now this node's for ``lease_s``."""
+        """The running action whose turn it is (``queries.CLAIM_BULK_ACTION``), now this node's
+        for ``lease_s``, for one batch."""
         async with self._db.connection() as connection:
             row = await connection.fetchrow(queries.CLAIM_BULK_ACTION, node_id, lease_s)
         return action_from_row(row) if row is not None else None
@@ -173,12 +281,12 @@ class BulkActionStore:
         *,
         node_id: str,
         batch: int,
-        lease_s: float,
         shards: Sequence[int] = (),
         notify_within_s: float = 0.0,
     ) -> bulk.Batch | None:
         """Change the next ``batch`` matching jobs after the action's cursor and advance it, in one
-        transaction; None when the action no longer runs here (stopped, taken over, done).
+        transaction, which ends this node's turn; None when the action no longer runs here
+        (stopped, taken over, done). BulkBatchTooSlow past ``bounds.batch_timeout_s``.
         ``shards``: where a requeue puts its jobs; ``notify_within_s``: how soon a rescheduled
         job must be due to be announced."""
         spec = action.filter
@@ -192,22 +300,44 @@ class BulkActionStore:
             args.append(list(shards))
         elif action.action is bulk.Action.RESCHEDULE:
             args += [action.change.run_at, action.change.shift_s, notify_within_s]
-        async with self._db.connection(BATCH_TIMEOUT_S) as connection, connection.transaction():
-            current = await connection.fetchrow(queries.LOCK_BULK_ACTION, action.id, node_id)
-            if current is None:
-                return None
-            cursor: uuid.UUID = current["cursor"]
-            # Planned with the filter's values: a generic plan of the pick (which the plan cache
-            # may choose after five batches) walks the primary key instead of the filter's index.
-            await connection.execute(queries.PLAN_EACH_RUN)
-            row = await connection.fetchrow(_STATEMENTS[action.action], cursor, batch, *args)
-            assert row is not None  # aggregates: always one row
-            done = row["seen"] < batch
-            await connection.execute(
-                queries.ADVANCE_BULK_ACTION, action.id, row["last"], row["changed"], done, lease_s
-            )
+        timeout_s = self.bounds.batch_timeout_s
+        async with self._db.connection(timeout_s + _GRACE_S) as connection:
+            try:
+                async with connection.transaction():
+                    current = await connection.fetchrow(
+                        queries.LOCK_BULK_ACTION, action.id, node_id
+                    )
+                    if current is None:
+                        return None
+                    cursor: uuid.UUID = current["cursor"]
+                    await connection.execute(queries.LIMIT_STATEMENT_TIME, _limit(timeout_s))
+                    # Planned with the filter's values: a generic plan of the pick (which the
+                    # plan cache may choose after five batches) walks the primary key instead of
+                    # the filter's index.
+                    await connection.execute(queries.PLAN_EACH_RUN)
+                    row = await connection.fetchrow(
+                        _STATEMENTS[action.action], cursor, batch, *args
+                    )
+                    assert row is not None  # aggregates: always one row
+                    done = row["seen"] < batch
+                    await connection.execute(
+                        queries.ADVANCE_BULK_ACTION, action.id, row["last"], row["changed"], done
+                    )
+            except asyncpg.QueryCanceledError:
+                raise errors.BulkBatchTooSlow(
+                    f"a batch of {batch} jobs took over {timeout_s:g} s"
+                    " (DISPATCHER_BULK_BATCH_TIMEOUT_S): narrow the filter, or resume it"
+                ) from None
         due_at: datetime | None = row["at"] if action.action is bulk.Action.REQUEUE else None
         return bulk.Batch(seen=row["seen"], changed=row["changed"], done=done, due_at=due_at)
+
+    async def remove_ended(self) -> int:
+        """Remove the actions done, failed or stopped longer than ``bounds.keep_s`` ago."""
+        async with self._db.connection() as connection:
+            removed = await connection.fetchval(
+                queries.REMOVE_ENDED_BULK_ACTIONS, self.bounds.keep_s
+            )
+        return int(removed)
 
     async def fail(self, action_id: uuid.UUID, *, node_id: str, reason: str) -> None:
         async with self._db.connection() as connection:

@@ -27,12 +27,18 @@ async def attach(
     """Lock and check the prerequisites the created jobs name, store their edges and move those
     still waiting for one to ``waiting``; returns their ids. InvalidPrerequisite (the caller's
     transaction is rolled back) when one cannot be waited for."""
-    namespaces = {job.namespace for job in jobs}
-    assert len(namespaces) == 1, "one submission is stored in one namespace"
+    submitters = {(job.namespace, job.routing_scope) for job in jobs}
+    assert len(submitters) == 1, "one submission is stored by one key, in one namespace"
     wanted = dependency_plan.prerequisites(jobs, created)
     states: dict[uuid.UUID, models.JobState] = {}
     if wanted:
-        rows = await connection.fetch(queries.LOCK_PREREQUISITES, wanted, jobs[0].namespace or "")
+        scope = jobs[0].routing_scope
+        rows = await connection.fetch(
+            queries.LOCK_PREREQUISITES,
+            wanted,
+            jobs[0].namespace or "",
+            list(scope) if scope is not None else None,
+        )
         states = {row["id"]: models.JobState(row["state"]) for row in rows}
     plan = dependency_plan.plan(jobs, resolved=resolved, created=created, states=states)
     if plan.edges:

@@ -12,7 +12,7 @@ from typing import Final, NamedTuple
 import asyncpg
 import orjson
 
-from dispatcher import errors, models
+from dispatcher import api_keys, errors, models
 from dispatcher.flow import rules
 from dispatcher.store import dependencies, queries
 from dispatcher.store.db import Database
@@ -76,6 +76,22 @@ def entry_from_row(row: asyncpg.Record) -> models.DueEntry:
     )
 
 
+def _refuse_foreign(
+    jobs: Sequence[models.NewJob],
+    answers: Sequence[_Answer],
+    existing: Mapping[uuid.UUID, models.Job],
+) -> None:
+    """IdempotencyKeyTaken for the first job whose key names a job outside its submitter's
+    prefixes: that job is neither shown nor changed (a replace or extend changes only a job of
+    the same routing key, so only a kept or refused answer can name one)."""
+    for index, (job, answer) in enumerate(zip(jobs, answers, strict=True)):
+        if answer.created or job.routing_scope is None:
+            continue
+        holder = existing[answer.id]
+        if not any(api_keys.within(holder.routing_key, w) for w in job.routing_scope):
+            raise errors.IdempotencyKeyTaken(index)
+
+
 class JobStore:
     def __init__(
         self,
@@ -105,6 +121,11 @@ class JobStore:
         if not jobs:
             return []
         with_prerequisites = any(job.spec.after for job in jobs)
+        # A key may name a job outside the caller's prefixes: the batch is refused, so the jobs
+        # stored before that answer is known are rolled back with it.
+        scoped_keys = len(jobs) > 1 and any(
+            job.routing_scope is not None and job.spec.idempotency_key for job in jobs
+        )
         waiting: set[uuid.UUID] = set()
         # One statement is atomic and durable on its own: a transaction would only add the BEGIN
         # and COMMIT round trips to every request's wait. Prerequisites are written with their
@@ -112,13 +133,16 @@ class JobStore:
         # inside a transaction.
         async with (
             self._db.connection() as connection,
-            connection.transaction() if with_prerequisites else contextlib.nullcontext(),
+            connection.transaction()
+            if with_prerequisites or scoped_keys
+            else contextlib.nullcontext(),
         ):
             if any(job.spec.keyed for job in jobs):
                 answers = await self._enqueue(connection, jobs)
                 existing = await _rows(connection, [a.id for a in answers if not a.created])
             else:
                 answers, existing = await self._insert_kept(connection, jobs)
+            _refuse_foreign(jobs, answers, existing)
             inserted = {answer.id: answer.created_at for answer in answers if answer.created}
             if with_prerequisites:
                 waiting = await dependencies.attach(

@@ -832,11 +832,15 @@ SEES_ALL_SESSIONS: Final = "SELECT pg_has_role('pg_read_all_stats', 'USAGE')"
 # them), and mark them as having dependents. The lock makes a prerequisite's state change wait for
 # the submission to commit (its trigger then sees the new edges), or the submission read the state
 # that change committed: either way no dependent misses its release.
-# $1 prerequisite ids, $2 the namespace they must be in ('' for the default one).
+# $1 prerequisite ids, $2 the namespace they must be in ('' for the default one), $3 the
+# routing-key filter of the submitter's key (a job outside it is not found, as a random id).
 LOCK_PREREQUISITES: Final = """
 WITH locked AS (
     SELECT id, state, has_dependents FROM jobs
     WHERE id = ANY($1::uuid[]) AND coalesce(namespace, '') = $2
+      AND ($3::text[] IS NULL OR EXISTS (
+          SELECT FROM unnest($3::text[]) AS w
+          WHERE routing_key = w OR starts_with(routing_key, w || '.')))
     ORDER BY id
     FOR NO KEY UPDATE
 ), flagged AS (
@@ -1199,14 +1203,24 @@ SELECT (SELECT count(*) FROM picked) AS seen,
        (SELECT count(*) FROM changed) AS changed, now() AS at
 """
 
+# The picked jobs still in the states and matching the filter, locked in id order (re-tested as
+# they are locked: a claim, a cancel or a requeue committed meanwhile is seen).
+_BULK_LOCKED: Final = f"""locked AS (
+    SELECT j.id, j.dispatched_at FROM jobs j
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) AND j.state IN ($3, $4)
+      AND {bulk_match("j.", 5)}
+    ORDER BY j.id
+    FOR UPDATE
+)"""
+
 # Cancel: as CANCEL_JOB (the 0006 trigger cancels the jobs waiting for them in turn).
 # $1-$13 as _BULK_PICK, $14 node id, $15 detail.
 BULK_CANCEL: Final = f"""
 WITH picked AS ({_BULK_PICK}),
+{_BULK_LOCKED},
 changed AS (
     UPDATE jobs j SET state = 'cancelled', lease_until = NULL, updated_at = now()
-    WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) AND j.state IN ($3, $4)
-      AND {bulk_match("j.", 5)}
+    FROM locked WHERE j.id = locked.id
     RETURNING j.id
 ), noted AS (
     INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at,
@@ -1223,13 +1237,13 @@ changed AS (
 # $1-$13 as _BULK_PICK, $14 node id, $15 detail (' to <new time>' is added).
 BULK_RESCHEDULE: Final = f"""
 WITH picked AS ({_BULK_PICK}),
+{_BULK_LOCKED},
 changed AS (
     UPDATE jobs j
     SET run_at = coalesce($16::timestamptz, greatest(j.run_at + make_interval(secs => $17),
                                                      'epoch'::timestamptz)),
         updated_at = now()
-    WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) AND j.state IN ($3, $4)
-      AND {bulk_match("j.", 5)}
+    FROM locked WHERE j.id = locked.id
     RETURNING j.id, j.shard, j.run_at, j.routing_key
 ), noted AS (
     INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at,
@@ -1252,13 +1266,8 @@ SELECT (SELECT count(*) FROM picked) AS seen,
 # $1-$13 as _BULK_PICK, $14 node id, $15 detail.
 BULK_REQUEUE: Final = f"""
 WITH picked AS ({_BULK_PICK}),
-old AS (
-    SELECT j.id, j.dispatched_at FROM jobs j
-    WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) AND j.state IN ($3, $4)
-      AND {bulk_match("j.", 5)}
-    ORDER BY j.id
-    FOR UPDATE
-), changed AS (
+{_BULK_LOCKED},
+changed AS (
     UPDATE jobs j
     SET state = 'scheduled', run_at = now(),
         shard = CASE WHEN cardinality($16::int[]) = 0 OR j.shard = ANY ($16::int[]) THEN j.shard
@@ -1266,24 +1275,26 @@ old AS (
                 END,
         last_error = NULL, dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
         dispatch_round = gen_random_uuid(), updated_at = now()
-    FROM old WHERE j.id = old.id
+    FROM locked WHERE j.id = locked.id
     RETURNING j.id
 ), noted AS (
     INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at,
                             detail)
     SELECT gen_random_uuid(), id, 'dispatched', 0, 'dispatcher', $14, dispatched_at, NULL
-    FROM old WHERE dispatched_at IS NOT NULL
+    FROM locked WHERE dispatched_at IS NOT NULL
     UNION ALL
-    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $14, now(), $15 FROM old
+    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $14, now(), $15 FROM locked
 )
 {_BULK_ANSWER}
 """
 
-# A dry run: how many jobs match now, and the first $2 of them in id order (whole rows).
-# $1 the zero id, $2 sample size, $3-$13 as _BULK_PICK.
+# A dry run: how many jobs match now, up to $12 (a count past it stops: "at least"), and the
+# first $2 of them in id order (whole rows). BULK_COUNT: $1, $2 states, $3-$11 as bulk_match,
+# $12 the most it counts. BULK_SAMPLE: $1 the zero id, $2 sample size, $3-$13 as _BULK_PICK.
 BULK_COUNT: Final = f"""
-SELECT count(*) AS matched FROM jobs
-WHERE state IN ($1, $2) AND {bulk_match("", 3)}
+SELECT count(*) AS matched FROM (
+    SELECT FROM jobs WHERE state IN ($1, $2) AND {bulk_match("", 3)} LIMIT $12
+) AS capped
 """
 BULK_SAMPLE: Final = f"""
 SELECT * FROM jobs WHERE id = ANY (ARRAY({_BULK_PICK})) ORDER BY id
@@ -1307,52 +1318,105 @@ BULK_ACTION_COLUMNS: Final = (
     "scope_prefixes",
     "created_by",
     "matched_estimate",
+    "by_operator",
 )
-# Store a new action, running. $1..$16: BULK_ACTION_COLUMNS.
+# Store a new action, running. $1..$17: BULK_ACTION_COLUMNS.
 INSERT_BULK_ACTION: Final = (
     f"INSERT INTO bulk_actions ({', '.join(BULK_ACTION_COLUMNS)})"
     f" VALUES ({', '.join(f'${n}' for n in range(1, len(BULK_ACTION_COLUMNS) + 1))})"
     " RETURNING *"
 )
 
-# An action a caller may see: every one for an admin ($2 NULL), else those of its namespace.
-# $1 id, $2 namespace filter.
-SELECT_BULK_ACTION: Final = """
-SELECT * FROM bulk_actions
-WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+# The next statements of the transaction end past $1 (text: '5s', '250ms'): a bulk read or batch
+# that would run long is cut short by the server, which tells it from the server being away.
+LIMIT_STATEMENT_TIME: Final = "SELECT set_config('statement_timeout', $1, true)"
+
+# One namespace's budget of actions (an operator's apart) is counted and used by one transaction
+# at a time: two makers cannot both take its last place. $1 namespace (NULL: every one), $2 by an
+# operator.
+LOCK_BULK_BUDGET: Final = """
+SELECT pg_advisory_xact_lock(hashtext('dispatcher.bulk_actions'),
+                             hashtext(coalesce($1::text, '*') || ':' || $2::boolean::text))
+"""
+BULK_BUDGET: Final = """
+SELECT count(*) FILTER (WHERE status = 'running') AS running, count(*) AS stored
+FROM bulk_actions WHERE coalesce(namespace, '*') = coalesce($1::text, '*') AND by_operator = $2
 """
 
-# The newest $1 actions a caller may see, before the id $3 (NULL: the newest). $2 namespace filter.
-LIST_BULK_ACTIONS: Final = """
+# The actions done, failed or stopped longer than $1 seconds ago. Answers how many went.
+REMOVE_ENDED_BULK_ACTIONS: Final = """
+WITH removed AS (
+    DELETE FROM bulk_actions
+    WHERE status <> 'running' AND updated_at < now() - make_interval(secs => $1)
+    RETURNING 1
+)
+SELECT count(*) FROM removed
+"""
+
+
+# The actions a caller may see, read, stop and resume: those whose jobs are all jobs it could act
+# on one by one. Its namespace (NULL: every one, an admin's; '' the default one: an action for
+# every namespace, NULL, is an admin's alone) and, for a key limited to routing-key prefixes (the
+# words of $n+1; NULL: any), an action made by a key as limited or more (each of its scope's
+# words within one of the caller's), or one whose filter names a routing key or prefix within
+# them. $n namespace filter, $n+1 routing-key filter.
+def bulk_visible(first: int) -> str:
+    namespace, scope = f"${first}", f"${first + 1}"
+    return f"""({namespace}::text IS NULL OR namespace = {namespace})
+  AND ({scope}::text[] IS NULL
+       OR (scope_prefixes IS NOT NULL AND NOT EXISTS (
+             SELECT FROM unnest(scope_prefixes) AS s
+             WHERE NOT EXISTS (SELECT FROM unnest({scope}::text[]) AS w
+                               WHERE s = w OR starts_with(s, w || '.'))))
+       OR EXISTS (
+             SELECT FROM unnest({scope}::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')
+                OR routing_key_prefix = w OR starts_with(routing_key_prefix, w || '.')))"""
+
+
+# $1 id, $2-$3 as bulk_visible.
+SELECT_BULK_ACTION: Final = f"""
+SELECT * FROM bulk_actions WHERE id = $1 AND {bulk_visible(2)}
+"""
+
+# The newest $1 actions a caller may see, before the id $4 (NULL: the newest). $2-$3 as
+# bulk_visible.
+LIST_BULK_ACTIONS: Final = f"""
 SELECT * FROM bulk_actions
-WHERE ($2::text IS NULL OR coalesce(namespace, '') = $2) AND ($3::uuid IS NULL OR id < $3)
+WHERE {bulk_visible(2)} AND ($4::uuid IS NULL OR id < $4)
 ORDER BY id DESC
 LIMIT $1
 """
 
 # Stop a running action (its worker sees it at its next batch: this waits for a batch in flight),
-# or resume a stopped or failed one from its cursor. $1 id, $2 namespace filter.
-STOP_BULK_ACTION: Final = """
+# or resume a stopped or failed one from its cursor. $1 id, $2-$3 as bulk_visible.
+STOP_BULK_ACTION: Final = f"""
 UPDATE bulk_actions SET status = 'stopped', worked_by = NULL, lease_until = NULL,
                         updated_at = now()
-WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, '') = $2) AND status = 'running'
+WHERE id = $1 AND {bulk_visible(2)} AND status = 'running'
 RETURNING *
 """
-RESUME_BULK_ACTION: Final = """
+RESUME_BULK_ACTION: Final = f"""
 UPDATE bulk_actions SET status = 'running', reason = NULL, finished_at = NULL, updated_at = now()
-WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
-  AND status IN ('stopped', 'failed')
+WHERE id = $1 AND {bulk_visible(2)} AND status IN ('stopped', 'failed')
 RETURNING *
 """
 
-# Take the oldest running action no other node works (its lease ran out, or it never had one)
-# for $2 seconds; rows locked by a batch in flight are passed over. $1 node id.
+# Take a running action no other node works (its lease ran out, or it never had one) for $2
+# seconds, for one batch: an operator's first, then one of the namespace whose last batch ran
+# longest ago, then that namespace's least recently worked action (bulk.py, "Bounds"); rows
+# locked by a batch in flight are passed over. $1 node id.
 CLAIM_BULK_ACTION: Final = """
 UPDATE bulk_actions SET worked_by = $1, lease_until = now() + make_interval(secs => $2)
 WHERE id = (
-    SELECT id FROM bulk_actions
-    WHERE status = 'running' AND (lease_until IS NULL OR lease_until < now() OR worked_by = $1)
-    ORDER BY created_at
+    SELECT a.id FROM bulk_actions a
+    WHERE a.status = 'running'
+      AND (a.lease_until IS NULL OR a.lease_until < now() OR a.worked_by = $1)
+    ORDER BY a.by_operator DESC,
+             (SELECT max(b.turn_at) FROM bulk_actions b
+              WHERE coalesce(b.namespace, '*') = coalesce(a.namespace, '*')
+                AND b.by_operator = a.by_operator) NULLS FIRST,
+             a.turn_at NULLS FIRST, a.created_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 )
@@ -1367,15 +1431,13 @@ SELECT * FROM bulk_actions WHERE id = $1 AND status = 'running' AND worked_by = 
 """
 
 # A batch ends by moving the cursor to $2 (NULL: where it is), counting $3 more jobs changed, and
-# renewing the lease for $5 seconds; $4: no job is left, the action is done.
+# ending its turn (any node may take the next batch); $4: no job is left, the action is done.
 ADVANCE_BULK_ACTION: Final = """
 UPDATE bulk_actions
 SET cursor = coalesce($2, cursor), touched = touched + $3,
     status = CASE WHEN $4 THEN 'done' ELSE status END,
     finished_at = CASE WHEN $4 THEN now() END,
-    worked_by = CASE WHEN $4 THEN NULL ELSE worked_by END,
-    lease_until = CASE WHEN $4 THEN NULL ELSE now() + make_interval(secs => $5) END,
-    updated_at = now()
+    worked_by = NULL, lease_until = NULL, turn_at = now(), updated_at = now()
 WHERE id = $1
 """
 

@@ -1,7 +1,7 @@
 """The bulk action runner against a store that answers from a script: an action worked batch by
-batch to its end, its requeued jobs handed to the loader, a batch that keeps failing on its jobs
-fails the action (and only it), the services away reach the supervisor, and a stop ends the work
-between batches."""
+batch to its end, each batch a turn claimed anew, its requeued jobs handed to the loader, a batch
+that keeps failing on its jobs (or once takes too long) fails the action (and only it), the
+services away reach the supervisor, and a stop ends the work between batches."""
 
 from __future__ import annotations
 
@@ -41,18 +41,22 @@ def action(kind: bulk.Action = bulk.Action.REQUEUE) -> bulk.BulkAction:
 
 
 class ScriptedStore:
-    """Hands out ``actions`` once each; each batch is the next step of ``batches`` (a Batch, None,
-    or an exception to raise)."""
+    """Hands out the first of ``actions`` at each claim, while it runs (a batch answered None or
+    done, or a fail, ends it); each batch is the next step of ``batches`` (a Batch, None, or an
+    exception to raise)."""
 
     def __init__(self, actions: list[bulk.BulkAction], batches: list[Any]) -> None:
         self.actions = actions
         self.batches = batches
         self.failed: list[tuple[uuid.UUID, str]] = []
         self.calls = 0
+        self.claims: list[uuid.UUID | None] = []
+        self.removals = 0
         self.on_batch: Callable[[], None] = lambda: None
 
     async def claim(self, *, node_id: str, lease_s: float) -> bulk.BulkAction | None:
-        return self.actions.pop(0) if self.actions else None
+        self.claims.append(self.actions[0].id if self.actions else None)
+        return self.actions[0] if self.actions else None
 
     async def run_batch(self, action: bulk.BulkAction, **_: object) -> bulk.Batch | None:
         self.calls += 1
@@ -60,10 +64,17 @@ class ScriptedStore:
         step = self.batches.pop(0)
         if isinstance(step, Exception):
             raise step
+        if step is None or step.done:
+            self.actions.remove(action)
         return step  # type: ignore[no-any-return]
 
     async def fail(self, action_id: uuid.UUID, *, node_id: str, reason: str) -> None:
         self.failed.append((action_id, reason))
+        self.actions = [a for a in self.actions if a.id != action_id]
+
+    async def remove_ended(self) -> int:
+        self.removals += 1
+        return 0
 
 
 def runner(
@@ -123,6 +134,31 @@ async def test_a_batch_failing_on_its_jobs_fails_its_action_and_the_next_is_work
     [(failed, reason)] = store.failed
     assert failed == broken.id
     assert "a value PostgreSQL refused" in reason
+
+
+async def test_a_batch_past_its_time_fails_its_action_at_once_and_the_next_is_worked() -> None:
+    slow, fine = action(), action(bulk.Action.CANCEL)
+    store = ScriptedStore(
+        [slow, fine],
+        [
+            errors.BulkBatchTooSlow("a batch of 2 jobs took over 30 s"),
+            bulk.Batch(seen=1, changed=1, done=True),
+        ],
+    )
+    assert await runner(store, []).work() == 1
+    assert store.failed == [(slow.id, "a batch of 2 jobs took over 30 s")]
+
+
+async def test_each_batch_is_a_turn_claimed_anew_and_ended_actions_are_removed_first() -> None:
+    worked = action()
+    store = ScriptedStore(
+        [worked],
+        [bulk.Batch(seen=2, changed=2, done=False)] * 2
+        + [bulk.Batch(seen=1, changed=1, done=True)],
+    )
+    assert await runner(store, []).work() == 5
+    assert store.claims == [worked.id] * 3 + [None]
+    assert store.removals == 1
 
 
 async def test_the_services_away_reach_the_caller_without_failing_the_action() -> None:
