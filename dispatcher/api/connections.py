@@ -6,8 +6,7 @@ do not arrive within ``header_timeout_s`` (counted from the connection, or from 
 response on a kept-alive one) or exceed ``MAX_HEADER_BYTES`` (431), and close one whose body does
 not arrive within ``body_timeout_s`` of its headers: idle or trickling clients (slowloris) cannot
 hold the node's connections (the requests in progress are capped apart: ``request_cap``). It
-overrides uvicorn's internals: ``http_protocol`` uses it only on the uvicorn releases
-``internals`` was tested with, else uvicorn's stock protocol.
+overrides uvicorn's internals: a node serves only on the release ``internals`` was tested with.
 
 Answers: the app's ``send`` hands a body to the transport in ``SLICE_BYTES`` slices and waits
 (uvicorn's flow control) while the transport holds more than ``HIGH_WATER_BYTES``, so a connection
@@ -34,7 +33,7 @@ from typing import Any, ClassVar, cast
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from dispatcher.api import internals, problems, unsent
+from dispatcher.api import problems, unsent
 
 logger = logging.getLogger(__name__)
 
@@ -334,22 +333,6 @@ class GuardedProtocol(HttpToolsProtocol):
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, option, value)
-
-
-def http_protocol(limits: Limits) -> type[GuardedProtocol] | str:
-    """What the server gives ``uvicorn.Config(http=...)``: the guarded protocol, or, where the
-    installed uvicorn is not the one it was tested on (``internals``), uvicorn's stock httptools
-    protocol, with the reason logged: the node serves, without these guards."""
-    reason = internals.protocol_supported()
-    if reason is None:
-        return protocol_class(limits)
-    logger.warning(
-        "HTTP connections are served by uvicorn's stock protocol, without the header, body and "
-        "write deadlines or the unsent budget: %s",
-        reason,
-        extra={"action": "start"},
-    )
-    return "httptools"
 
 
 def protocol_class(limits: Limits) -> type[GuardedProtocol]:
