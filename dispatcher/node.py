@@ -22,7 +22,7 @@ from dispatcher import api, errors, lifecycle, metrics, supervision
 from dispatcher.amqp import events, publisher
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
-from dispatcher.api import connections, internals
+from dispatcher.api import client_slots, connections, internals
 from dispatcher.api.context import ApiContext
 from dispatcher.bulk_runner import BulkRunner
 from dispatcher.cluster import ownership as ownership_mod
@@ -420,6 +420,7 @@ class Node:
         self.metrics.http_unsent_bytes.set_function(lambda: unsent.total_bytes)
         limits = connections.Limits(
             max_connections=settings.http_max_connections,
+            clients=client_slots.ClientSlots(settings.connections_per_client()),
             header_timeout_s=settings.http_header_timeout_s,
             body_timeout_s=settings.http_body_timeout_s,
             write_timeout_s=settings.http_write_timeout_s,
