@@ -1,7 +1,8 @@
 """``python -m devstack ensure | up | cluster | cluster-ha | down | status``: what `make run`,
 `make cluster`, `make cluster-ha`, `make down` and `make test` call.
 
-    up       PostgreSQL + RabbitMQ (what the default single-node settings use), migrated
+    up       PostgreSQL + RabbitMQ (what the default single-node settings use), migrated, with
+             the tenants' broker users (devstack/tenants.py)
     serve    up, then become one node in the foreground on --http-port (`make run`)
     cluster  ZooKeeper too, then NODES dispatcher nodes in the background on --http-ports
     cluster-ha  as cluster, on replicated services: three RabbitMQ nodes, a PostgreSQL primary
@@ -15,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from devstack import cluster_ha, nodes, packages, stack
+from devstack import cluster_ha, nodes, packages, stack, tenants
 
 CLUSTER_HTTP_PORTS = "8081,8082,8083"  # beside `make run`'s 8080
 
@@ -65,6 +66,7 @@ def up(
 ) -> stack.Urls:
     """``ha``: the replicated services of ``cluster-ha`` instead of one server per tier."""
     urls = stack.up(root, ports, zookeeper=zookeeper) if ha is None else cluster_ha.up(root, ha)
+    tenants.apply(urls.management_url)
     nodes.migrate(urls)
     print(f"\n{stack.describe(urls)}\n  data, logs  {root}\n")
     return urls

@@ -16,6 +16,7 @@ from typing import NoReturn
 
 import httpx
 
+from devstack import tenants
 from devstack.base import tail, wait_until
 from devstack.ports import wait_port_free
 from devstack.stack import Urls
@@ -48,6 +49,8 @@ def settings_env(urls: Urls) -> dict[str, str]:
         "DISPATCHER_ZK_HOSTS": urls.zk_hosts,
         # The management API of the node `up` started (guest may log in from this machine).
         "DISPATCHER_AMQP_MANAGEMENT_URL": urls.management_url.replace("://", "://guest:guest@", 1),
+        # Events count only from a user granted the job: the tenants `up` made, and guest.
+        "DISPATCHER_EVENT_USERS": tenants.event_users(),
     }
 
 

@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from devstack import packages
+from devstack import packages, tenants
 from devstack.base import alive, recorded_pid
 from devstack.ports import wait_port_free
 from devstack.postgres import QUEUE_SETTINGS, PostgresServer
@@ -124,6 +124,10 @@ def describe(urls: Urls) -> str:
         f"  PostgreSQL  {urls.database_url}",
         f"  RabbitMQ    {urls.amqp_url}",
         f"  RabbitMQ UI {urls.management_url}  (guest / guest)",
+        "  tenants     "
+        + ", ".join(f"{tenants.user(t)} ({t}.*)" for t in tenants.TENANTS)
+        + ": consumer users, password = user name, isolated from each other (topic permissions,"
+        " DISPATCHER_EVENT_USERS); guest reports on every job",
     ]
     if urls.zk_hosts:
         lines.append(f"  ZooKeeper   {urls.zk_hosts}")

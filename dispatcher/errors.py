@@ -97,6 +97,10 @@ class FramedPublishUnsupported(Fatal):
     """Framed publishing was required, but the installed aiormq does not support it."""
 
 
+class HttpServerUnsupported(Fatal):
+    """The installed uvicorn is not the release the HTTP edge's guards were written for."""
+
+
 class BrokerUnavailable(DispatcherError):
     """RabbitMQ is unreachable."""
 

@@ -195,8 +195,8 @@ class Metrics:
         self.http_refused = Counter(
             "dispatcher_http_refused",
             "Requests and connections the HTTP edge refused, by reason (unauthenticated,"
-            " forbidden, body_too_large, header_timeout, too_many_connections, write_timeout,"
-            " write_budget, ...)",
+            " forbidden, body_too_large, header_timeout, too_many_connections,"
+            " too_many_connections_per_client, write_timeout, write_budget, ...)",
             ["reason"],
             registry=r,
         )

@@ -22,7 +22,7 @@ from dispatcher import api, bulk, errors, lifecycle, metrics, supervision
 from dispatcher.amqp import events, publisher
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
-from dispatcher.api import connections, internals
+from dispatcher.api import client_slots, connections, internals
 from dispatcher.api.context import ApiContext
 from dispatcher.bulk_runner import BulkRunner
 from dispatcher.cluster import ownership as ownership_mod
@@ -62,23 +62,11 @@ logger = logging.getLogger(__name__)
 
 class _HttpServer(uvicorn.Server):
     """uvicorn without its own signal handling: the node owns the signals. Overrides a method
-    uvicorn's ``serve`` calls: used only where ``internals.signals_supported`` says it works."""
+    uvicorn's ``serve`` calls, which ``internals.require`` checks before a node serves."""
 
     @contextlib.contextmanager
     def capture_signals(self):  # type: ignore[no-untyped-def]
         yield
-
-
-def _http_server(config: uvicorn.Config) -> uvicorn.Server:
-    reason = internals.signals_supported()
-    if reason is None:
-        return _HttpServer(config)
-    logger.warning(
-        "uvicorn takes SIGTERM and SIGINT while it serves (a signal still stops the node): %s",
-        reason,
-        extra={"action": "start"},
-    )
-    return uvicorn.Server(config)
 
 
 class Node:
@@ -382,7 +370,11 @@ class Node:
         ]
 
     async def run(self, *, serve_http: bool = True) -> None:
-        """Start everything, run until ``request_stop``, then stop phase by phase."""
+        """Start everything, run until ``request_stop``, then stop phase by phase. Raises
+        ``errors.HttpServerUnsupported`` first, before any service is touched, if SERVE_HTTP and
+        the installed uvicorn is not the one the HTTP edge's guards were written for."""
+        if serve_http:
+            internals.require()
         try:
             if not await self._start():
                 return  # asked to stop before the services answered
@@ -439,6 +431,7 @@ class Node:
         self.metrics.http_unsent_bytes.set_function(lambda: unsent.total_bytes)
         limits = connections.Limits(
             max_connections=settings.http_max_connections,
+            clients=client_slots.ClientSlots(settings.connections_per_client()),
             header_timeout_s=settings.http_header_timeout_s,
             body_timeout_s=settings.http_body_timeout_s,
             write_timeout_s=settings.http_write_timeout_s,
@@ -450,7 +443,7 @@ class Node:
             self.app,
             host=settings.http_host,
             port=settings.http_port,
-            http=connections.http_protocol(limits),
+            http=connections.protocol_class(limits),
             timeout_keep_alive=settings.http_keepalive_s,
             log_level="warning",
             log_config=None,  # uvicorn's records go to the root handler: one format (text or JSON)
@@ -459,12 +452,9 @@ class Node:
             proxy_headers=False,  # nothing reads the client's address: no X-Forwarded-* parsing
             ws="none",  # no websocket route: the same on every install, whatever ws library it has
         )
-        self._http = _http_server(config)
+        self._http = _HttpServer(config)
         await self._http.serve()
         if self._stop.is_set():
-            return
-        if self._http.should_exit:  # a signal uvicorn took itself (``_http_server``)
-            self.request_stop()
             return
         raise RuntimeError("the HTTP server stopped on its own")
 

@@ -65,6 +65,13 @@ class Settings(BaseSettings):
     )
     http_port: int = Field(8080, ge=0, le=65535, description="where the API listens")
     http_max_connections: int = Field(1024, ge=1, description="one more is closed at accept")
+    http_max_connections_per_client: int = Field(
+        0,
+        ge=0,
+        description="connections one client address (an IPv6 /64; loopback too) may hold, one more "
+        "is closed at accept; 0: a quarter of http_max_connections. Behind a proxy or load "
+        "balancer, whose few addresses every client comes from, raise it (at most the cap)",
+    )
     http_max_requests: int = Field(
         256, ge=1, description="requests in progress at once (503 beyond); /healthz not counted"
     )
@@ -437,6 +444,12 @@ class Settings(BaseSettings):
     def amqp_vhost(self) -> str:
         """The virtual host every broker URL names."""
         return broker_urls.vhost(self.amqp_urls()[0])
+
+    def connections_per_client(self) -> int:
+        """The connections one client address may hold: its setting, else a quarter of the cap
+        (four addresses at least to fill the node), never more than the cap."""
+        share = self.http_max_connections_per_client or max(1, self.http_max_connections // 4)
+        return min(share, self.http_max_connections)
 
     def allowed_host_list(self) -> list[hosts.Allowed]:
         return hosts.parse_allowed(self.allowed_hosts)

@@ -1,13 +1,13 @@
 """What a connection may cost the node while it sends a request and while it takes the answer.
 
 ``protocol_class`` makes uvicorn's httptools protocol (given as ``uvicorn.Config(http=...)``)
-close one connection past ``max_connections`` at accept, close a connection whose request headers
-do not arrive within ``header_timeout_s`` (counted from the connection, or from the previous
-response on a kept-alive one) or exceed ``MAX_HEADER_BYTES`` (431), and close one whose body does
-not arrive within ``body_timeout_s`` of its headers: idle or trickling clients (slowloris) cannot
-hold the node's connections (the requests in progress are capped apart: ``request_cap``). It
-overrides uvicorn's internals: ``http_protocol`` uses it only on the uvicorn releases
-``internals`` was tested with, else uvicorn's stock protocol.
+close one connection past ``max_connections``, or past its client's share of them
+(``client_slots``), at accept, close a connection whose request headers do not arrive within
+``header_timeout_s`` (counted from the connection, or from the previous response on a kept-alive
+one) or exceed ``MAX_HEADER_BYTES`` (431), and close one whose body does not arrive within
+``body_timeout_s`` of its headers: idle or trickling clients (slowloris) cannot hold the node's
+connections (the requests in progress are capped apart: ``request_cap``). It
+overrides uvicorn's internals: a node serves only on the release ``internals`` was tested with.
 
 Answers: the app's ``send`` hands a body to the transport in ``SLICE_BYTES`` slices and waits
 (uvicorn's flow control) while the transport holds more than ``HIGH_WATER_BYTES``, so a connection
@@ -34,7 +34,7 @@ from typing import Any, ClassVar, cast
 from starlette.types import Message, Receive, Scope, Send
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from dispatcher.api import internals, problems, unsent
+from dispatcher.api import client_slots, problems, unsent
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ def unsent_budget(budget_bytes: int, write_timeout_s: float) -> unsent.Unsent:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
     max_connections: int
+    clients: client_slots.ClientSlots  # the slots each client address holds, of max_connections
     header_timeout_s: float
     body_timeout_s: float
     write_timeout_s: float
@@ -85,6 +86,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._lost = False
         self._written = 0  # answer bytes handed to the transport, ever
         self._taken_then: int | None = None  # what the client had acknowledged at the last look
+        self._client: str | None = None  # the client its slot is counted for, once taken
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -95,6 +97,11 @@ class GuardedProtocol(HttpToolsProtocol):
         if len(self.connections) > self.limits.max_connections:
             self._close("too_many_connections")
             return
+        client = client_slots.client_of(transport.get_extra_info("peername"))
+        if not self.limits.clients.take(client):
+            self._close("too_many_connections_per_client")
+            return
+        self._client = client
         self._arm(self.limits.header_timeout_s, "header_timeout")
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -102,6 +109,9 @@ class GuardedProtocol(HttpToolsProtocol):
         self._disarm()
         self._disarm_write()
         self.limits.unsent.release(self)
+        if self._client is not None:
+            self.limits.clients.give_back(self._client)
+            self._client = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -334,22 +344,6 @@ class GuardedProtocol(HttpToolsProtocol):
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.SOL_SOCKET, option, value)
-
-
-def http_protocol(limits: Limits) -> type[GuardedProtocol] | str:
-    """What the server gives ``uvicorn.Config(http=...)``: the guarded protocol, or, where the
-    installed uvicorn is not the one it was tested on (``internals``), uvicorn's stock httptools
-    protocol, with the reason logged: the node serves, without these guards."""
-    reason = internals.protocol_supported()
-    if reason is None:
-        return protocol_class(limits)
-    logger.warning(
-        "HTTP connections are served by uvicorn's stock protocol, without the header, body and "
-        "write deadlines or the unsent budget: %s",
-        reason,
-        extra={"action": "start"},
-    )
-    return "httptools"
 
 
 def protocol_class(limits: Limits) -> type[GuardedProtocol]:

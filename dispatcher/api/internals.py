@@ -1,13 +1,13 @@
 """The uvicorn internals the HTTP edge relies on, fenced as ``amqp.frames.supported`` fences
-aiormq's: the releases tested here, and start-up probes of what is used.
+aiormq's: the one release they were written and tested for, and start-up probes of what is used.
 
 Two things reach past uvicorn's public API: ``connections.GuardedProtocol`` subclasses its
-httptools protocol and overrides the parser's callbacks (header and body deadlines, header bytes,
-answers sent in slices against the unsent budget), and the node's server overrides
-``Server.capture_signals`` (the node owns SIGTERM and SIGINT). A release may change either without
-notice, so each is used only when the installed release is in the tested range and the probe
-finds what it overrides; otherwise the node logs why and serves with uvicorn's stock protocol,
-or lets uvicorn take the signals while it serves (a signal it takes stops the node all the same).
+httptools protocol and overrides the parser's callbacks (the connection cap, header and body
+deadlines, header bytes, answers sent in slices against the unsent budget), and the node's server
+overrides ``Server.capture_signals`` (the node owns SIGTERM and SIGINT). A release may change
+either without notice, and uvicorn's stock protocol has none of those guards, so there is no
+fallback: ``pyproject.toml`` pins ``TESTED_UVICORN`` and a node asked to serve HTTP on any other
+release, or where a probe misses what is overridden, refuses to start (``require``) and says why.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from importlib import metadata
 import uvicorn
 from uvicorn.protocols.http import httptools_impl
 
-# The uvicorn releases the HTTP edge's tests ran on, both ends included.
-TESTED_UVICORN = ((0, 54, 0), (0, 54, 0))
+from dispatcher import errors
+
+# The uvicorn release the HTTP edge's guards were written and tested for; pyproject.toml pins it.
+TESTED_UVICORN = "0.54.0"
 # The protocol's methods GuardedProtocol overrides, and the request cycle's attributes it uses
 # (set in its constructor, so read from its source's parameter names and assignments).
 PROTOCOL_CALLBACKS = (
@@ -46,27 +48,38 @@ CYCLE_ATTRIBUTES = (
 )
 
 
-def _outside_tested(version: str) -> str | None:
-    try:
-        parsed = tuple(int(part) for part in version.split("."))
-    except ValueError:
-        parsed = None
-    low, high = TESTED_UVICORN
-    if parsed is not None and low <= parsed <= high:
-        return None
-    tested = ".".join(map(str, low)) + " to " + ".".join(map(str, high))
-    return f"uvicorn {version} is outside the range tested ({tested})"
-
-
 def _installed(version: str | None) -> str:
     return metadata.version("uvicorn") if version is None else version
 
 
-def protocol_supported(*, uvicorn_version: str | None = None) -> str | None:
-    """None when ``connections.GuardedProtocol`` can serve, else the reason it cannot."""
-    outside = _outside_tested(_installed(uvicorn_version))
-    if outside is not None:
-        return outside
+def unsupported(*, uvicorn_version: str | None = None) -> str | None:
+    """None when the guards can serve on the installed uvicorn (``uvicorn_version``: judge that
+    version instead), else why they cannot, naming the installed and the supported release."""
+    version = _installed(uvicorn_version)
+    if version != TESTED_UVICORN:
+        missing: str | None = (
+            "its guards (connection caps, header, body and write deadlines, unsent budget) were "
+            "written and tested for that release only"
+        )
+    else:
+        missing = _protocol_missing() or _signals_missing()
+    if missing is None:
+        return None
+    return (
+        f"uvicorn {version} is installed and the HTTP edge supports uvicorn {TESTED_UVICORN}: "
+        f"{missing}; install uvicorn=={TESTED_UVICORN} (pip install -c constraints.txt)"
+    )
+
+
+def require(*, uvicorn_version: str | None = None) -> None:
+    """Raise ``errors.HttpServerUnsupported`` unless the guards can serve (``unsupported``)."""
+    reason = unsupported(uvicorn_version=uvicorn_version)
+    if reason is not None:
+        raise errors.HttpServerUnsupported(f"the HTTP server cannot start: {reason}")
+
+
+def _protocol_missing() -> str | None:
+    """Why ``connections.GuardedProtocol`` could not subclass this uvicorn's protocol, if so."""
     protocol = getattr(httptools_impl, "HttpToolsProtocol", None)
     cycle = getattr(httptools_impl, "RequestResponseCycle", None)
     if not isinstance(protocol, type) or not isinstance(cycle, type):
@@ -84,12 +97,9 @@ def protocol_supported(*, uvicorn_version: str | None = None) -> str | None:
     return None
 
 
-def signals_supported(*, uvicorn_version: str | None = None) -> str | None:
-    """None when overriding ``uvicorn.Server.capture_signals`` keeps uvicorn off the signals,
-    else the reason it would not."""
-    outside = _outside_tested(_installed(uvicorn_version))
-    if outside is not None:
-        return outside
+def _signals_missing() -> str | None:
+    """Why overriding ``uvicorn.Server.capture_signals`` would not keep uvicorn off the
+    signals, if so."""
     capture = getattr(uvicorn.Server, "capture_signals", None)
     if not callable(capture):
         return "uvicorn's Server has no capture_signals method"

@@ -13,13 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import asyncpg
 import httpx
 import pytest
 
-from devstack import nodes
+from consumers_sdk import contract
+from devstack import nodes, tenants
 from devstack.base import service_root, wait_until
 from devstack.ports import reserve_port
+from dispatcher.settings import Settings
+from tests.integration.test_tenants import refused
 
 pytestmark = pytest.mark.e2e
 
@@ -181,3 +185,56 @@ def test_up_starts_postgres_and_rabbitmq_only_and_cluster_adds_zookeeper_and_thr
     assert wait_until(lambda: not any(answers(port) for port in ports), 60), [
         port for port in ports if answers(port)
     ]
+
+
+async def tenant_attempts(amqp_port: int) -> dict[str, str]:
+    """What the broker `make run` started answers each tenant's user trying the other's jobs
+    and events, and its own keys."""
+    billing = tenants.url(amqp_port, "billing")
+
+    async def bind_payments_jobs(channel: aio_pika.abc.AbstractChannel) -> None:
+        spy = await channel.declare_queue("billing.spy", exclusive=True)
+        await spy.bind(contract.EXCHANGE, "payments.#")
+
+    async def publish_a_payments_event(channel: aio_pika.abc.AbstractChannel) -> None:
+        events = await channel.get_exchange(contract.EVENTS_EXCHANGE, ensure=False)
+        await events.publish(aio_pika.Message(b"[]"), routing_key="payments.charge")
+
+    answers = {
+        "bind payments.#": await refused(bind_payments_jobs, billing),
+        "publish a payments event": await refused(publish_a_payments_event, billing),
+    }
+    connection = await aio_pika.connect(billing)
+    try:
+        own = await (await connection.channel()).declare_queue("billing.own", exclusive=True)
+        await own.bind(contract.EXCHANGE, "billing.#")
+        answers["bind billing.#"] = "bound"
+    finally:
+        await connection.close()
+    return answers
+
+
+def test_make_run_starts_with_each_tenant_isolated_on_the_broker(stack: Stack) -> None:
+    serve_port = reserve_port()
+    served = stack.serve(serve_port)
+    try:
+        assert wait_until(lambda: ready(serve_port), 300), stack.serve_log()
+        pid = int((stack.root / "nodes" / "dispatcher.pid").read_text().split()[0])
+        environ = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+        attempts = asyncio.run(tenant_attempts(stack.ports["amqp"]))
+        stack.run("down")
+        served.wait(timeout=60)
+    finally:
+        served.kill()
+    assert "billing-consumer (billing.*)" in stack.serve_log()
+    assert attempts["bind billing.#"] == "bound"
+    assert "ACCESS_REFUSED" in attempts["bind payments.#"]
+    assert "ACCESS_REFUSED" in attempts["publish a payments event"]
+    # The node counts an event only from a user granted its job: each tenant its own prefix.
+    (event_users,) = [e for e in environ if e.startswith("DISPATCHER_EVENT_USERS=")]
+    grants = Settings(event_users=event_users.partition("=")[2]).event_grants()
+    assert {(g.user, g.namespace, g.prefix) for g in grants} == {
+        ("guest", None, None),
+        ("billing-consumer", None, "billing"),
+        ("payments-consumer", None, "payments"),
+    }

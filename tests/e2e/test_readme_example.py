@@ -37,7 +37,7 @@ def example() -> tuple[str, str, dict[str, object]]:
 
 
 async def test_the_readme_example_consumer_handles_the_job_its_curl_schedules(
-    tmp_path: Path, dispatcher: DispatcherProcess, amqp_url: str
+    tmp_path: Path, make_run_node: DispatcherProcess, amqp_url: str
 ) -> None:
     code, module, body = example()
     assert README_AMQP_URL in code
@@ -49,7 +49,7 @@ async def test_the_readme_example_consumer_handles_the_job_its_curl_schedules(
     try:
         await wait_for_consumer(amqp_url, "billing.orders.expire")
         body["delay_ms"] = 0  # the README's job is due in 30 s; the rest is as written
-        async with httpx.AsyncClient(base_url=dispatcher.url, timeout=30) as http:
+        async with httpx.AsyncClient(base_url=make_run_node.url, timeout=30) as http:
             created = await http.post("/v1/jobs", json=body)
             assert created.status_code == 201, created.text
             job_id = created.json()["id"]

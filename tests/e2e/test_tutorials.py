@@ -25,14 +25,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.rabbitmq_version]
 @pytest.fixture
 def reader(
     tmp_path: Path,
-    dispatcher: DispatcherProcess,
+    make_run_node: DispatcherProcess,
     rabbit_server: RabbitServer,
     amqp_url: str,
     database_url: str,
 ) -> Iterator[Reader]:
     """A reader on a system of its own: a node, its database, a vhost of RabbitMQ."""
     system = System(
-        api_url=dispatcher.url,
+        api_url=make_run_node.url,
         management_url=rabbit_server.mgmt_url,
         vhost=unquote(urlsplit(amqp_url).path[1:]),
         amqp_url=amqp_url,

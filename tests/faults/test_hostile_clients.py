@@ -43,8 +43,19 @@ def node(
     yield from served(tmp_path, database_url, amqp_url, env=settings, api_key=ADMIN)
 
 
-async def connect(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_connection("127.0.0.1", port)
+async def connect(
+    port: int, *, source: str | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the node on 127.0.0.1, from the loopback address SOURCE if given."""
+    local = None if source is None else (source, 0)
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=local)
+
+
+async def healthz_on(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """The status line of GET /healthz asked on an open connection."""
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: node\r\n\r\n")
+    async with asyncio.timeout(10):
+        return (await reader.readline()).rstrip()
 
 
 async def until_closed(reader: asyncio.StreamReader, deadline_s: float) -> bytes:
@@ -64,11 +75,11 @@ def rss_bytes(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
-async def slowloris(port: int, stop: asyncio.Event, lifetimes: list[float]) -> None:
-    """Open a connection, trickle a request's headers that never end; once the node closes it,
-    record how long it lived and start over, until ``stop``."""
+async def slowloris(port: int, stop: asyncio.Event, lifetimes: list[float], source: str) -> None:
+    """Open a connection from SOURCE, trickle a request's headers that never end; once the node
+    closes it, record how long it lived and start over, until ``stop``."""
     while not stop.is_set():
-        reader, writer = await connect(port)
+        reader, writer = await connect(port, source=source)
         opened = time.monotonic()
         writer.write(b"GET /v1/jobs HTTP/1.1\r\nHost: node\r\n")
         closed = asyncio.create_task(until_closed(reader, DEADLINE_S + SLACK_S))
@@ -124,8 +135,13 @@ async def test_slowloris_and_big_anonymous_bodies_neither_starve_healthz_nor_del
                     await asyncio.sleep(0.2)
 
         async with asyncio.TaskGroup() as group:
+            # Spread over addresses within their share of connections (a quarter of 1 024):
+            # what is timed here is the deadlines, not the share.
             slow = [
-                group.create_task(slowloris(dispatcher.port, stop, lifetimes)) for _ in range(300)
+                group.create_task(
+                    slowloris(dispatcher.port, stop, lifetimes, f"127.0.0.{n % 3 + 10}")
+                )
+                for n in range(300)
             ]
             bodies = [group.create_task(big_body(dispatcher.port)) for _ in range(6)]
             group.create_task(probe())
@@ -219,7 +235,12 @@ async def test_one_connection_past_the_cap_is_closed_at_accept(
 ) -> None:
     cap = 8
     with node(
-        tmp_path, database_url, amqp_url, http_max_connections=str(cap), http_header_timeout_s="60"
+        tmp_path,
+        database_url,
+        amqp_url,
+        http_max_connections=str(cap),
+        http_max_connections_per_client=str(cap),  # every connection here comes from 127.0.0.1
+        http_header_timeout_s="60",
     ) as dispatcher:
         held = [await connect(dispatcher.port) for _ in range(cap)]
         reader, writer = await connect(dispatcher.port)
@@ -235,6 +256,34 @@ async def test_one_connection_past_the_cap_is_closed_at_accept(
 
         await until(served_again, 30)
     assert refused == b""
+
+
+async def test_one_address_past_its_share_is_closed_at_accept_while_another_is_served(
+    tmp_path: Path, database_url: str, amqp_url: str
+) -> None:
+    cap, share = 8, 2  # the default share: a quarter of the cap
+    hog, other = "127.0.0.3", "127.0.0.2"  # loopback addresses the node has not seen yet
+    with node(
+        tmp_path, database_url, amqp_url, http_max_connections=str(cap), http_header_timeout_s="60"
+    ) as dispatcher:
+        held = [await connect(dispatcher.port, source=hog) for _ in range(share)]
+        reader, writer = await connect(dispatcher.port, source=hog)
+        refused = await until_closed(reader, 30)
+        writer.close()
+        held_answers = [await healthz_on(*connection) for connection in held]
+        transport = httpx.AsyncHTTPTransport(local_address=other)
+        async with httpx.AsyncClient(
+            base_url=dispatcher.url, headers=AUTH, transport=transport, timeout=10
+        ) as http:
+            jobs = await http.get("/v1/jobs")
+            metrics = (await http.get("/metrics")).text
+        for _, holder in held:
+            holder.close()
+    assert refused == b""  # closed at accept, as one past the node's cap is
+    assert held_answers == [b"HTTP/1.1 200 OK"] * share  # the ones within the share are served
+    assert jobs.status_code == 200
+    assert 'dispatcher_http_refused_total{reason="too_many_connections_per_client"} 1.0' in metrics
+    assert 'reason="too_many_connections"}' not in metrics
 
 
 async def test_requests_past_the_cap_get_503_with_retry_after_and_healthz_still_answers(

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from dispatcher.api import connections
+from dispatcher.api import client_slots, connections
 from dispatcher.api.unsent import Unsent
 
 ANSWER_BYTES = 16 * 1024 * 1024
@@ -41,6 +41,7 @@ def limited(
 ) -> connections.Limits:
     return connections.Limits(
         max_connections=8,
+        clients=client_slots.ClientSlots(8),  # every connection here comes from loopback
         header_timeout_s=10,
         body_timeout_s=10,
         write_timeout_s=write_timeout_s,

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from consumers_sdk import Consumer, Job, contract, reporter
+from devstack import tenants
 from devstack.rabbitmq import RabbitServer
 from dispatcher.node import Node
 from tests.integration.test_consumer import TIERS
@@ -33,20 +34,6 @@ BILLING = f"billing-consumer-{SUFFIX}"
 PAYMENTS = f"payments-consumer-{SUFFIX}"
 
 
-def documented(tenant: str) -> dict[str, dict[str, str]]:
-    """The docs' commands for a tenant whose group and routing-key prefix are TENANT:
-    ``set_permissions`` (configure, write, read) and ``set_topic_permissions`` (write, read)."""
-    return {
-        "permissions": {
-            "configure": rf"^{tenant}\.",
-            "write": rf"^({tenant}\..*|amq\.default|dispatcher\.events)$",
-            "read": rf"^({tenant}\..*|dispatcher\.jobs)$",
-        },
-        contract.EXCHANGE: {"write": "^$", "read": rf"^{tenant}\."},
-        contract.EVENTS_EXCHANGE: {"write": rf"^{tenant}\.", "read": "^$"},
-    }
-
-
 @pytest.fixture
 def tenant_urls(rabbit_server: RabbitServer, amqp_url: str) -> Iterator[Callable[[str], str]]:
     """The AMQP URL of the billing and payments users, made with the documented permissions on
@@ -57,7 +44,7 @@ def tenant_urls(rabbit_server: RabbitServer, amqp_url: str) -> Iterator[Callable
         for tenant, user in users.items():
             made = {"password": PASSWORD, "tags": ""}
             http.put(f"/api/users/{user}", json=made).raise_for_status()
-            granted = documented(tenant)
+            granted = tenants.permissions(tenant)  # the docs' commands, as make run applies them
             http.put(
                 f"/api/permissions/{vhost}/{user}", json=granted.pop("permissions")
             ).raise_for_status()

@@ -97,8 +97,7 @@ def test_the_locked_aiormq_and_uvicorn_are_the_releases_tested_with_their_intern
     pins = locked()
     low, high = TESTED_AIORMQ
     assert low <= pins[canonicalize_name("aiormq")].release <= high
-    low, high = TESTED_UVICORN
-    assert low <= pins[canonicalize_name("uvicorn")].release <= high
+    assert pins[canonicalize_name("uvicorn")] == Version(TESTED_UVICORN)
 
 
 def test_the_installed_runtime_is_the_locked_one() -> None:

@@ -63,3 +63,12 @@ def test_zk_auth_is_a_user_and_a_password_never_echoed(monkeypatch: pytest.Monke
         with pytest.raises(ValidationError, match="zk_auth") as refused:
             Settings()
         assert "pa55word" not in str(refused.value)
+
+
+def test_a_client_may_hold_a_quarter_of_the_connections_unless_told_otherwise() -> None:
+    assert Settings().connections_per_client() == 256
+    assert Settings(http_max_connections=8).connections_per_client() == 2
+    assert Settings(http_max_connections=3).connections_per_client() == 1
+    behind_a_balancer = Settings(http_max_connections=100, http_max_connections_per_client=100)
+    assert behind_a_balancer.connections_per_client() == 100
+    assert Settings(http_max_connections_per_client=5000).connections_per_client() == 1024
