@@ -119,7 +119,9 @@ class Bounds:
     count_cap: int = 10_000  # a count stops here: "at least" this many
     read_timeout_s: float = 5.0  # a dry run's count and sample
     batch_timeout_s: float = 30.0  # one batch; past it the action fails
-    reads: int = 2  # counts at once on a node; more are answered 429
+    reads: int = 1  # counts at once on a node; more are answered 429 (``read_gate``)
+    read_duty: float = 0.25  # share of a counting slot's time spent counting
+    reads_per_s: float = 10.0  # counts a node starts a second
     max_running: int = 4  # per namespace, an operator's apart
     max_stored: int = 100
     keep_s: float = 7 * 86_400.0  # a finished or stopped action, after its last change

@@ -157,9 +157,11 @@ class BulkActionNotFound(DispatcherError):
 
 
 class Busy(DispatcherError):
-    """This node is doing as much of this as it does at once: retry in a second."""
+    """This node is doing as much of this as it does at once: retry later."""
 
-    retry_after_s = 1
+    def __init__(self, message: str | None = None, *, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class BulkLimitReached(DispatcherError):

@@ -226,6 +226,8 @@ class Node:
                 read_timeout_s=settings.bulk_read_timeout_s,
                 batch_timeout_s=settings.bulk_batch_timeout_s,
                 reads=settings.bulk_reads,
+                read_duty=settings.bulk_read_duty,
+                reads_per_s=settings.bulk_reads_per_s,
                 max_running=settings.bulk_max_running,
                 max_stored=settings.bulk_max_stored,
                 keep_s=settings.bulk_keep_s,

@@ -332,10 +332,21 @@ class Settings(BaseSettings):
         " that reason (resume it, or narrow it)",
     )
     bulk_reads: int = Field(
-        2,
+        1,
         ge=1,
+        le=16,
         description="dry runs and new actions a node counts at once; more are answered 429 with"
         " Retry-After, so claims, clock samples and probes always find a connection",
+    )
+    bulk_read_duty: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="share of each counting slot's time spent counting: after a count it rests"
+        " (1 - share) / share times what the count took",
+    )
+    bulk_reads_per_s: float = Field(
+        10.0, gt=0, description="most counts a node starts a second (dry runs and new actions)"
     )
     bulk_max_running: int = Field(
         4,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
@@ -11,7 +12,7 @@ from typing import Final
 import asyncpg
 
 from consumers_sdk import ids
-from dispatcher import bulk, errors, models
+from dispatcher import bulk, errors, models, read_gate
 from dispatcher.store import queries
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import job_from_row
@@ -21,6 +22,9 @@ _IDS: Final = ids.JobIds()  # an action's id says when it was made: lists go new
 # The server cuts a statement short at its limit; the block's own deadline, a little later, is
 # for a server that no longer answers (then the database is away, not the statement slow).
 _GRACE_S: Final = 5.0
+# A count that would start within this long waits for its slot rather than answer 429: a dry run
+# and the action a person (or a command with --yes) makes right after it.
+_WAIT_S: Final = 1.0
 
 _STATEMENTS: Final = {
     bulk.Action.CANCEL: queries.BULK_CANCEL,
@@ -93,9 +97,14 @@ class BulkActionStore:
     def __init__(self, db: Database, bounds: bulk.Bounds | None = None) -> None:
         self._db = db
         self.bounds = bounds or bulk.Bounds()
-        # Dry runs and new actions count jobs: at most this many at once take a connection of
-        # the pool that claims, clock samples and probes share; more are refused (429).
-        self._reads = asyncio.Semaphore(self.bounds.reads)
+        # Dry runs and new actions count jobs: the gate bounds the share of the pool (that
+        # claims, clock samples and probes share) and of PostgreSQL they take; more are refused.
+        self._reads = read_gate.ReadGate(
+            slots=self.bounds.reads,
+            duty=self.bounds.read_duty,
+            rate_per_s=self.bounds.reads_per_s,
+            clock=time.monotonic,
+        )
 
     # --- the API ---------------------------------------------------------------------------------
 
@@ -105,10 +114,24 @@ class BulkActionStore:
         """How many jobs match now (up to the cap), and the first ``sample`` of them; changes
         nothing. Busy past ``bounds.reads`` at once; InvalidField naming the filter when the
         count takes longer than ``bounds.read_timeout_s``."""
-        if self._reads.locked():
-            raise errors.Busy("as many bulk counts run on this node as it allows: retry")
+        slot = self._reads.enter()
+        if isinstance(slot, read_gate.Refused) and slot.wait_s <= _WAIT_S:
+            await asyncio.sleep(slot.wait_s)  # a dry run's rest, before the action it shows
+            slot = self._reads.enter()
+        if isinstance(slot, read_gate.Refused):
+            raise errors.Busy(
+                "this node counts as many jobs for bulk actions as it allows: retry",
+                retry_after_s=slot.retry_after_s,
+            )
+        started = time.monotonic()
+        try:
+            return await self._count(spec, sample)
+        finally:
+            self._reads.leave(slot, took_s=time.monotonic() - started)
+
+    async def _count(self, spec: bulk.Filter, sample: int) -> tuple[bulk.Count, list[models.Job]]:
         timeout_s = self.bounds.read_timeout_s
-        async with self._reads, self._db.connection(timeout_s + _GRACE_S) as connection:
+        async with self._db.connection(timeout_s + _GRACE_S) as connection:
             try:
                 async with connection.transaction(readonly=True):
                     await connection.execute(queries.LIMIT_STATEMENT_TIME, _limit(timeout_s))
