@@ -13,6 +13,7 @@ from bench import (
     held_snapshot,
     lateness,
     list_queries,
+    many_rules,
     single_submit,
     throughput,
     versus_celery,
@@ -37,6 +38,7 @@ if __name__ == "__main__":
             jobs=50_000, rules=1000, metered=100, rate=1000, seconds=60, held=1_000_000, runs=3
         )
     )
+    harness.run(many_rules.main(rules=10_000, metered=5_000, changes=5, steady_s=35.0))
     harness.run(held_snapshot.main(minutes=30, rate=800, explain_at=[1, 10], held=True))
     harness.run(
         bulk_requeue.main(

@@ -81,7 +81,9 @@ class FlowRuleNotFound(ClientError):
 
 
 class FlowRuleConflict(ClientError):
-    """409: as many flow rules exist as the dispatcher allows (``DISPATCHER_MAX_FLOW_RULES``)."""
+    """409: the caller holds as many flow rules as the dispatcher allows it: an admin key
+    ``DISPATCHER_MAX_FLOW_RULES`` with the others, a limits key
+    ``DISPATCHER_MAX_FLOW_RULES_PER_NAMESPACE`` with its namespace's."""
 
 
 class InvalidFlowRule(ClientError):

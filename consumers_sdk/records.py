@@ -260,7 +260,9 @@ class FlowRule:
     ``holding``: whether it holds its jobs now (paused); ``metering``: whether its meter lets them
     go now (at most ``rate_per_s`` a second in bursts of ``burst``, at most ``max_in_flight`` not
     yet finished, a silent one's slot freed after ``in_flight_timeout_s``; None: no such limit).
-    The meter's fields are None and ``metering`` False from a dispatcher older than them."""
+    ``owner``: "operator" (an admin key set it last: a limits key may not change it) or
+    "tenant" (its namespace's limits key set it). The meter's fields are None, ``metering`` False
+    and ``owner`` None from a dispatcher older than them."""
 
     key: str
     namespace: str | None
@@ -274,6 +276,7 @@ class FlowRule:
     max_in_flight: int | None = None
     in_flight_timeout_s: float | None = None
     metering: bool = False
+    owner: str | None = None
 
 
 def flow_rule(document: Document) -> FlowRule:
@@ -290,6 +293,7 @@ def flow_rule(document: Document) -> FlowRule:
         max_in_flight=document.get("max_in_flight"),
         in_flight_timeout_s=document.get("in_flight_timeout_s"),
         metering=document.get("metering", False),
+        owner=document.get("owner"),
     )
 
 

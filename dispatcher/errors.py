@@ -174,7 +174,15 @@ class BulkBatchTooSlow(DispatcherError):
 
 
 class FlowRuleLimitReached(DispatcherError):
-    """As many flow rules exist as DISPATCHER_MAX_FLOW_RULES allows."""
+    """As many flow rules exist as the caller's cap allows (DISPATCHER_MAX_FLOW_RULES for the
+    operators, DISPATCHER_MAX_FLOW_RULES_PER_NAMESPACE for each namespace's limits keys)."""
+
+
+class FlowRuleOwned(Forbidden):
+    """This flow rule is an operator's: only an admin key may change it."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message, field="key")
 
 
 # What the services raise while they are away: a loop retries these after a backoff, quietly.

@@ -92,7 +92,11 @@ class Node:
         )
         clock = self.timekeeper.now
         # The flow rules, read before firing: loads and claims pass over the jobs they hold.
-        self.flow_rules = FlowRuleStore(self.db, max_rules=settings.max_flow_rules)
+        self.flow_rules = FlowRuleStore(
+            self.db,
+            max_rules=settings.max_flow_rules,
+            max_rules_per_namespace=settings.max_flow_rules_per_namespace,
+        )
         self.rule_watch = RuleWatch(self.flow_rules, clock=self.timekeeper.now_dt)
         self.store = JobStore(
             self.db,

@@ -393,7 +393,15 @@ class Settings(BaseSettings):
         1000, ge=1, description="schedules one namespace may hold (409 beyond)"
     )
     max_flow_rules: int = Field(
-        10_000, ge=1, description="flow rules (pauses of routing keys) that may exist (409 beyond)"
+        10_000,
+        ge=1,
+        description="flow rules admin keys may hold together (409 beyond); a namespace's limits"
+        " keys have a cap of their own",
+    )
+    max_flow_rules_per_namespace: int = Field(
+        1000,
+        ge=1,
+        description="flow rules the limits keys of one namespace may hold together (409 beyond)",
     )
     schedule_min_interval_s: int = Field(
         60, ge=1, description="the shortest interval_s a schedule may have (422 below)"

@@ -202,6 +202,25 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION public.dispatcher_flow_held(rk text, ns text, rules jsonb) RETURNS boolean
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce((dispatcher_flow_governing(rk, ns, rules -> 'operator'))::boolean, false)
+        OR coalesce((dispatcher_flow_governing(rk, ns, rules -> 'tenant'))::boolean, false)
+$$;
+
+CREATE FUNCTION public.dispatcher_flow_meter_tag(rk text, ns text, tags jsonb) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE
+        WHEN g.operator = -1 OR g.tenant = -1 THEN NULL
+        WHEN g.operator >= 0 THEN g.operator
+        WHEN g.tenant >= 0 THEN g.tenant
+    END
+    FROM (SELECT (dispatcher_flow_governing(rk, ns, tags -> 'operator'))::integer AS operator,
+                 (dispatcher_flow_governing(rk, ns, tags -> 'tenant'))::integer AS tenant) AS g
+$$;
+
 CREATE FUNCTION public.dispatcher_flow_take(rule_key text, rule_namespace text, rate double precision, burst integer, max_in_flight integer, timeout_s double precision, wanted uuid[]) RETURNS uuid[]
     LANGUAGE plpgsql
     AS $$
@@ -469,9 +488,12 @@ CREATE TABLE public.flow_rules (
     burst integer,
     max_in_flight integer,
     in_flight_timeout_s double precision,
+    owner text DEFAULT 'operator'::text NOT NULL,
     CONSTRAINT flow_rules_in_flight CHECK ((((max_in_flight IS NULL) AND (in_flight_timeout_s IS NULL)) OR ((max_in_flight >= 1) AND (in_flight_timeout_s > (0)::double precision)))),
     CONSTRAINT flow_rules_key_words CHECK (((key <> ''::text) AND ("right"(key, 1) <> '.'::text))),
+    CONSTRAINT flow_rules_owner_known CHECK ((owner = ANY (ARRAY['operator'::text, 'tenant'::text]))),
     CONSTRAINT flow_rules_rate CHECK ((((rate_per_s IS NULL) AND (burst IS NULL)) OR ((rate_per_s > (0)::double precision) AND (burst >= 1)))),
+    CONSTRAINT flow_rules_tenant_namespace CHECK (((owner = 'operator'::text) OR (namespace IS NOT NULL))),
     CONSTRAINT flow_rules_until_paused CHECK (((paused_until IS NULL) OR paused))
 );
 
@@ -668,6 +690,8 @@ CREATE INDEX bulk_actions_ended ON public.bulk_actions USING btree (updated_at) 
 CREATE INDEX bulk_actions_running ON public.bulk_actions USING btree (created_at) WHERE (status = 'running'::text);
 
 CREATE INDEX dependency_followups_prerequisite ON public.dependency_followups USING btree (prerequisite_id, id);
+
+CREATE INDEX flow_rules_owner ON public.flow_rules USING btree (owner, namespace);
 
 CREATE INDEX flow_slots_rule ON public.flow_slots USING btree (key, namespace);
 

@@ -74,6 +74,10 @@ class RuleOut(BaseModel):
         description="whether the meter lets the rule's jobs go now (metered, not paused now)"
     )
     updated_at: datetime = Field(description="when the rule was last set")
+    owner: rules.Owner = Field(
+        description="operator: an admin key set it last (a limits key may not change it, and its"
+        " own rules never release what it holds); tenant: its namespace's limits key set it"
+    )
 
 
 class RulePage(BaseModel):
@@ -107,4 +111,5 @@ def rule_document(rule: Rule, now: datetime) -> dict[str, object]:
         "holding": rule.limits.holds_at(now),
         "metering": rule.limits.meters_at(now),
         "updated_at": rule.updated_at,
+        "owner": rule.owner.value,
     }

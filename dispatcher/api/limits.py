@@ -4,7 +4,9 @@ second (this node's at once). No SQL, no AMQP here.
 
 A rule is named by its key and its namespace: the query's ``namespace`` (absent: every
 namespace; empty: the default one). A key of scope ``limits`` manages the rules of its own
-namespace, within its routing-key prefixes; an admin any rule."""
+namespace, within its routing-key prefixes, but for an operator's (403: ``FlowRuleOwned``, checked
+by the store under its lock); an admin any rule, which is then an operator's. Each owner has its
+own cap on the rules it holds (409)."""
 
 from __future__ import annotations
 
@@ -175,7 +177,7 @@ async def _put(
     namespace: str | None,
     limits: rules.Limits,
 ) -> Response:
-    rule = await context.flow_rules.put(key, namespace, limits)
+    rule = await context.flow_rules.put(key, namespace, limits, owner=_owner(caller))
     await _changed(context, caller, what, rule)
     return _answer(context, rule)
 
@@ -183,9 +185,14 @@ async def _put(
 async def _delete(
     context: ApiContext, caller: api_keys.Principal, what: str, key: str, namespace: str | None
 ) -> Response:
-    rule = await context.flow_rules.delete(key, namespace)
+    rule = await context.flow_rules.delete(key, namespace, owner=_owner(caller))
     await _changed(context, caller, what, rule)
     return _answer(context, rule)
+
+
+def _owner(caller: api_keys.Principal) -> rules.Owner:
+    """Whose the rules a caller sets are: an admin key's the operator's, others their tenant's."""
+    return rules.Owner.OPERATOR if caller.scope is api_keys.Scope.ADMIN else rules.Owner.TENANT
 
 
 async def _changed(

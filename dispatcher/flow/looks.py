@@ -18,7 +18,7 @@ once); one that never fired (its node died) is asked for again after that, and k
 The interface::
 
     MeterLooks()
-    start(shards, metered, book, now_mono) -> bool     # False: nothing to meter (all forgotten)
+    start(shards, metered, tags, now_mono) -> bool     # False: nothing to meter (all forgotten)
     offered(entries) -> None                           # jobs just stored or moved
     walk_from(now_mono) -> datetime | None             # a walk for quiet rules is due: its start
     quiet_first_words: list[str]                       # what the walk weighs
@@ -27,6 +27,9 @@ The interface::
     found(look, entries, looked_at) -> list[DueEntry]  # what to ask the meter for
     granted(look, entries, now_mono) -> None           # what it let go
     tags: str                                          # ``RuleBook.governing_tags(metered)``
+
+A tick costs what the busy rules and the jobs let go cost, not the number of rules metered: those
+are weighed once per change (a node may meter thousands).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from dispatcher.flow.rules import Rule, RuleBook
+from dispatcher.flow.rules import Rule
 from dispatcher.models import DueEntry
 
 QUIET_S = 0.1
@@ -79,6 +82,9 @@ class MeterLooks:
 
     def _forget(self) -> None:
         self._metered: tuple[Rule, ...] = ()
+        self._seen: Sequence[Rule] | None = None  # the list ``_metered`` was last told as
+        self._tag_of: dict[RuleId, int] = {}  # each metered rule's place in ``_metered``
+        self._quiet_words: list[str] | None = None  # ``quiet_first_words``, until busy changes
         self._shards: frozenset[int] = frozenset()
         self._keys: frozenset[str] = frozenset()
         self.tags = "{}"
@@ -86,32 +92,38 @@ class MeterLooks:
         self._walk_since = BEGINNING  # the next walk for quiet rules starts here
         self._walk_at = 0.0  # (monotonic) the next walk for quiet rules
         self._rescan_at = 0.0
+        # The rules with jobs let go and not yet claimed: those jobs, and when.
         self._pending: dict[RuleId, dict[uuid.UUID, float]] = {}
 
     def start(
-        self, shards: frozenset[int], metered: Sequence[Rule], book: RuleBook, now_mono: float
+        self, shards: frozenset[int], metered: Sequence[Rule], tags: str, now_mono: float
     ) -> bool:
-        """Begin a tick with the shards owned and the rules metering now; False when there is
-        nothing to meter. Any change of them, or ``RESCAN_S`` gone by, starts a whole walk."""
+        """Begin a tick with the shards owned, the rules metering now and their tags
+        (``RuleBook.governing_tags``); False when there is nothing to meter. Any change of them,
+        or ``RESCAN_S`` gone by, starts a whole walk."""
         if not metered or not shards:
             self._forget()  # the next start is afresh
             return False
-        if (shards, tuple(metered)) != (self._shards, self._metered) or (
-            now_mono >= self._rescan_at
-        ):
-            self._shards, self._metered = shards, tuple(metered)
+        changed = (shards, tags) != (self._shards, self.tags) or (
+            metered is not self._seen and tuple(metered) != self._metered
+        )
+        self._seen = metered
+        if changed:
+            self._shards, self._metered, self.tags = shards, tuple(metered), tags
+            self._tag_of = {_id(rule): tag for tag, rule in enumerate(metered)}
             self._keys = frozenset(rule.key for rule in metered)
-            self.tags = book.governing_tags(metered)  # once per change: O(rules)
+            self._pending = {
+                rule_id: jobs for rule_id, jobs in self._pending.items() if rule_id in self._tag_of
+            }
+        if changed or now_mono >= self._rescan_at:
             self._busy.clear()
+            self._quiet_words = None
             self._walk_since, self._walk_at = BEGINNING, 0.0
             self._rescan_at = now_mono + RESCAN_S
         self._pending = {
-            _id(rule): {
-                job_id: at
-                for job_id, at in self._pending.get(_id(rule), {}).items()
-                if now_mono - at < PENDING_S
-            }
-            for rule in metered
+            rule_id: kept
+            for rule_id, jobs in self._pending.items()
+            if (kept := {job_id: at for job_id, at in jobs.items() if now_mono - at < PENDING_S})
         }
         return True
 
@@ -131,37 +143,40 @@ class MeterLooks:
         if now_mono < self._walk_at:
             return None
         self._walk_at = now_mono + QUIET_S
-        if all(_id(rule) in self._busy for rule in self._metered):
+        if len(self._busy) >= len(self._metered):  # every rule busy: none is quiet
             return None
         return self._walk_since
 
     @property
     def quiet_first_words(self) -> list[str]:
         """The first words of the quiet rules' keys (the walk passes over other jobs)."""
-        return sorted(
-            {rule.key.split(".", 1)[0] for rule in self._metered if _id(rule) not in self._busy}
-        )
+        if self._quiet_words is None:
+            self._quiet_words = sorted(
+                {rule.key.split(".", 1)[0] for rule in self._metered if _id(rule) not in self._busy}
+            )
+        return self._quiet_words
 
     def walked(self, since: datetime, looked_at: datetime, woken: Iterable[int]) -> None:
         """The walk from ``since`` made at ``looked_at`` found jobs of the rules ``woken`` (their
         places in ``metered``): they are busy, from ``since``."""
         self._walk_since = max(BEGINNING, looked_at - QUIET_MARGIN)
         for tag in woken:
-            if 0 <= tag < len(self._metered):
-                self._busy.setdefault(_id(self._metered[tag]), since)
+            if 0 <= tag < len(self._metered) and _id(self._metered[tag]) not in self._busy:
+                self._busy[_id(self._metered[tag])] = since
+                self._quiet_words = None
 
     def looks(self) -> list[MeteredLook]:
         """The busy rules' looks, each for a burst's worth beyond what it let go and not yet
         claimed."""
+        busy = sorted((self._tag_of[rule_id], floor) for rule_id, floor in self._busy.items())
         return [
             MeteredLook(
-                rule=rule,
+                rule=(rule := self._metered[tag]),
                 tag=tag,
-                wanted=wanted(rule) + len(self._pending[_id(rule)]),
-                floor=self._busy[_id(rule)],
+                wanted=wanted(rule) + len(self._pending.get(_id(rule), ())),
+                floor=floor,
             )
-            for tag, rule in enumerate(self._metered)
-            if _id(rule) in self._busy
+            for tag, floor in busy
         ]
 
     def found(
@@ -171,16 +186,21 @@ class MeterLooks:
         is quiet, and the next walk takes it from the time of the look."""
         rule_id = _id(look.rule)
         if not entries:
-            self._busy.pop(rule_id, None)
+            if self._busy.pop(rule_id, None) is not None:
+                self._quiet_words = None
             self._walk_since = min(self._walk_since, looked_at - QUIET_MARGIN)
             return []
+        if rule_id not in self._busy:
+            self._quiet_words = None
         self._busy[rule_id] = datetime.fromtimestamp(entries[0].run_at_s, UTC)
-        pending = self._pending[rule_id]
+        pending = self._pending.get(rule_id, {})
         return [entry for entry in entries if entry.id not in pending][: wanted(look.rule)]
 
     def granted(self, look: MeteredLook, entries: Iterable[DueEntry], now_mono: float) -> None:
         """These were let go: not asked for again for ``PENDING_S``."""
-        self._pending[_id(look.rule)].update((entry.id, now_mono) for entry in entries)
+        self._pending.setdefault(_id(look.rule), {}).update(
+            (entry.id, now_mono) for entry in entries
+        )
 
 
 def _id(rule: Rule) -> RuleId:

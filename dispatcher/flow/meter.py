@@ -71,7 +71,8 @@ class FlowMeter:
         shards = frozenset(self._epochs())
         now_mono = self._mono()
         looks = self._looks
-        if not looks.start(shards, self._watch.metered(), self._watch.book, now_mono):
+        metered, tags = self._watch.metered()
+        if not looks.start(shards, metered, tags, now_mono):
             return False
         owned = sorted(shards)
         since = looks.walk_from(now_mono)

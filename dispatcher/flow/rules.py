@@ -2,17 +2,34 @@
 optionally within one namespace.
 
 A rule's ``key`` names a routing key and everything below it, word by word (``billing`` governs
-``billing`` and ``billing.invoice``, never ``billingx``: ``api_keys.within``). The rule that
-governs a job is the one with the longest key among those matching it; between two with the same
-key, the one naming the job's namespace before the one for every namespace. Only that rule
-applies: a rule on ``billing.urgent`` that pauses nothing lets its jobs go while ``billing`` is
-paused.
+``billing`` and ``billing.invoice``, never ``billingx``: ``api_keys.within``). Of one owner's
+rules, the one that governs a job is the one with the longest key among those matching it;
+between two with the same key, the one naming the job's namespace before the one for every
+namespace. Only that rule of that owner applies: an operator's rule on ``billing.urgent`` that
+pauses nothing lets its jobs go while the operator's ``billing`` is paused.
+
+Each rule has an owner (``Owner``): the *operator* (an admin key set it last) or the *tenant* of
+its namespace (that namespace's ``limits`` key set it). A tenant's key may not change, pause,
+resume or delete an operator's rule (``api.limits``, 403), and its rules can only hold more, never
+release what an operator's rule holds. The two owners' governing rules are weighed together; the
+first of these decides a job's fate (``RuleBook.governing``):
+
+1. the operator's, if it holds the job (paused);
+2. the tenant's, if it holds it (a tenant may pause what an operator meters);
+3. the operator's, if it meters the job (its meter alone lets it go: a tenant's meter under an
+   operator's does not apply, the operator's pace does);
+4. the tenant's, if it meters the job.
+
+So a job is held whenever either owner's governing rule holds or meters it, and a tenant's
+longer key never shadows an operator's: a tenant's rate on ``billing.invoice`` while the operator
+has paused ``billing`` leaves ``billing.invoice`` paused.
 
 A paused rule holds its jobs until resumed, or until ``paused_until``. A metered rule lets them
 go at most ``rate_per_s`` a second (in bursts of ``burst``) and at most ``max_in_flight`` at a
 time, cluster-wide (``flow.meter``). A held or metered job stays ``scheduled``: the node's loads
-and claims pass over it (``HeldKeys``, evaluated in SQL), so it neither sits in memory nor
-reaches the broker, until the meter lets it go (a paused rule's, when the pause ends).
+and claims pass over it (``HeldKeys``, evaluated in SQL by ``dispatcher_flow_held``, which a test
+pins to ``RuleBook.holds``), so it neither sits in memory nor reaches the broker, until the meter
+lets it go (a paused rule's, when the pause ends).
 
 Pure: no I/O; the caller passes the time.
 """
@@ -22,9 +39,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from consumers_sdk import validation
 from dispatcher.api_keys import within, words
@@ -157,42 +175,111 @@ def _check_in_flight(limits: Limits) -> Limits:
     return limits
 
 
+class Owner(StrEnum):
+    """Whom a rule answers to (see the module's docstring)."""
+
+    OPERATOR = "operator"  # set last by an admin key
+    TENANT = "tenant"  # set by its namespace's limits key
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Rule:
     key: str
     namespace: str | None  # None: every namespace; "": the default namespace
     limits: Limits
     updated_at: datetime
+    owner: Owner = Owner.OPERATOR
 
     def matches(self, routing_key: str, namespace: str) -> bool:
         return within(routing_key, self.key) and self.namespace in (None, namespace)
 
 
 EVERY_NAMESPACE = "*"  # a rule for every namespace, in ``HeldKeys.weighed`` (never a namespace)
+# What the meter's look is told of a rule that is not one of those it meters
+# (``RuleBook.governing_tags``): it holds its jobs, or it restrains nothing.
+TAG_HOLDS = -1
+TAG_FREE = -2
+
+
+def prefixes(key: str) -> Iterator[str]:
+    """``key`` and each shorter prefix of its words, longest first: ``a.b``, then ``a``."""
+    prefix = key
+    while True:
+        yield prefix
+        cut = prefix.rfind(".")
+        if cut < 0:
+            return
+        prefix = prefix[:cut]
+
+
+def _place(rule: Rule) -> str:
+    return EVERY_NAMESPACE if rule.namespace is None else rule.namespace
+
+
+class _Layer:
+    """One owner's rules by key: the one governing a job is looked up by the words of its routing
+    key (a few dictionary lookups, whatever the number of rules)."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        self.rules = list(rules)
+        self._by_key: dict[str, dict[str | None, Rule]] = {}
+        for rule in self.rules:
+            self._by_key.setdefault(rule.key, {})[rule.namespace] = rule
+
+    def governing(self, routing_key: str, namespace: str | None) -> Rule | None:
+        """The longest key first, then the one naming the namespace (None or "": the default)."""
+        if not self._by_key:
+            return None
+        for prefix in prefixes(routing_key):
+            by_namespace = self._by_key.get(prefix)
+            if by_namespace is not None:
+                rule = by_namespace.get(namespace or "") or by_namespace.get(None)
+                if rule is not None:
+                    return rule
+        return None
+
+    def below(self, keys: Set[str]) -> list[Rule]:
+        """The rules whose key is one of ``keys`` or below one: each rule's prefixes looked up,
+        linear in the number of rules."""
+        if not keys:
+            return []
+        return [rule for rule in self.rules if any(p in keys for p in prefixes(rule.key))]
+
+    def above(self, keys: Iterable[str]) -> list[Rule]:
+        """The rules whose key is one of ``keys`` or a prefix of one."""
+        above = {prefix for key in keys for prefix in prefixes(key)}
+        return [rule for rule in self.rules if rule.key in above]
 
 
 @dataclass(frozen=True, slots=True)
 class HeldKeys:
-    """The rules the node's SQL must weigh to tell a held job (``dispatcher_held``): every rule
-    that holds, and every rule that does not but governs jobs below one that does, as
-    ``{key: {namespace or "*": held}}``; and their keys' first words (a job whose routing key
-    starts with none of them is not held, and the SQL tells so without calling the function).
-    Empty when nothing is held (the queries skip the test)."""
+    """The rules the node's SQL must weigh to tell a held job (``dispatcher_flow_held``), each
+    owner's apart, as ``{owner: {key: {namespace or "*": held}}}``: every rule that holds, and
+    every rule that does not but governs jobs below one of its owner's that does (an owner with
+    none left out); and their keys' first words (a job whose routing key starts with none of them
+    is not held, and the SQL tells so without calling the function). Empty when nothing is held
+    (the queries skip the test)."""
 
-    weighed: dict[str, dict[str, bool]] = field(default_factory=dict)
+    weighed: dict[str, dict[str, dict[str, bool]]] = field(default_factory=dict)
     first_words: list[str] = field(default_factory=list)
     rules_json: str = "{}"  # ``weighed`` as the jsonb the function reads
+    keys: frozenset[str] = frozenset()  # every weighed rule's key
 
     @classmethod
-    def of(cls, rules: Iterable[Rule], now: datetime) -> HeldKeys:
-        weighed: dict[str, dict[str, bool]] = {}
-        for rule in rules:
-            namespace = EVERY_NAMESPACE if rule.namespace is None else rule.namespace
-            weighed.setdefault(rule.key, {})[namespace] = rule.limits.restrains_at(now)
+    def of(cls, layers: Mapping[Owner, Iterable[Rule]], now: datetime) -> HeldKeys:
+        weighed: dict[str, dict[str, dict[str, bool]]] = {}
+        for owner, weighed_rules in layers.items():
+            by_key: dict[str, dict[str, bool]] = {}
+            for rule in weighed_rules:
+                by_key.setdefault(rule.key, {})[_place(rule)] = rule.limits.restrains_at(now)
+            if by_key:
+                weighed[owner.value] = by_key
+        keys = frozenset(key for by_key in weighed.values() for key in by_key)
         return cls(
             weighed=weighed,
-            first_words=sorted({key.split(".", 1)[0] for key in weighed}),
+            first_words=sorted({key.split(".", 1)[0] for key in keys}),
             rules_json=json.dumps(weighed, sort_keys=True, separators=(",", ":")),
+            keys=keys,
         )
 
     def __bool__(self) -> bool:
@@ -203,30 +290,30 @@ class HeldKeys:
         when none does, no job of that key is held, in any namespace, and the SQL need not ask."""
         if not routing_key:
             return bool(self.weighed)
-        prefix = routing_key
-        while prefix not in self.weighed:
-            cut = prefix.rfind(".")
-            if cut < 0:
-                return False
-            prefix = prefix[:cut]
-        return True
+        return any(prefix in self.keys for prefix in prefixes(routing_key))
 
     def held_count(self) -> int:
-        return sum(held for by_namespace in self.weighed.values() for held in by_namespace.values())
+        return sum(
+            held
+            for by_key in self.weighed.values()
+            for by_namespace in by_key.values()
+            for held in by_namespace.values()
+        )
 
 
 NOTHING_HELD = HeldKeys()
 
 
 class RuleBook:
-    """Every rule, as last read from PostgreSQL, found by key: a job's governing rule is looked up
-    by the words of its routing key (a few dictionary lookups, whatever the number of rules)."""
+    """Every rule, as last read from PostgreSQL, each owner's found by key. Each question is
+    linear in the number of rules at most (a job's rule: a few lookups), never a rule against
+    every other: the node asks them on its event loop, at every change, with thousands of rules."""
 
     def __init__(self, rules: Iterable[Rule] = ()) -> None:
         self._rules = sorted(rules, key=lambda rule: (rule.key, rule.namespace or ""))
-        self._by_key: dict[str, list[Rule]] = {}
-        for rule in self._rules:
-            self._by_key.setdefault(rule.key, []).append(rule)
+        self._layers = {
+            owner: _Layer(rule for rule in self._rules if rule.owner is owner) for owner in Owner
+        }
 
     def __iter__(self) -> Iterator[Rule]:
         return iter(self._rules)
@@ -234,61 +321,62 @@ class RuleBook:
     def __len__(self) -> int:
         return len(self._rules)
 
-    def governing(self, routing_key: str, namespace: str | None) -> Rule | None:
-        """The rule that governs jobs of ``routing_key`` in ``namespace`` (None or "" the
-        default), if any: the longest key first, then the one naming the namespace."""
-        if not self._by_key:
-            return None
-        ns = namespace or ""
-        prefix = routing_key
-        while True:
-            every: Rule | None = None
-            for rule in self._by_key.get(prefix, ()):
-                if rule.namespace == ns:
-                    return rule
-                if rule.namespace is None:
-                    every = rule
-            if every is not None:
-                return every
-            cut = prefix.rfind(".")
-            if cut < 0:
-                return None
-            prefix = prefix[:cut]
+    def governing(self, routing_key: str, namespace: str | None, now: datetime) -> Rule | None:
+        """The rule that decides for jobs of ``routing_key`` in ``namespace`` (None or "" the
+        default) at ``now``, of the rule each owner has governing them: the operator's if it
+        holds them, the tenant's if it does, the operator's if it meters them, the tenant's if
+        it does; else one that restrains nothing (the operator's first), if any."""
+        found = [
+            rule
+            for owner in Owner  # the operator's first
+            if (rule := self._layers[owner].governing(routing_key, namespace)) is not None
+        ]
+        for rule in found:
+            if rule.limits.holds_at(now):
+                return rule
+        for rule in found:
+            if rule.limits.meters:
+                return rule
+        return found[0] if found else None
 
     def holds(self, routing_key: str, namespace: str | None, now: datetime) -> Rule | None:
         """The rule holding such a job back at ``now`` (paused, or metered), if one does."""
-        rule = self.governing(routing_key, namespace)
+        rule = self.governing(routing_key, namespace, now)
         return rule if rule is not None and rule.limits.restrains_at(now) else None
 
     def holding(self, now: datetime) -> HeldKeys:
         """What the SQL needs to tell held jobs at ``now`` (``HeldKeys``): a metered rule's jobs
         are held too, but for those its meter lets go."""
-        holding = [rule for rule in self._rules if rule.limits.restrains_at(now)]
-        if not holding:
+        layers = {
+            owner: layer.below({rule.key for rule in layer.rules if rule.limits.restrains_at(now)})
+            for owner, layer in self._layers.items()
+        }
+        if not any(layers.values()):
             return NOTHING_HELD
-        weighed = [
-            rule
-            for rule in self._rules
-            if rule.limits.restrains_at(now) or any(within(rule.key, h.key) for h in holding)
-        ]
-        return HeldKeys.of(weighed, now)
+        return HeldKeys.of(layers, now)
 
     def metered(self, now: datetime) -> list[Rule]:
         """The rules whose meter lets their jobs go at ``now`` (metered, not paused)."""
         return [rule for rule in self._rules if rule.limits.meters_at(now)]
 
-    def governing_tags(self, metered: Sequence[Rule]) -> str:
-        """For the meter's look (``queries.METERED_DUE``): ``{key: {namespace or "*": tag}}``,
-        each rule of ``metered`` tagged with its index, each rule that overrides one of them
-        below (or names a namespace of its key) with -1; as jsonb text."""
-        tags: dict[str, dict[str, int]] = {}
-        for rule in self._rules:
-            if any(within(rule.key, m.key) for m in metered):
-                namespace = EVERY_NAMESPACE if rule.namespace is None else rule.namespace
-                tags.setdefault(rule.key, {})[namespace] = -1
-        for tag, rule in enumerate(metered):
-            namespace = EVERY_NAMESPACE if rule.namespace is None else rule.namespace
-            tags.setdefault(rule.key, {})[namespace] = tag
+    def governing_tags(self, metered: Sequence[Rule], now: datetime) -> str:
+        """For the meter's look (``queries.METERED_DUE``), each owner's apart as
+        ``{owner: {key: {namespace or "*": tag}}}``: each rule of ``metered`` tagged with its
+        index; every other rule that may govern a job one of them matches (its key below one of
+        theirs, or above) ``TAG_HOLDS`` if it holds at ``now``, else ``TAG_FREE``; as jsonb
+        text. ``dispatcher_flow_meter_tag`` picks a job's tag as ``governing`` picks its rule."""
+        index = {(rule.key, rule.namespace, rule.owner): tag for tag, rule in enumerate(metered)}
+        keys = {rule.key for rule in metered}
+        tags: dict[str, dict[str, dict[str, int]]] = {}
+        for owner, layer in self._layers.items():
+            by_key: dict[str, dict[str, int]] = {}
+            for rule in [*layer.below(keys), *layer.above(keys)]:
+                tag = index.get((rule.key, rule.namespace, rule.owner))
+                if tag is None:
+                    tag = TAG_HOLDS if rule.limits.holds_at(now) else TAG_FREE
+                by_key.setdefault(rule.key, {})[_place(rule)] = tag
+            if by_key:
+                tags[owner.value] = by_key
         return json.dumps(tags, sort_keys=True, separators=(",", ":"))
 
     def next_change(self, now: datetime) -> datetime | None:

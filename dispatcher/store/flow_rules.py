@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import uuid
 from collections.abc import Sequence
@@ -12,7 +13,7 @@ import asyncpg
 
 from dispatcher import errors
 from dispatcher.flow.looks import MeteredLook
-from dispatcher.flow.rules import Limits, Rule
+from dispatcher.flow.rules import Limits, Owner, Rule
 from dispatcher.models import DueEntry, routing_key_of
 from dispatcher.store import queries
 from dispatcher.store.db import Database
@@ -53,19 +54,29 @@ def rule_from_row(row: asyncpg.Record) -> Rule:
             in_flight_timeout_s=row["in_flight_timeout_s"],
         ),
         updated_at=row["updated_at"],
+        owner=Owner(row["owner"]),
     )
 
 
 class FlowRuleStore:
-    def __init__(self, db: Database, *, max_rules: int) -> None:
+    """``max_rules``: the most the operators' rules may be, together; ``max_rules_per_namespace``:
+    the most each namespace's tenant's may be. Neither counts the other's, so no tenant filling
+    its cap keeps another, or an operator, from making a rule."""
+
+    def __init__(self, db: Database, *, max_rules: int, max_rules_per_namespace: int) -> None:
         self._db = db
         self._max_rules = max_rules
+        self._max_rules_per_namespace = max_rules_per_namespace
 
     async def snapshot(self) -> tuple[int, list[Rule]]:
-        """Every rule, and the epoch they were read at."""
+        """Every rule, and the epoch they were read at. The rows become records in a worker
+        thread (ten thousand take tens of milliseconds): the event loop answers meanwhile."""
         async with self._db.connection() as connection:
             rows = await connection.fetch(queries.FLOW_RULES)
-        return rows[0]["epoch"], [rule_from_row(row) for row in rows if row["key"] is not None]
+        stored = await asyncio.to_thread(
+            lambda: [rule_from_row(row) for row in rows if row["key"] is not None]
+        )
+        return rows[0]["epoch"], stored
 
     async def epoch(self) -> int:
         """The count of changes so far: a node reads the rules again when it moved."""
@@ -86,19 +97,17 @@ class FlowRuleStore:
             raise errors.FlowRuleNotFound(_named(key, namespace))
         return rule_from_row(row)
 
-    async def put(self, key: str, namespace: str | None, limits: Limits) -> Rule:
-        """Create or replace the rule of ``key`` in ``namespace`` (None: every namespace)."""
+    async def put(self, key: str, namespace: str | None, limits: Limits, *, owner: Owner) -> Rule:
+        """Create or replace the rule of ``key`` in ``namespace`` (None: every namespace), as
+        ``owner``'s: ``FlowRuleOwned`` for a tenant's change of an operator's rule,
+        ``FlowRuleLimitReached`` past the owner's cap."""
         async with self._db.connection() as connection, connection.transaction():
             await connection.execute(queries.LOCK_FLOW_RULES)
             existing = await connection.fetchrow(queries.GET_FLOW_RULE, key, namespace)
-            if (
-                existing is None
-                and await connection.fetchval(queries.COUNT_FLOW_RULES) >= self._max_rules
-            ):
-                raise errors.FlowRuleLimitReached(
-                    f"{self._max_rules} flow rules exist, the most DISPATCHER_MAX_FLOW_RULES"
-                    " allows: delete one first"
-                )
+            if existing is not None and existing["owner"] != owner:
+                _check_owner(owner, key, namespace)
+            if existing is None or existing["owner"] != owner:  # one more for this owner
+                await self._check_cap(connection, owner, namespace)
             row = await connection.fetchrow(
                 queries.PUT_FLOW_RULE,
                 key,
@@ -110,9 +119,25 @@ class FlowRuleStore:
                 limits.burst,
                 limits.max_in_flight,
                 limits.in_flight_timeout_s,
+                owner.value,
             )
         assert row is not None
         return rule_from_row(row)
+
+    async def _check_cap(
+        self, connection: asyncpg.pool.PoolConnectionProxy, owner: Owner, namespace: str | None
+    ) -> None:
+        held: int = await connection.fetchval(queries.COUNT_FLOW_RULES, owner.value, namespace)
+        if owner is Owner.OPERATOR and held >= self._max_rules:
+            raise errors.FlowRuleLimitReached(
+                f"operators hold {held} flow rules, the most DISPATCHER_MAX_FLOW_RULES allows:"
+                " delete one first"
+            )
+        if owner is Owner.TENANT and held >= self._max_rules_per_namespace:
+            raise errors.FlowRuleLimitReached(
+                f"namespace {namespace!r} holds {held} flow rules, the most"
+                " DISPATCHER_MAX_FLOW_RULES_PER_NAMESPACE allows: delete one first"
+            )
 
     async def take(
         self, key: str, namespace: str | None, meter: Meter, wanted: Sequence[uuid.UUID]
@@ -179,12 +204,24 @@ class FlowRuleStore:
         woken = {int(row["tag"]) for row in rows if row["tag"] is not None}
         return rows[0]["looked_at"], {tag for tag in woken if tag >= 0}
 
-    async def delete(self, key: str, namespace: str | None) -> Rule:
+    async def delete(self, key: str, namespace: str | None, *, owner: Owner) -> Rule:
+        """Delete the rule (``FlowRuleOwned``: a tenant's delete of an operator's rule)."""
         async with self._db.connection() as connection:
-            row = await connection.fetchrow(queries.DELETE_FLOW_RULE, key, namespace)
+            row = await connection.fetchrow(queries.DELETE_FLOW_RULE, key, namespace, owner.value)
+            if row is None and await connection.fetchrow(queries.GET_FLOW_RULE, key, namespace):
+                _check_owner(owner, key, namespace)
         if row is None:
             raise errors.FlowRuleNotFound(_named(key, namespace))
         return rule_from_row(row)
+
+
+def _check_owner(owner: Owner, key: str, namespace: str | None) -> None:
+    """A tenant may not change an operator's rule (an operator may change a tenant's)."""
+    if owner is Owner.TENANT:
+        raise errors.FlowRuleOwned(
+            f"the flow rule for {key!r} in namespace {namespace!r} is an operator's: only an"
+            " admin key changes it"
+        )
 
 
 def _named(key: str, namespace: str | None) -> str:

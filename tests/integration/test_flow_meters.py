@@ -22,7 +22,7 @@ KEY = "billing"
 
 @pytest.fixture
 def store(db: Database) -> FlowRuleStore:
-    return FlowRuleStore(db, max_rules=10)
+    return FlowRuleStore(db, max_rules=10, max_rules_per_namespace=10)
 
 
 async def stored_jobs(database_url: str, count: int) -> list[uuid.UUID]:
@@ -69,7 +69,7 @@ async def test_a_rate_lets_go_its_burst_at_once_then_its_rate(store: FlowRuleSto
 
 async def test_takers_at_once_share_the_rate(db: Database) -> None:
     meter = Meter(rate_per_s=200, burst=20)
-    stores = [FlowRuleStore(db, max_rules=10) for _ in range(4)]
+    stores = [FlowRuleStore(db, max_rules=10, max_rules_per_namespace=10) for _ in range(4)]
     let_go = 0
     started = time.monotonic()
 

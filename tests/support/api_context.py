@@ -126,7 +126,11 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiContext:
         heap_size=lambda: HEAP_SIZE,
         cluster=describe,
         vacuum=checks.vacuum_state,
-        flow_rules=FlowRuleStore(db, max_rules=settings.max_flow_rules),
+        flow_rules=FlowRuleStore(
+            db,
+            max_rules=settings.max_flow_rules,
+            max_rules_per_namespace=settings.max_flow_rules_per_namespace,
+        ),
         rules=RuleBook,
         rules_changed=_nothing_to_refresh,
         bulk_actions=BulkActionStore(db),

@@ -14,7 +14,7 @@ NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 RATED = Rule(key="a", namespace=None, limits=Limits(rate_per_s=10.0, burst=3), updated_at=NOW)
 SLOTS = Limits(max_in_flight=2, in_flight_timeout_s=9.0)
 OTHER = Rule(key="b.c", namespace="shop", limits=SLOTS, updated_at=NOW)
-BOOK = RuleBook([RATED, OTHER])
+TAGS = RuleBook([RATED, OTHER]).governing_tags([RATED, OTHER], NOW)
 SHARDS = frozenset({1, 2})
 
 
@@ -24,14 +24,14 @@ def entry(at: datetime, key: str = "a.x") -> DueEntry:
 
 def started(now_mono: float = 0.0) -> MeterLooks:
     meter = MeterLooks()
-    assert meter.start(SHARDS, [RATED, OTHER], BOOK, now_mono)
+    assert meter.start(SHARDS, [RATED, OTHER], TAGS, now_mono)
     return meter
 
 
 def test_nothing_to_meter_without_a_metered_rule_or_a_shard() -> None:
     meter = MeterLooks()
-    assert not meter.start(SHARDS, [], BOOK, 0.0)
-    assert not meter.start(frozenset(), [RATED], BOOK, 0.0)
+    assert not meter.start(SHARDS, [], TAGS, 0.0)
+    assert not meter.start(frozenset(), [RATED], TAGS, 0.0)
 
 
 def test_a_start_walks_the_whole_index_for_every_rule_and_wakes_those_with_jobs() -> None:
@@ -56,13 +56,13 @@ def test_a_busy_rule_looks_from_its_oldest_job_and_never_asks_twice_for_one_let_
     asked = meter.found(look, jobs, NOW)
     assert asked == jobs[:3]  # a burst's worth
     meter.granted(look, asked[:2], now_mono=1.0)
-    meter.start(SHARDS, [RATED, OTHER], BOOK, 2.0)
+    meter.start(SHARDS, [RATED, OTHER], TAGS, 2.0)
     [look] = meter.looks()
     assert look.floor == datetime.fromtimestamp(jobs[0].run_at_s, UTC)
     assert look.wanted == 3 + 2  # room for the two let go and not yet claimed
     assert meter.found(look, jobs, NOW) == jobs[2:5]
     # Let go PENDING_S ago and still found (never claimed): asked for again.
-    meter.start(SHARDS, [RATED, OTHER], BOOK, 1.0 + looks.PENDING_S)
+    meter.start(SHARDS, [RATED, OTHER], TAGS, 1.0 + looks.PENDING_S)
     [look] = meter.looks()
     assert meter.found(look, jobs, NOW) == jobs[:3]
 
@@ -98,14 +98,32 @@ def test_a_change_of_rules_or_shards_and_the_rescan_start_a_whole_walk() -> None
     meter.walk_from(0.0)
     meter.walked(BEGINNING, NOW, {0, 1})
     assert len(meter.looks()) == 2
-    assert meter.start(SHARDS, [RATED], BOOK, 1.0)  # a rule gone
+    assert meter.start(SHARDS, [RATED], TAGS, 1.0)  # a rule gone
     assert meter.looks() == []
     assert meter.walk_from(1.0) == BEGINNING
     meter.walked(BEGINNING, NOW, {0})
-    assert meter.start(frozenset({1}), [RATED], BOOK, 2.0)  # a shard lost
+    assert meter.start(frozenset({1}), [RATED], TAGS, 2.0)  # a shard lost
     assert meter.looks() == []
     meter.walk_from(2.0)
     meter.walked(BEGINNING, NOW, {0})
-    assert meter.start(frozenset({1}), [RATED], BOOK, 2.0 + looks.RESCAN_S)
+    assert meter.start(frozenset({1}), [RATED], TAGS, 2.0 + looks.RESCAN_S)
     assert meter.looks() == []
     assert meter.walk_from(2.0 + looks.RESCAN_S) == BEGINNING
+
+
+def test_tags_changed_alone_start_a_whole_walk() -> None:
+    meter = started()
+    metered = [RATED, OTHER]
+    assert meter.start(SHARDS, metered, TAGS, 0.0)
+    meter.walk_from(0.0)
+    meter.walked(BEGINNING, NOW, {0, 1})
+    assert meter.start(SHARDS, metered, TAGS, 1.0)  # the same rules, the same tags
+    assert len(meter.looks()) == 2
+    # A rule below a metered one paused (the metered rules themselves unchanged): its jobs are no
+    # longer the meter's, and the walk starts afresh.
+    paused_below = Rule(key="a.x", namespace=None, limits=Limits(paused=True), updated_at=NOW)
+    tags = RuleBook([RATED, OTHER, paused_below]).governing_tags(metered, NOW)
+    assert tags != TAGS
+    assert meter.start(SHARDS, metered, tags, 2.0)
+    assert meter.looks() == []
+    assert meter.walk_from(2.0) == BEGINNING
