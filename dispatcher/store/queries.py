@@ -1105,7 +1105,7 @@ FLOW_TAKE: Final = "SELECT dispatcher_flow_take($1, $2, $3, $4, $5, $6, $7::uuid
 # The meter's look at its busy rules: for each (``m``: its key, its namespace, NULL for every one,
 # its tag, how many it wants, and the run_at before which it need not look), the due scheduled
 # jobs of the shards $1 it governs, oldest first. A job is the rule's when
-# ``dispatcher_flow_meter_tag`` (sql/0021) finds the rule's tag for it in $7
+# ``dispatcher_flow_meter_tag`` (sql/0023) finds the rule's tag for it in $7
 # (``RuleBook.governing_tags``): a longer key's rule of the same owner, or one naming the job's
 # namespace, governs its own; either owner's pause holds it. Each rule's look walks the due index
 # from its floor (``flow.meter`` keeps it at its oldest due job) up to now; the key test comes

@@ -1,4 +1,4 @@
--- 0021: who owns each flow rule: the operator (an admin key set it last) or the tenant of its
+-- 0023: who owns each flow rule: the operator (an admin key set it last) or the tenant of its
 -- namespace (that namespace's limits key). A tenant's key may not change an operator's rule, and
 -- each owner's rules are weighed apart, so that a tenant's rule can hold more but never release
 -- what an operator's holds (dispatcher/flow/rules.py). No rule said who made it before: every
