@@ -159,3 +159,20 @@ def test_prometheus_scrapes_with_the_monitor_key_the_dispatcher_is_given() -> No
     assert scopes[api_keys.digest(compose.value_of(token_variable))] is api_keys.Scope.MONITOR
     assert sorted(scopes.values()) == [api_keys.Scope.ADMIN, api_keys.Scope.MONITOR]
     assert dispatcher_job["static_configs"] == [{"targets": ["dispatcher:8080"]}]
+
+
+@pytest.mark.parametrize(
+    ("file", "page"),
+    [("compose.yaml", "docs/how-to/docker.md"), ("compose.ha.yaml", "docs/how-to/production.md")],
+)
+def test_the_docs_env_file_sets_every_secret_compose_requires(file: str, page: str) -> None:
+    required_names = {
+        variable.name
+        for text in compose.strings(compose.loaded(file))
+        for variable in compose.variables(text)
+        if variable.kind == "?"
+    }
+    # The docs' first step: python3 -c '... for name in ("A", "B", ...): print(...)' > .env
+    text = (compose.ROOT / page).read_text()
+    [names] = re.findall(r"python3 -c 'import secrets\nfor name in \(([^)]*)\)", text)
+    assert set(re.findall(r'"(\w+)"', names)) == required_names
