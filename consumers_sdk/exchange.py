@@ -2,9 +2,10 @@
 turned into a record or a typed error. Written once; the async and the sync client only send and
 sleep.
 
-4xx answers raise typed errors at once. 503 (the dispatcher stored nothing) and failures to
-connect are retried with backoff; a request lost after it was sent is retried only when replaying
-it is harmless (``Call.replay_safe``: a GET, a POST whose every job carries an idempotency key).
+4xx answers raise typed errors at once, but 429: it and 503 (the dispatcher stored nothing) and
+failures to connect are retried with backoff, a 429 no sooner than its Retry-After; a request
+lost after it was sent is retried only when replaying it is harmless (``Call.replay_safe``: a
+GET, a POST whose every job carries an idempotency key).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ Outcome = httpx.Response | httpx.TransportError
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 FIRST_PAUSE_S = 0.2
 MAX_PAUSE_S = 5.0
+MAX_RETRY_AFTER_S = 60.0
+# Answers that stored nothing and ask to be sent again: a node busy with as much of the call's kind
+# as it takes at once (429, Retry-After), or unavailable (503).
+RETRIED = frozenset({429, 503})
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +78,21 @@ def attempts(call: calls.Call[T], *, retries: int, rng: random.Random | None = N
         elif outcome.status_code < 400:
             yield Done(parsed(call, outcome))
             return
-        elif outcome.status_code != 503 or last:
+        elif outcome.status_code not in RETRIED or last:
             raise error(outcome, call.subject)
-        outcome = yield pauses.next()
+        outcome = yield max(pauses.next(), retry_after_s(outcome))
     raise AssertionError("unreachable")
+
+
+def retry_after_s(response: Outcome) -> float:
+    """The seconds a 429's Retry-After asks for (0 without one), never more than a minute."""
+    if isinstance(response, httpx.TransportError):
+        return 0.0
+    try:
+        asked = float(response.headers.get("retry-after", "0"))
+    except ValueError:  # an HTTP date: not what the dispatcher sends
+        return 0.0
+    return min(max(asked, 0.0), MAX_RETRY_AFTER_S) if response.status_code == 429 else 0.0
 
 
 def parsed(call: calls.Call[T], response: httpx.Response) -> T:

@@ -2,9 +2,11 @@
 
 An action is worked by one node at a time: taken with a lease (``FOR UPDATE SKIP LOCKED``, so
 nodes never wait for each other), renewed by each batch, and taken over by another node once the
-lease runs out (the worker died). Each batch is one transaction that locks the action, changes at
-most ``batch`` jobs after its cursor and moves the cursor past them: a job is changed at most
-once, and a stop (or a takeover) takes effect between two batches.
+lease runs out (the worker died). Between two batches a node takes the next turn (``bulk``,
+"Bounds"): the same action, or another, letting go of the one it held. Each batch is one
+transaction that locks the action, changes at most ``batch`` jobs after its cursor and moves the
+cursor past them: a job is changed at most once, and a stop (or a takeover) takes effect between
+two batches.
 
 Between batches the runner rests in proportion to the time the batch took (``duty``), so that a
 million-job action leaves PostgreSQL and the event loop to firing most of the time.
@@ -94,8 +96,12 @@ class BulkRunner:
         await self._store.remove_ended()
         changed = 0
         failures: dict[uuid.UUID, int] = {}
+        held: uuid.UUID | None = None  # the action this node keeps between its batches
         while not self._stop.is_set():
             action = await self._store.claim(node_id=self._node_id, lease_s=self._lease_s)
+            if held is not None and (action is None or action.id != held):
+                await self._store.release(held, node_id=self._node_id)
+            held = action.id if action is not None else None
             if action is None:
                 break
             if action.cursor.int == 0 and action.touched == 0:
@@ -107,6 +113,8 @@ class BulkRunner:
                 )
             started = self._clock()
             done = await self._one_batch(action, failures)
+            if done is None or done.done:
+                held = None  # ended, stopped, taken over or failed: not this node's to let go
             if done is None:
                 continue
             changed += done.changed
@@ -129,6 +137,7 @@ class BulkRunner:
                 action,
                 node_id=self._node_id,
                 batch=self._batch,
+                lease_s=self._lease_s,
                 shards=list(self._shards()),
                 notify_within_s=self._notify_within_s,
             )

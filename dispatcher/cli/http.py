@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-from dispatcher.cli import bulk, credentials, parsers, progress, tables
+from dispatcher.cli import bulk, credentials, parsers, patient, progress, tables
 
 Row = dict[str, Any]
 PAGE = 1000  # rows asked for at a time (the API's most)
@@ -175,7 +175,12 @@ def run(args: argparse.Namespace, default_url: str) -> int:
     if token:
         headers["authorization"] = f"Bearer {token}"
     try:
-        with httpx.Client(base_url=args.url or default_url, headers=headers, timeout=30) as http:
+        with httpx.Client(
+            base_url=args.url or default_url,
+            headers=headers,
+            timeout=30,
+            transport=patient.PatientTransport(),
+        ) as http:
             if args.command == "jobs":
                 return _jobs(http, args)
             if args.command == "schedules":

@@ -293,7 +293,7 @@ class BulkActionStore:
 
     async def claim(self, *, node_id: str, lease_s: float) -> bulk.BulkAction | None:
         """The running action whose turn it is (``queries.CLAIM_BULK_ACTION``), now this node's
-        for ``lease_s``, for one batch."""
+        for ``lease_s``."""
         async with self._db.connection() as connection:
             row = await connection.fetchrow(queries.CLAIM_BULK_ACTION, node_id, lease_s)
         return action_from_row(row) if row is not None else None
@@ -304,12 +304,14 @@ class BulkActionStore:
         *,
         node_id: str,
         batch: int,
+        lease_s: float,
         shards: Sequence[int] = (),
         notify_within_s: float = 0.0,
     ) -> bulk.Batch | None:
         """Change the next ``batch`` matching jobs after the action's cursor and advance it, in one
-        transaction, which ends this node's turn; None when the action no longer runs here
-        (stopped, taken over, done). BulkBatchTooSlow past ``bounds.batch_timeout_s``.
+        transaction, renewing this node's lease for ``lease_s``; None when the action no
+        longer runs here (stopped, taken over, done). BulkBatchTooSlow past
+        ``bounds.batch_timeout_s``.
         ``shards``: where a requeue puts its jobs; ``notify_within_s``: how soon a rescheduled
         job must be due to be announced."""
         spec = action.filter
@@ -344,7 +346,12 @@ class BulkActionStore:
                     assert row is not None  # aggregates: always one row
                     done = row["seen"] < batch
                     await connection.execute(
-                        queries.ADVANCE_BULK_ACTION, action.id, row["last"], row["changed"], done
+                        queries.ADVANCE_BULK_ACTION,
+                        action.id,
+                        row["last"],
+                        row["changed"],
+                        done,
+                        lease_s,
                     )
             except asyncpg.QueryCanceledError:
                 raise errors.BulkBatchTooSlow(
@@ -353,6 +360,11 @@ class BulkActionStore:
                 ) from None
         due_at: datetime | None = row["at"] if action.action is bulk.Action.REQUEUE else None
         return bulk.Batch(seen=row["seen"], changed=row["changed"], done=done, due_at=due_at)
+
+    async def release(self, action_id: uuid.UUID, *, node_id: str) -> None:
+        """Let go of an action this node holds between batches: another node may take it."""
+        async with self._db.connection() as connection:
+            await connection.execute(queries.RELEASE_BULK_ACTION, action_id, node_id)
 
     async def remove_ended(self) -> int:
         """Remove the actions done, failed or stopped longer than ``bounds.keep_s`` ago."""

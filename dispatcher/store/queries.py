@@ -1414,7 +1414,7 @@ RETURNING *
 """
 
 # Take a running action no other node works (its lease ran out, or it never had one) for $2
-# seconds, for one batch: an operator's first, then one of the namespace whose last batch ran
+# seconds, for its next batch: an operator's first, then one of the namespace whose last batch ran
 # longest ago, then that namespace's least recently worked action (bulk.py, "Bounds"); rows
 # locked by a batch in flight are passed over. $1 node id.
 CLAIM_BULK_ACTION: Final = """
@@ -1441,15 +1441,25 @@ LOCK_BULK_ACTION: Final = """
 SELECT * FROM bulk_actions WHERE id = $1 AND status = 'running' AND worked_by = $2 FOR UPDATE
 """
 
-# A batch ends by moving the cursor to $2 (NULL: where it is), counting $3 more jobs changed, and
-# ending its turn (any node may take the next batch); $4: no job is left, the action is done.
+# A batch ends by moving the cursor to $2 (NULL: where it is), counting $3 more jobs changed,
+# noting its turn, and renewing the lease for $5 seconds (the node keeps the action while it
+# rests: one node works an action at a time, at its rate); $4: no job is left, the action is done.
 ADVANCE_BULK_ACTION: Final = """
 UPDATE bulk_actions
 SET cursor = coalesce($2, cursor), touched = touched + $3,
     status = CASE WHEN $4 THEN 'done' ELSE status END,
     finished_at = CASE WHEN $4 THEN now() END,
-    worked_by = NULL, lease_until = NULL, turn_at = now(), updated_at = now()
+    worked_by = CASE WHEN $4 THEN NULL ELSE worked_by END,
+    lease_until = CASE WHEN $4 THEN NULL ELSE now() + make_interval(secs => $5) END,
+    turn_at = now(), updated_at = now()
 WHERE id = $1
+"""
+
+# A node that takes another action's turn lets go of the one it held: any node may take it. $1 id,
+# $2 node id.
+RELEASE_BULK_ACTION: Final = """
+UPDATE bulk_actions SET worked_by = NULL, lease_until = NULL
+WHERE id = $1 AND worked_by = $2 AND status = 'running'
 """
 
 # An action that cannot go on (its batch keeps failing on its jobs): failed with the reason $3,

@@ -52,6 +52,7 @@ class ScriptedStore:
         self.calls = 0
         self.claims: list[uuid.UUID | None] = []
         self.removals = 0
+        self.released: list[uuid.UUID] = []
         self.on_batch: Callable[[], None] = lambda: None
 
     async def claim(self, *, node_id: str, lease_s: float) -> bulk.BulkAction | None:
@@ -71,6 +72,9 @@ class ScriptedStore:
     async def fail(self, action_id: uuid.UUID, *, node_id: str, reason: str) -> None:
         self.failed.append((action_id, reason))
         self.actions = [a for a in self.actions if a.id != action_id]
+
+    async def release(self, action_id: uuid.UUID, *, node_id: str) -> None:
+        self.released.append(action_id)
 
     async def remove_ended(self) -> int:
         self.removals += 1
@@ -159,6 +163,15 @@ async def test_each_batch_is_a_turn_claimed_anew_and_ended_actions_are_removed_f
     assert await runner(store, []).work() == 5
     assert store.claims == [worked.id] * 3 + [None]
     assert store.removals == 1
+
+
+async def test_a_node_lets_go_of_the_action_it_held_when_it_takes_another_ones_turn() -> None:
+    first, second = action(), action(bulk.Action.CANCEL)
+    more, last = bulk.Batch(seen=2, changed=2, done=False), bulk.Batch(seen=1, changed=1, done=True)
+    store = ScriptedStore([first], [more, more, last, last])  # first, second, second, first
+    store.on_batch = lambda: store.actions.insert(0, second) if store.calls == 1 else None
+    await runner(store, []).work()
+    assert store.released == [first.id]
 
 
 async def test_the_services_away_reach_the_caller_without_failing_the_action() -> None:

@@ -284,6 +284,19 @@ def test_503_and_unsent_requests_are_retried_with_growing_jittered_waits() -> No
         assert pause <= wait <= 2 * pause
 
 
+def test_a_429_is_sent_again_no_sooner_than_its_retry_after() -> None:
+    busy = answers.problem(429, "busy", "retry")
+    busy.headers["retry-after"] = "3"
+    undated = answers.problem(429, "busy", "retry")
+    job, waits = run(calls.get("j"), [busy, undated, answers.job_answer()])
+    assert isinstance(job, JobRecord)
+    assert waits[1] == 3.0
+    assert 0.4 <= waits[2] <= 0.8  # without one: the backoff
+    with pytest.raises(ClientError) as refused:
+        run(calls.get("j"), [busy] * 2, retries=1)
+    assert refused.value.status == 429
+
+
 def test_a_lost_answer_is_replayed_only_when_replaying_is_harmless() -> None:
     with pytest.raises(DispatcherUnavailable, match="no answer"):
         run(calls.schedule("a", 1), [lost()])  # a replay could store the job twice
