@@ -1,7 +1,10 @@
 """`make bench`: every benchmark in turn, each printing its table and writing bench/results/."""
 
+import argparse
+
 from bench import (
     backlog,
+    bulk_reads,
     bulk_requeue,
     consumer_throughput,
     end_to_end,
@@ -43,5 +46,10 @@ if __name__ == "__main__":
     harness.run(
         bulk_requeue.main(
             dead=100_000, rate=1000, seconds=45, runs=2, duty=0.5, bulk_rate=5000, batch=100
+        )
+    )
+    harness.run(
+        bulk_reads.main(
+            argparse.Namespace(jobs=1_000_000, clients=64, seconds=60.0, rate=500, runs=3)
         )
     )
