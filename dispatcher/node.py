@@ -18,11 +18,11 @@ from typing import Any
 import uvicorn
 
 from consumers_sdk import broker_urls
-from dispatcher import api, bulk, errors, lifecycle, metrics, supervision
+from dispatcher import bulk, errors, lifecycle, metrics, supervision
 from dispatcher.amqp import events, publisher
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
-from dispatcher.api import client_slots, connections, internals
+from dispatcher.api import app, client_slots, connections, internals
 from dispatcher.api.context import ApiContext
 from dispatcher.bulk_runner import BulkRunner
 from dispatcher.cluster import ownership as ownership_mod
@@ -260,7 +260,7 @@ class Node:
         )
         self.metrics.heap_size.set_function(lambda: self.lanes.live_count)
         self.metrics.window_horizon.set_function(self._horizon_s)
-        self.app = api.create_api(self._api_context())
+        self.app = app.create_api(self._api_context())
         self._http: uvicorn.Server | None = None
         self._stop = asyncio.Event()
         self.started = asyncio.Event()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-from dispatcher import api
+from dispatcher.api import app
 from dispatcher.api.context import ApiContext
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
@@ -55,7 +55,7 @@ def document() -> dict[str, Any]:
         bulk_actions=unused,
         bulk_started=unused,
     )
-    return api.create_api(context).fastapi.openapi()
+    return app.create_api(context).fastapi.openapi()
 
 
 def ref_name(ref: str) -> str:

@@ -11,8 +11,7 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from dispatcher import api
-from dispatcher.api import ops
+from dispatcher.api import app, ops
 from dispatcher.api.context import ApiContext
 from dispatcher.store.db import Database
 from tests.support import api_context
@@ -41,7 +40,7 @@ def context(database_url: str, db: Database, checks: Checks) -> ApiContext:
 
 @pytest.fixture
 async def http(context: ApiContext) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=api.create_api(context))
+    transport = httpx.ASGITransport(app=app.create_api(context))
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         yield client
 

@@ -10,12 +10,12 @@ from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Match, Mount, Route
 
 from dispatcher import api_keys
-from dispatcher.api import access, auth, build_fastapi, routes
+from dispatcher.api import access, app, auth
 from dispatcher.api.gate import SMALL_BODY_BYTES, Rule, Rules
 from dispatcher.settings import Settings
 
-APP = build_fastapi()
-SERVED = list(routes(APP.router.routes))
+APP = app.build_fastapi()
+SERVED = list(app.routes(APP.router.routes))
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
