@@ -18,7 +18,7 @@ measured: ``timekeeper``) as the claim was sent, less that measurement's error; 
 reading of PostgreSQL's clock, from when its answer was read (late by the round trip and any
 event-loop delay, so the fallback). The claim takes only jobs due within ``CLAIM_FENCE_S`` of
 that reading, and the node's time is not believed when, as the claim was sent, it was ahead of
-the reading by more than ``CLOCK_CHECK_S`` beyond its error, or it moved otherwise than the
+the reading by more than ``fence.CLOCK_CHECK_S`` beyond its error, or it moved otherwise than the
 monotonic clock while the claim ran. A job the fence refused is put back, counted and logged;
 after either, the node measures PostgreSQL's clock again.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
-import itertools
 import logging
 import time
 import uuid
@@ -41,7 +40,7 @@ from typing import Protocol
 from dispatcher import errors, metrics, models, supervision
 from dispatcher.amqp.publisher import Publisher
 from dispatcher.cluster.ownership import Ownership
-from dispatcher.firing import lanes
+from dispatcher.firing import fence, lanes
 from dispatcher.firing.marks import DispatchMarks
 from dispatcher.firing.quarantine import Quarantine
 from dispatcher.store.jobs import JobStore
@@ -57,9 +56,6 @@ BATCHES = "batches"  # what /readyz names while batches fail
 # What this node claims ahead, and 5 ms for its own time being off (its estimate's error is half a
 # round trip, under a millisecond here): a job is still published no earlier than its run_at.
 CLAIM_FENCE_S = lanes.CLAIM_LEAD_S + lanes.CLAIM_AHEAD_S + 0.005
-# How far the node's time may run ahead of the claim's own reading of PostgreSQL's clock, beyond
-# its error, before that reading decides when the claimed jobs are published.
-CLOCK_CHECK_S = 0.002
 FENCED_PAUSE_S = 0.05
 
 
@@ -309,35 +305,28 @@ class Firer:
         claimed = sorted(
             claim.jobs, key=lambda job: (max(job.run_at, fenced_at), place.get(job.id, 0))
         )
-        # Each of two clocks may say a job is due, on the monotonic clock: the claim's own
-        # reading of PostgreSQL's, carried from when its answer was read (late by the round trip
-        # and any event-loop delay, never early); and the node's time as the claim was sent, less
-        # its error (sooner, as a rule). The node's time is not believed when it was ahead of the
-        # claim's reading beyond its error, or moved otherwise than the monotonic clock while the
-        # claim ran (a step): then the reading alone decides.
-        error_s = self._time.error_s()
-        ahead_s = sent_s - claim.answered_at_s - error_s
-        moved_s = (read_s - sent_s) - (read_mono - sent_mono)
-        believed = ahead_s <= CLOCK_CHECK_S and abs(moved_s) <= CLOCK_CHECK_S
-        due_mono = [read_mono + job.run_at.timestamp() - claim.answered_at_s for job in claimed]
-        if believed:
-            by_node = sent_mono + error_s - sent_s
-            due_mono = [
-                min(at, by_node + job.run_at.timestamp())
-                for at, job in zip(due_mono, claimed, strict=True)
-            ]
-        else:
+        # When each may go, on the monotonic clock: by the node's time or the claim's reading of
+        # PostgreSQL's clock, whichever is believed and sooner (``fence``), in the order above.
+        readings = fence.Readings(
+            sent_s=sent_s,
+            sent_mono=sent_mono,
+            read_s=read_s,
+            read_mono=read_mono,
+            answered_at_s=claim.answered_at_s,
+            error_s=self._time.error_s(),
+        )
+        due_mono = fence.due_mono([job.run_at.timestamp() for job in claimed], readings)
+        believed = readings.believed
+        if not believed:
             logger.warning(
                 "this node's time was %.3f s ahead of PostgreSQL's clock as the claim read it "
                 "(beyond its error), and moved %.3f s against the monotonic clock meanwhile: "
                 "%d jobs published by that reading",
-                ahead_s,
-                moved_s,
+                readings.ahead_s,
+                readings.moved_s,
                 len(claimed),
                 extra={"action": "fence"},
             )
-        # Never earlier than each job's own time, in the order sorted above (bisect needs it).
-        due_mono = list(itertools.accumulate(due_mono, max))
         published = 0  # claimed[:published] are handed to _publish_claimed
         try:
             while published < len(claimed):
