@@ -4,7 +4,6 @@ scheduler, so they fire without waiting for a load."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
@@ -58,7 +57,7 @@ class Intake:
         shard_count: int,
         lookahead_s: float,
         group_commit: bool = True,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float],
     ) -> None:
         self._store = store
         self._window = window

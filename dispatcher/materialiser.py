@@ -28,7 +28,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from dispatcher import errors, metrics, models, supervision
 from dispatcher.intake import Intake
@@ -42,10 +42,6 @@ SCHEDULES_PER_PASS = 100  # per lane
 SUBMIT_BATCH = 1000  # jobs per intake call: a catch-up of many schedules is not one statement
 CATCHUP_S = 3600.0  # Settings.schedule_catchup_window_s
 REASON_CHARS = 500  # of an error kept as a parked schedule's reason
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +69,7 @@ class Materialiser:
         per_schedule: int,
         catchup_s: float = CATCHUP_S,
         metrics: metrics.Metrics | None = None,
-        clock: Callable[[], datetime] = _now,
+        clock: Callable[[], datetime],
     ) -> None:
         self._store = store
         self._intake = intake

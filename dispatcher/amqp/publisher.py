@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -77,7 +76,7 @@ class Publisher:
         metrics: metrics.Metrics,
         path: PublishPath = "auto",
         unroutable_queue_type: topology.QueueType = "quorum",
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float],
         dead_connection_s: float | None = None,
     ) -> None:
         """DEAD_CONNECTION_S: a connection whose data goes unacknowledged that long is dropped,

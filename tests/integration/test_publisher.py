@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import cast
@@ -44,6 +45,7 @@ def new_publisher(amqp_url: str, path: PublishPath) -> Publisher:
         timeout_s=10.0,
         metrics=metrics.Metrics(),
         path=path,
+        clock=time.time,
     )
 
 

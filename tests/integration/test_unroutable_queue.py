@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 
 import aio_pika
 import pytest
@@ -27,6 +28,7 @@ def new_publisher(amqp_url: str) -> Publisher:
         connection_name="test-publisher",
         timeout_s=10.0,
         metrics=metrics.Metrics(),
+        clock=time.time,
     )
 
 

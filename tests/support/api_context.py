@@ -3,6 +3,7 @@ RabbitMQ, no ZooKeeper; readiness, counts and the cluster view are plain callabl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -101,6 +102,7 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiContext:
         shard_count=SHARDS,
         lookahead_s=settings.lookahead_s,
         group_commit=False,  # no intake task runs the group commit here
+        clock=time.time,
     )
     keyring = Keyring(
         static=settings.static_keys(),
