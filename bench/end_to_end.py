@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import asyncpg
+
 from bench import harness
 from bench.cpu import tree_seconds
 from bench.harness import Services, medians, services_with_node, started, stopped, summary, write
@@ -41,12 +43,14 @@ async def one_run(
     receiver = started("bench.receiver", svc.amqp_url, ROUTING_KEY, str(at_receiver))
     try:
         processes = roots(svc, node, consumer.pid)
+        wal_from = await wal_lsn(svc.database_url)
         before = {name: tree_seconds(pids) for name, pids in processes.items()}
         accepted = await steady(node.url, rate, seconds, routing_key=ROUTING_KEY)
         await drained(at_handler, len(accepted), deadline_s=180)
         await drained(at_receiver, len(accepted), deadline_s=60)
         await asyncio.sleep(2)  # the last outcome events reach the dispatcher
         spent = {name: tree_seconds(pids) - before[name] for name, pids in processes.items()}
+        wal_bytes = await wal_lsn(svc.database_url, since=wal_from)
     finally:
         stopped(consumer)
         stopped(receiver)
@@ -57,7 +61,20 @@ async def one_run(
     stats |= {f"dispatcher_{k}": v for k, v in summary(alone).items()}
     stats["not_handled"] = len(accepted) - len(handled.keys() & accepted.keys())
     stats |= {f"cpu_ms_per_1000_{name}": s * 1e6 / len(accepted) for name, s in spent.items()}
+    stats["wal_bytes_per_job"] = float(wal_bytes) / len(accepted)
     return stats
+
+
+async def wal_lsn(dsn: str, since: str | None = None) -> str:
+    """PostgreSQL's WAL position now; with ``since``, the bytes written after it instead."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        if since is None:
+            return str(await connection.fetchval("SELECT pg_current_wal_lsn()::text"))
+        query = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::bigint::text"
+        return str(await connection.fetchval(query, since))
+    finally:
+        await connection.close()
 
 
 async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
@@ -81,7 +98,8 @@ async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
                 + ", ".join(
                     f"{name} {stats[f'cpu_ms_per_1000_{name}']:.0f}"
                     for name in ("dispatcher", "consumer", "postgres", "rabbitmq")
-                ),
+                )
+                + f"; WAL {stats['wal_bytes_per_job']:.0f} bytes per job",
                 flush=True,
             )
     print(f"  written to {write('end_to_end', results)}")

@@ -25,6 +25,8 @@ _GRACE_S: Final = 5.0
 # A count that would start within this long waits for its slot rather than answer 429: a dry run
 # and the action a person (or a command with --yes) makes right after it.
 _WAIT_S: Final = 1.0
+# Ended actions are kept for days: the runners of every node ask each poll, a look a minute will do.
+_REMOVE_EVERY_S: Final = 60.0
 
 _STATEMENTS: Final = {
     bulk.Action.CANCEL: queries.BULK_CANCEL,
@@ -99,6 +101,7 @@ class BulkActionStore:
         self.bounds = bounds or bulk.Bounds()
         # Dry runs and new actions count jobs: the gate bounds the share of the pool (that
         # claims, clock samples and probes share) and of PostgreSQL they take; more are refused.
+        self._remove_at = 0.0  # monotonic: when ended actions are next looked for
         self._reads = read_gate.ReadGate(
             slots=self.bounds.reads,
             duty=self.bounds.read_duty,
@@ -367,7 +370,12 @@ class BulkActionStore:
             await connection.execute(queries.RELEASE_BULK_ACTION, action_id, node_id)
 
     async def remove_ended(self) -> int:
-        """Remove the actions done, failed or stopped longer than ``bounds.keep_s`` ago."""
+        """Remove the actions done, failed or stopped longer than ``bounds.keep_s`` ago: looked
+        for at most every quarter of that time (a minute at most), however often asked."""
+        now = time.monotonic()
+        if now < self._remove_at:
+            return 0
+        self._remove_at = now + min(_REMOVE_EVERY_S, self.bounds.keep_s / 4)
         async with self._db.connection() as connection:
             removed = await connection.fetchval(
                 queries.REMOVE_ENDED_BULK_ACTIONS, self.bounds.keep_s
