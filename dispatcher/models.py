@@ -272,6 +272,28 @@ class DueEntry(NamedTuple):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """Who may still settle claims a previous epoch of a shard made, and for how long.
+
+    A claim is published before it is marked: the node that made it, if alive, confirms and
+    marks it (or releases it) after its shard moved on. Its claims are taken over only once it
+    had ``grace_s`` since each was made; a dead owner's at once."""
+
+    members: frozenset[str]  # the nodes in the cluster now (this one included)
+    first_epochs: Mapping[ShardId, int]  # shard -> the first epoch this process took it under
+    grace_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Orphans:
+    """What a look for a previous epoch's claims found."""
+
+    ripe: list[DueEntry]  # to fire again now
+    found: int  # rows read, ripe or not (the look's limit applies to them)
+    next_ripe_in_s: float | None  # when the next of the others is ripe; None: none wait
+
+
 def routing_key_of(routing_key: str) -> str:
     """One string object per routing key in memory, however many entries name it."""
     return sys.intern(routing_key)

@@ -58,6 +58,9 @@ from dispatcher.vacuum_horizon import Horizon
 from dispatcher.vacuum_watch import VacuumWatch
 
 logger = logging.getLogger(__name__)
+# A live node whose shard moved has its confirm timeout and this much more (the mark's round trip)
+# to settle a claim it made before another node fires it again (``loader.SweepTimes``).
+HANDOVER_MARK_S = 2.0
 
 
 class _HttpServer(uvicorn.Server):
@@ -149,9 +152,12 @@ class Node:
                 live_lag_s=settings.live_lag_s,
             ),
             sweeps=SweepTimes(
-                every_s=min(settings.lease_s / 2, 5.0), grace_s=settings.sweep_grace_s
+                every_s=min(settings.lease_s / 2, 5.0),
+                grace_s=settings.sweep_grace_s,
+                handover_s=settings.publish_timeout_s + HANDOVER_MARK_S,
             ),
             clock=clock,
+            members=self.ownership.members,
         )
         # One LISTEN connection for every notice: due jobs for the loader, key changes for auth.
         self.notices = ChannelListener(self.db, name=f"dispatcher-{settings.node_id}-notices")

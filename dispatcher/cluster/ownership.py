@@ -55,6 +55,9 @@ class Ownership(Protocol):
     def coordinated(self) -> bool:
         """Whether the node is in touch with its coordinator (ZooKeeper's session), if any."""
 
+    def members(self) -> frozenset[str]:
+        """The nodes in the cluster now, this one included: whose claims may be in flight."""
+
 
 class SingleNode:
     """This node owns every shard. Taking them bumps every epoch, fencing any earlier process."""
@@ -98,6 +101,9 @@ class SingleNode:
 
     def coordinated(self) -> bool:
         return True
+
+    def members(self) -> frozenset[str]:
+        return frozenset((self._node_id,))
 
     async def describe(self) -> dict[str, object]:
         return {

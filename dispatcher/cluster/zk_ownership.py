@@ -210,6 +210,11 @@ class ZkOwnership:
     def coordinated(self) -> bool:
         return self._connected and self._joined
 
+    def members(self) -> frozenset[str]:
+        """As last seen: a member that left meanwhile has its claims waited for a little longer
+        (``loader.SweepTimes.handover_s``), never less."""
+        return frozenset(self._members) | {self._node_id}
+
     # --- events from kazoo's threads ------------------------------------------------------------
 
     async def _process_events(self) -> None:

@@ -15,8 +15,9 @@ fired on time while the burst drains beside them (at the catch-up pace, keys tak
 Claims whose lease ran out and stragglers no load picked up are found by ``sweep`` on a timer of
 its own and go to a third lane, the recovery lane, which firing serves first and unpaced. So do
 the claims a previous owner of a shard left (made under an earlier epoch: it died, or lost the
-shard), found by a sweep run as soon as the shard is taken: they fire again at once, not a lease
-later.
+shard), found by a sweep run as soon as the shard is taken: a dead owner's fire again at once,
+not a lease later; a live owner's (still in the cluster) once it had the time to confirm and mark
+them itself (``SweepTimes.handover_s``), so that a claim it published is not published again.
 
 The lanes themselves, and how a firing batch is made of them, are ``lanes.Lanes``: the loader
 fills them, the firer takes from them.
@@ -38,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from consumers_sdk import validation
+from dispatcher import models
 from dispatcher.firing import lanes
 from dispatcher.models import DueEntry
 from dispatcher.store.jobs import EVER, JobStore
@@ -83,10 +85,12 @@ class WindowLimits:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SweepTimes:
-    """How often the sweep runs, and how overdue a job no load picked up must be to be swept."""
+    """How often the sweep runs, how overdue a job no load picked up must be to be swept, and
+    how long a live previous owner has to settle a claim it made before it is fired again."""
 
     every_s: float
     grace_s: float
+    handover_s: float = 0.0
 
 
 @dataclass(eq=False)
@@ -124,8 +128,10 @@ class Loader:
         window: WindowLimits,
         sweeps: SweepTimes,
         clock: Callable[[], float],
+        members: Callable[[], frozenset[str]] = frozenset,
     ) -> None:
-        """Fills ``due_lanes`` and hears of every batch taken from them (``on_taken``)."""
+        """Fills ``due_lanes`` and hears of every batch taken from them (``on_taken``).
+        ``members``: the nodes in the cluster now, whose claims may still be in flight."""
         self._store = store
         self._lanes = due_lanes
         due_lanes.when_taken(self.on_taken)
@@ -136,6 +142,8 @@ class Loader:
         self._live_lag_s = window.live_lag_s
         self._lease_sweep_s = sweeps.every_s
         self._sweep_grace_s = sweeps.grace_s
+        self._handover_s = sweeps.handover_s
+        self._members = members
         self._demoted_at_s = 0.0
         self._clock = clock
         self._epochs: dict[int, int] = {}  # shard -> the epoch held: older claims are orphans
@@ -144,6 +152,8 @@ class Loader:
         # Each look reads the whole 'dispatching' range, which a held snapshot fills.
         self._orphans_possible = False
         self._takeovers = 0
+        self._first_epochs: dict[int, int] = {}  # shard -> the first epoch this process took
+        self._orphan_ripe_in_s: float | None = None  # a live owner's claim waits that long
         self._stragglers_after = 0.0  # (monotonic) no straggler look before
         self._full_lease_look_after = 0.0  # (monotonic) no full lease look before
         # Every lease run out before this (PostgreSQL's clock) was found by a complete look; None:
@@ -165,6 +175,8 @@ class Loader:
             return
         shards = set(epochs)
         self._epochs.update(epochs)
+        for shard, epoch in epochs.items():
+            self._first_epochs.setdefault(shard, epoch)
         self._takeovers += 1
         self._orphans_possible = True
         self._leases_seen_to = None
@@ -385,8 +397,11 @@ class Loader:
         while True:
             self._sweep_now.clear()
             await self.sweep()
+            wait_s = self._lease_sweep_s
+            if self._orphan_ripe_in_s is not None:  # a live owner's claim is ripe sooner
+                wait_s = min(wait_s, self._orphan_ripe_in_s + 0.01)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._lease_sweep_s):
+                async with asyncio.timeout(wait_s):
                     await self._sweep_now.wait()
 
     async def sweep(self) -> int:
@@ -405,19 +420,32 @@ class Loader:
         if entries:
             logger.info("re-firing %d jobs whose lease expired", len(entries))
         if self._orphans_possible:
-            orphans = await self._store.orphaned_claims(self._epochs, self._load_batch)
-            # All found, and no takeover since: no claim of an earlier epoch is left (a claim
-            # commits only under the epoch it locked, so none is made after the takeover).
-            if len(orphans) < self._load_batch and takeovers == self._takeovers:
+            orphans = await self._store.orphaned_claims(
+                self._epochs,
+                self._load_batch,
+                handover=models.Handover(
+                    members=self._members(),
+                    first_epochs=self._first_epochs,
+                    grace_s=self._handover_s,
+                ),
+            )
+            self._orphan_ripe_in_s = orphans.next_ripe_in_s
+            # All found and ripe, and no takeover since: no claim of an earlier epoch is left (a
+            # claim commits only under the epoch it locked, so none is made after the takeover).
+            if (
+                orphans.found < self._load_batch
+                and orphans.next_ripe_in_s is None
+                and takeovers == self._takeovers
+            ):
                 self._orphans_possible = False
-            if orphans:
+            if orphans.ripe:
                 logger.info(
                     "re-firing %d jobs claimed by a previous owner of their shard (it died or "
                     "lost the shard: its epoch is past)",
-                    len(orphans),
+                    len(orphans.ripe),
                     extra={"action": "recover"},
                 )
-            entries += orphans
+            entries += orphans.ripe
         # Only when nothing in memory is that late itself: otherwise firing is merely behind.
         earliest = self._lanes.next_live_s()
         lagging = earliest is not None and earliest < self._clock() - self._sweep_grace_s

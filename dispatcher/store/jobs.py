@@ -376,14 +376,28 @@ class JobStore:
         found = [entry_from_row(row) for row in rows if row["id"] is not None]
         return found, rows[0]["looked_at"]
 
-    async def orphaned_claims(self, epochs: Mapping[int, int], limit: int) -> list[models.DueEntry]:
-        """Claims of these shards made under an earlier epoch than the one given (held here)."""
+    async def orphaned_claims(
+        self, epochs: Mapping[int, int], limit: int, *, handover: models.Handover
+    ) -> models.Orphans:
+        """Claims of these shards made under an earlier epoch than the one given (held here):
+        those ripe to fire again, and when the next of the others will be (``handover``)."""
         shards = list(epochs)
+        # A lease longer than the grace: a live owner's claim is ripe this long before it ends.
+        short_of_lease_s = self._lease_s - handover.grace_s
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
-                queries.ORPHANED_CLAIMS, shards, [epochs[shard] for shard in shards], limit
+                queries.ORPHANED_CLAIMS,
+                shards,
+                [epochs[shard] for shard in shards],
+                [handover.first_epochs.get(shard, epochs[shard]) for shard in shards],
+                self._node_id,
+                sorted(handover.members),
+                short_of_lease_s,
+                limit,
             )
-        return [entry_from_row(row) for row in rows]
+        ripe = [entry_from_row(row) for row in rows if row["ripe_in_s"] <= 0]
+        waits = [row["ripe_in_s"] for row in rows if row["ripe_in_s"] > 0]
+        return models.Orphans(ripe, found=len(rows), next_ripe_in_s=min(waits, default=None))
 
     async def overdue_stragglers(
         self, shards: Sequence[int], grace_s: float, limit: int

@@ -273,17 +273,28 @@ ORDER BY expired.lease_until
 """
 
 # Claims made under an older epoch of a shard this node now holds: their owner died (a restarted
-# node takes its shards under new epochs too) or lost the shard, and taking it bumped the epoch,
-# so no confirm of theirs will ever be marked by the one who made them. Re-fired at once rather
-# than when their lease runs out (the lease is for a live owner that stopped confirming).
-# $1 shards held, $2 their epochs (same order), $3 limit.
+# node takes its shards under new epochs too) or lost the shard. A dead owner's are re-fired at
+# once rather than when their lease runs out. A live owner's (a node still in the cluster, or
+# this very process under an epoch it took) may be published and about to be marked: each is
+# ripe once it is $6 seconds short of its lease, that is once its owner has had the time to
+# settle it (confirmed and marked, or released), and a claim in flight is not published twice.
+# A claim under this node's id made before this process first took the shard is a dead
+# process's. ripe_in_s: how long until it is ripe (0: now).
+# $1 shards held, $2 their epochs, $3 the first epoch this process took each under (same order),
+# $4 this node's id, $5 the other nodes in the cluster, $6 seconds, $7 limit.
 ORPHANED_CLAIMS: Final = """
-SELECT j.id, j.shard, j.run_at, j.routing_key, j.priority
+SELECT j.id, j.shard, j.run_at, j.routing_key, j.priority,
+       CASE WHEN CASE WHEN j.claimed_by = $4 THEN j.claim_epoch >= held.first_epoch
+                      ELSE j.claimed_by = ANY($5::text[]) END
+            THEN greatest(0, extract(epoch FROM j.lease_until - now()) - $6)::float8
+            ELSE 0::float8
+       END AS ripe_in_s
 FROM jobs j
-JOIN unnest($1::int[], $2::bigint[]) AS held(shard, epoch) ON j.shard = held.shard
+JOIN unnest($1::int[], $2::bigint[], $3::bigint[]) AS held(shard, epoch, first_epoch)
+  ON j.shard = held.shard
 WHERE j.state = 'dispatching' AND j.claim_epoch < held.epoch
 ORDER BY j.run_at, j.id
-LIMIT $3
+LIMIT $7
 """
 
 # Safety net: scheduled jobs of the owned shards overdue by more than a grace period, which no

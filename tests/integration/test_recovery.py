@@ -94,9 +94,11 @@ class CountingStore(JobStore):
         self.lease_looks_since += (since,)
         return await super().expired_leases(shards, limit, since=since)
 
-    async def orphaned_claims(self, epochs: Mapping[int, int], limit: int) -> list[models.DueEntry]:
+    async def orphaned_claims(
+        self, epochs: Mapping[int, int], limit: int, *, handover: models.Handover
+    ) -> models.Orphans:
         self.orphan_looks += 1
-        return await super().orphaned_claims(epochs, limit)
+        return await super().orphaned_claims(epochs, limit, handover=handover)
 
     async def overdue_stragglers(
         self, shards: Sequence[int], grace_s: float, limit: int
@@ -217,3 +219,67 @@ async def test_the_lease_look_starts_where_the_last_complete_one_did_with_full_l
     loader.gain({0: epochs[0] + 1})  # a shard taken: its leases were never looked at here
     await loader.sweep()
     assert store.lease_looks_since[-1] == EVER
+
+
+async def claim_as(db: Database, job_id: str, node: str, *, shard: int, epoch: int) -> None:
+    """A claim ``node`` made of the job on ``shard`` under ``epoch``, with a 30 s lease."""
+    async with db.connection() as connection:
+        await connection.execute(
+            "UPDATE jobs SET state = 'dispatching', claimed_by = $2, claim_epoch = $3, shard = $4,"
+            " lease_until = now() + interval '30 seconds' WHERE id = $1",
+            uuid.UUID(job_id),
+            node,
+            epoch,
+            shard,
+        )
+
+
+async def test_a_live_previous_owners_claims_wait_for_it_to_settle_them_a_dead_ones_fire_at_once(
+    database_url: str, db: Database
+) -> None:
+    """A node that lost a shard may have published a claim and be about to mark it: the new
+    owner fires it again only once the old owner had the handover's time to settle it (one it
+    marked meanwhile is never fired again); a dead owner's claims fire at once. This process's
+    own claims under an earlier epoch it held are a live owner's; those its node id made before
+    this process first took the shard are a dead process's."""
+    jobs = list(await insert_overdue(database_url, 5, SHARDS, spacing_ms=10, routing_key=KEY))
+    dead_nodes, dead_process, live_node, live_marked, live_self = jobs
+    store = CountingStore(db, node_id="sweeper", lease_s=30)
+    due_lanes = lanes.Lanes(catchup_share=0.25, pace=pacing.Pace(0, batch=50))
+    await ShardStore(db).ensure(SHARDS)
+    first = await ShardStore(db).bump([0], "sweeper")
+    members = frozenset({"sweeper", "alive"})
+    loader = Loader(
+        store,
+        due_lanes,
+        window=WindowLimits(lookahead_s=60, heap_cap=1000, load_batch=100),
+        sweeps=SweepTimes(every_s=5, grace_s=15, handover_s=1.5),
+        clock=time.time,
+        members=lambda: members,
+    )
+    loader.gain(first)
+    taken = first[0] + 1
+    await claim_as(db, dead_nodes, "gone", shard=0, epoch=first[0])
+    await claim_as(db, dead_process, "sweeper", shard=0, epoch=first[0] - 1)
+    await claim_as(db, live_node, "alive", shard=0, epoch=first[0])
+    await claim_as(db, live_marked, "alive", shard=0, epoch=first[0])
+    await claim_as(db, live_self, "sweeper", shard=0, epoch=first[0])
+    async with db.connection() as connection:  # shard 0 taken again: the claims are of the past
+        await connection.execute("UPDATE shard_epochs SET epoch = $1 WHERE shard = 0", taken)
+    loader.gain({0: taken})
+    assert await loader.sweep() == 2
+    recovered = {str(entry.id) for entry in due_lanes.take(time.time(), 50, live_only=False)}
+    assert recovered == {dead_nodes, dead_process}
+    async with db.connection() as connection:  # fired again here (what the firer does with them)
+        await connection.execute(
+            "UPDATE jobs SET state = 'dispatched' WHERE id = ANY($1::uuid[])", list(recovered)
+        )
+    await JobStore(db, node_id="alive", lease_s=30).mark_dispatched([uuid.UUID(live_marked)])
+    assert await loader.sweep() == 0  # not yet ripe
+    await asyncio.sleep(1.6)
+    assert await loader.sweep() == 2
+    recovered = {str(entry.id) for entry in due_lanes.take(time.time(), 50, live_only=False)}
+    assert recovered == {live_node, live_self}
+    looks = store.orphan_looks
+    await loader.sweep()
+    assert store.orphan_looks == looks  # all found and ripe: the looking ended
