@@ -33,7 +33,8 @@ from devstack.dispatcher_process import DispatcherProcess
 from devstack.ports import reserve_port
 from devstack.postgres import QUEUE_SETTINGS
 from dispatcher.firing import loader
-from dispatcher.store import jobs, queries
+from dispatcher.store import jobs
+from dispatcher.store.queries import history, scheduler
 
 TICKS = os.sysconf("SC_CLK_TCK")
 PROFILED = {**QUEUE_SETTINGS, "shared_preload_libraries": "pg_stat_statements"}
@@ -112,17 +113,17 @@ def recurring(shards: Sequence[int], epochs: Sequence[int]) -> Iterator[tuple[st
     arguments a node owning every shard gives them."""
     now = datetime.now(UTC)
     window = [shards, now, uuid.UUID(int=0), now + timedelta(seconds=60), 1000]
-    yield "load (window)", queries.LOAD_DUE, window
+    yield "load (window)", scheduler.LOAD_DUE, window
     # A sweep every 5 s reads the leases run out since the last one (less the look back); the
     # full look, spaced by its cost, reads them all.
     last_look = now - timedelta(seconds=5 + loader.LEASE_LOOK_BACK_S)
-    yield "expired leases (since last look)", queries.EXPIRED_LEASES, [shards, 1000, last_look]
-    yield "expired leases (full look)", queries.EXPIRED_LEASES, [shards, 1000, jobs.EVER]
-    yield "orphaned claims", queries.ORPHANED_CLAIMS, [shards, epochs, 1000]
-    yield "overdue stragglers", queries.OVERDUE_STRAGGLERS, [shards, 15.0, 1000]
-    yield "count scheduled", queries.COUNT_STATE, ["scheduled", 10]
-    yield "count dispatching", queries.COUNT_STATE, ["dispatching", 10]
-    yield "next due", queries.NEXT_DUE, [10]
+    yield "expired leases (since last look)", scheduler.EXPIRED_LEASES, [shards, 1000, last_look]
+    yield "expired leases (full look)", scheduler.EXPIRED_LEASES, [shards, 1000, jobs.EVER]
+    yield "orphaned claims", scheduler.ORPHANED_CLAIMS, [shards, epochs, 1000]
+    yield "overdue stragglers", scheduler.OVERDUE_STRAGGLERS, [shards, 15.0, 1000]
+    yield "count scheduled", history.COUNT_STATE, ["scheduled", 10]
+    yield "count dispatching", history.COUNT_STATE, ["dispatching", 10]
+    yield "next due", history.NEXT_DUE, [10]
 
 
 def indexes(plan: dict[str, Any]) -> list[str]:
@@ -169,7 +170,7 @@ async def explained(db: asyncpg.Connection) -> dict[str, dict[str, Any]]:
         try:
             await db.execute(f"SET LOCAL plan_cache_mode = {mode}")
             found[f"mark ({mode.split('_')[1]})"] = await explain(
-                db, queries.MARK_DISPATCHED, [marked]
+                db, scheduler.MARK_DISPATCHED, [marked]
             )
         finally:
             await transaction.rollback()  # EXPLAIN ANALYZE ran the update

@@ -31,9 +31,13 @@ from consumers_sdk import ids as job_ids
 from devstack import million
 from dispatcher import metrics, models
 from dispatcher.housekeeping import Housekeeper
-from dispatcher.store import migrate, queries
+from dispatcher.store import migrate
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
+from dispatcher.store.queries import history as history_sql
+from dispatcher.store.queries import intake as intake_sql
+from dispatcher.store.queries import job_reads as job_reads_sql
+from dispatcher.store.queries import migrate as migrate_sql
 
 # The statements before 0009, for comparison.
 PREVIOUS_LIST_JOBS = """
@@ -55,12 +59,12 @@ async def upgrade(dsn: str, rows: int) -> float:
     """Store ``rows`` jobs under the migrations before 0009; returns how long 0009 took."""
     connection = await asyncpg.connect(dsn)
     try:
-        await connection.execute(queries.CREATE_MIGRATIONS_TABLE)
+        await connection.execute(migrate_sql.CREATE_MIGRATIONS_TABLE)
         for migration in migrate.migration_files():
             if migration.version < "0009":
                 await connection.execute(migration.sql)
                 await connection.execute(
-                    queries.RECORD_MIGRATION, migration.version, migration.checksum
+                    migrate_sql.RECORD_MIGRATION, migration.version, migration.checksum
                 )
         await million.load(connection, rows)
     finally:
@@ -94,7 +98,7 @@ async def lists(dsn: str, calls: int) -> dict[str, dict[str, float]]:
         for name, _, query, args in million.LIST_CASES:
             now = await timed_calls(connection, query, args, calls)
             figures = {"p50_ms": median(now), "p99_ms": percentile(now, 0.99)}
-            if query == queries.LIST_JOBS and args[7] is None:
+            if query == job_reads_sql.LIST_JOBS and args[7] is None:
                 # The statement before 0009 had no routing-key filter (the last argument), nor
                 # a prefix: a prefix's case has nothing to compare with.
                 before = await timed_calls(connection, PREVIOUS_LIST_JOBS, args[:5], calls)
@@ -120,7 +124,7 @@ async def counts(dsn: str, runs: int) -> dict[str, float]:
             each = []
             for _ in range(runs):
                 started = time.perf_counter()
-                await connection.fetch(queries.COUNT_STATE, state.value, 50)
+                await connection.fetch(history_sql.COUNT_STATE, state.value, 50)
                 each.append((time.perf_counter() - started) * 1000)
             results[state.value] = median(each)
         each = []
@@ -146,7 +150,7 @@ async def reader_round(dsn: str, locker: asyncpg.Connection) -> float:
         await housekeeper.refresh()  # the counts every node then reads
         each = []
         async with locker.transaction():
-            await locker.fetchval(queries.TRY_COUNT_LOCK)
+            await locker.fetchval(history_sql.TRY_COUNT_LOCK)
             for _ in range(20):
                 started = time.perf_counter()
                 await housekeeper.refresh()
@@ -168,7 +172,7 @@ async def write_rate(connection: asyncpg.Connection, batches: int = 40) -> tuple
         stored.append(ids)
         none = [None] * size
         await connection.fetch(
-            queries.INSERT_JOBS,
+            intake_sql.INSERT_JOBS,
             ids,
             [i % 256 for i in range(size)],
             [f"rk.{i % 50}" for i in range(size)],

@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from dispatcher.store import queries
+from dispatcher.store.queries import intake, job_reads
 
 ROWS = 1_000_000
 
@@ -69,7 +69,7 @@ def page_case(
 ) -> tuple[str, str, str, tuple[Any, ...]]:
     """A page of GET /v1/jobs: LIST_JOBS's parameters in their order ($1..$8)."""
     arguments = (state, routing_key, after, limit, namespace, routing_keys, PAGE_BYTES, prefix)
-    return case(name, index, queries.LIST_JOBS, *arguments)
+    return case(name, index, job_reads.LIST_JOBS, *arguments)
 
 
 # (what the caller asks, the index that must serve it, the query, its parameters): every filter
@@ -89,7 +89,7 @@ LIST_CASES = [
     case(
         "idempotency key, any namespace",
         "jobs_idempotency_key_namespace",
-        queries.SELECT_BY_IDEMPOTENCY_KEY,
+        intake.SELECT_BY_IDEMPOTENCY_KEY,
         "idem-999",
         None,
         None,
@@ -97,7 +97,7 @@ LIST_CASES = [
     case(
         "idempotency key, a namespace",
         "jobs_idempotency_key_namespace",
-        queries.SELECT_BY_IDEMPOTENCY_KEY,
+        intake.SELECT_BY_IDEMPOTENCY_KEY,
         "idem-999",
         "ns-9",
         None,

@@ -28,7 +28,7 @@ from dispatcher import api_keys, errors
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.listen import ChannelListener
 
-# Notified by queries.INSERT_API_KEY and queries.REVOKE_API_KEY.
+# Notified by queries.api_keys.INSERT_API_KEY and REVOKE_API_KEY.
 KEYS_CHANNEL: Final = "dispatcher_keys"
 # How long after a load of the keys began requests wait for it (it goes on without them): a node
 # cut from PostgreSQL answers 503 (or, open, goes on open) within a second, not after the pool's

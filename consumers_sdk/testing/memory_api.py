@@ -119,9 +119,10 @@ def _job_problem(job: Mapping[str, Any], ids: Mapping[str, Any]) -> tuple[str, s
 
 
 # bulk actions: the node's checks (``bulk.check_filter`` and ``check_change``, with the same 422
-# fields), which jobs a filter matches (``bulk_match`` in its ``store/queries.py``), and what its
-# history steps say. The node is not imported (the SDK never imports it): the bulk case of
-# ``tests/e2e/test_sdk_client.py`` runs on a real node and on this fake, pinning one to the other.
+# fields), which jobs a filter matches (``bulk_match`` in its ``store/queries/bulk_actions.py``),
+# and what its history steps say. The node is not imported (the SDK never imports it): the bulk
+# case of ``tests/e2e/test_sdk_client.py`` runs on a real node and on this fake, pinning one to
+# the other.
 
 
 class MemoryAPI:

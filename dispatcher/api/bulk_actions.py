@@ -3,9 +3,9 @@ Validate -> a dry run (count and sample) or a stored action that the nodes' runn
 background (``bulk_runner``). No SQL, no AMQP here.
 
 A key acts only on the jobs it could act on one by one, and sees, stops and resumes only the
-actions whose jobs it could act on (``queries.bulk_visible``): its namespace and routing-key
-prefixes are stored with the action (cancel and reschedule need a producer's key, a requeue an
-admin's, as ``DELETE``, ``PATCH`` and ``POST .../requeue`` of /v1/jobs do)."""
+actions whose jobs it could act on (``queries.bulk_actions.bulk_visible``): its namespace and
+routing-key prefixes are stored with the action (cancel and reschedule need a producer's key, a
+requeue an admin's, as ``DELETE``, ``PATCH`` and ``POST .../requeue`` of /v1/jobs do)."""
 
 from __future__ import annotations
 

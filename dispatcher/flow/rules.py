@@ -360,7 +360,7 @@ class RuleBook:
         return [rule for rule in self._rules if rule.limits.meters_at(now)]
 
     def governing_tags(self, metered: Sequence[Rule], now: datetime) -> str:
-        """For the meter's look (``queries.METERED_DUE``), each owner's apart as
+        """For the meter's look (``queries.flow_rules.METERED_DUE``), each owner's apart as
         ``{owner: {key: {namespace or "*": tag}}}``: each rule of ``metered`` tagged with its
         index; every other rule that may govern a job one of them matches (its key below one of
         theirs, or above) ``TAG_HOLDS`` if it holds at ``now``, else ``TAG_FREE``; as jsonb

@@ -8,8 +8,8 @@ from contextlib import asynccontextmanager
 import asyncpg
 
 from dispatcher import api_keys, errors
-from dispatcher.store import queries
 from dispatcher.store.db import Database
+from dispatcher.store.queries import api_keys as queries
 
 
 def key_from_row(row: asyncpg.Record) -> api_keys.ApiKey:

@@ -13,9 +13,9 @@ import asyncpg
 
 from consumers_sdk import ids
 from dispatcher import bulk, errors, models, read_gate
-from dispatcher.store import queries
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import job_from_row
+from dispatcher.store.queries import bulk_actions, shared
 
 _NO_ID: Final = uuid.UUID(int=0)
 _IDS: Final = ids.JobIds()  # an action's id says when it was made: lists go newest first
@@ -29,14 +29,14 @@ _WAIT_S: Final = 1.0
 _REMOVE_EVERY_S: Final = 60.0
 
 _STATEMENTS: Final = {
-    bulk.Action.CANCEL: queries.BULK_CANCEL,
-    bulk.Action.REQUEUE: queries.BULK_REQUEUE,
-    bulk.Action.RESCHEDULE: queries.BULK_RESCHEDULE,
+    bulk.Action.CANCEL: bulk_actions.BULK_CANCEL,
+    bulk.Action.REQUEUE: bulk_actions.BULK_REQUEUE,
+    bulk.Action.RESCHEDULE: bulk_actions.BULK_RESCHEDULE,
 }
 
 
 def _match(spec: bulk.Filter) -> list[object]:
-    """The parameters of ``queries.bulk_match``, in its order."""
+    """The parameters of ``bulk_actions.bulk_match``, in its order."""
     return [
         spec.namespace,
         spec.routing_key,
@@ -137,16 +137,16 @@ class BulkActionStore:
         async with self._db.connection(timeout_s + _GRACE_S) as connection:
             try:
                 async with connection.transaction(readonly=True):
-                    await connection.execute(queries.LIMIT_STATEMENT_TIME, _limit(timeout_s))
+                    await connection.execute(bulk_actions.LIMIT_STATEMENT_TIME, _limit(timeout_s))
                     row = await connection.fetchrow(
-                        queries.BULK_COUNT,
+                        bulk_actions.BULK_COUNT,
                         *_states(spec),
                         *_match(spec),
                         self.bounds.count_cap + 1,
                     )
                     rows = (
                         await connection.fetch(
-                            queries.BULK_SAMPLE, _NO_ID, sample, *_states(spec), *_match(spec)
+                            bulk_actions.BULK_SAMPLE, _NO_ID, sample, *_states(spec), *_match(spec)
                         )
                         if sample
                         else []
@@ -186,7 +186,8 @@ class BulkActionStore:
         async with self._db.connection() as connection, connection.transaction():
             await self._within_budget(connection, spec.namespace, by_operator, stored=True)
             row = await connection.fetchrow(
-                queries.INSERT_BULK_ACTION, *(values[name] for name in queries.BULK_ACTION_COLUMNS)
+                bulk_actions.INSERT_BULK_ACTION,
+                *(values[name] for name in bulk_actions.BULK_ACTION_COLUMNS),
             )
         assert row is not None
         return action_from_row(row)
@@ -201,8 +202,8 @@ class BulkActionStore:
     ) -> None:
         """Take the budget's lock for the transaction; BulkLimitReached when one more running
         action (and, with ``stored``, one more stored) would pass it."""
-        await connection.execute(queries.LOCK_BULK_BUDGET, namespace, by_operator)
-        used = await connection.fetchrow(queries.BULK_BUDGET, namespace, by_operator)
+        await connection.execute(bulk_actions.LOCK_BULK_BUDGET, namespace, by_operator)
+        used = await connection.fetchrow(bulk_actions.BULK_BUDGET, namespace, by_operator)
         assert used is not None  # an aggregate: always one row
         whose = "an operator's" if by_operator else "this namespace's"
         if stored and used["stored"] >= self.bounds.max_stored:
@@ -224,7 +225,7 @@ class BulkActionStore:
         self, action_id: uuid.UUID, *, namespace: str | None, routing_keys: Sequence[str] | None
     ) -> bulk.BulkAction:
         return await self._one(
-            queries.SELECT_BULK_ACTION, action_id, namespace, _words(routing_keys)
+            bulk_actions.SELECT_BULK_ACTION, action_id, namespace, _words(routing_keys)
         )
 
     async def page(
@@ -239,7 +240,7 @@ class BulkActionStore:
         nodes, as far as their clocks agree)."""
         async with self._db.connection() as connection:
             rows = await connection.fetch(
-                queries.LIST_BULK_ACTIONS, limit, namespace, _words(routing_keys), before
+                bulk_actions.LIST_BULK_ACTIONS, limit, namespace, _words(routing_keys), before
             )
         return [action_from_row(row) for row in rows]
 
@@ -247,7 +248,7 @@ class BulkActionStore:
         self, action_id: uuid.UUID, *, namespace: str | None, routing_keys: Sequence[str] | None
     ) -> bulk.BulkAction:
         """Stop a running action (JobStateConflict naming its status otherwise)."""
-        return await self._move(queries.STOP_BULK_ACTION, action_id, namespace, routing_keys)
+        return await self._move(bulk_actions.STOP_BULK_ACTION, action_id, namespace, routing_keys)
 
     async def resume(
         self, action_id: uuid.UUID, *, namespace: str | None, routing_keys: Sequence[str] | None
@@ -255,7 +256,7 @@ class BulkActionStore:
         """Resume a stopped or failed action from its cursor, within its namespace's budget of
         running actions (BulkLimitReached past it)."""
         return await self._move(
-            queries.RESUME_BULK_ACTION, action_id, namespace, routing_keys, budgeted=True
+            bulk_actions.RESUME_BULK_ACTION, action_id, namespace, routing_keys, budgeted=True
         )
 
     async def _move(
@@ -271,7 +272,7 @@ class BulkActionStore:
         async with self._db.connection(timeout_s) as connection, connection.transaction():
             if budgeted:
                 found = await connection.fetchrow(
-                    queries.SELECT_BULK_ACTION, action_id, namespace, _words(routing_keys)
+                    bulk_actions.SELECT_BULK_ACTION, action_id, namespace, _words(routing_keys)
                 )
                 if found is not None and found["status"] != bulk.Status.RUNNING:
                     await self._within_budget(
@@ -295,10 +296,10 @@ class BulkActionStore:
     # --- the workers ----------------------------------------------------------------------------
 
     async def claim(self, *, node_id: str, lease_s: float) -> bulk.BulkAction | None:
-        """The running action whose turn it is (``queries.CLAIM_BULK_ACTION``), now this node's
+        """The running action whose turn it is (``bulk_actions.CLAIM_BULK_ACTION``), now this node's
         for ``lease_s``."""
         async with self._db.connection() as connection:
-            row = await connection.fetchrow(queries.CLAIM_BULK_ACTION, node_id, lease_s)
+            row = await connection.fetchrow(bulk_actions.CLAIM_BULK_ACTION, node_id, lease_s)
         return action_from_row(row) if row is not None else None
 
     async def run_batch(
@@ -333,23 +334,23 @@ class BulkActionStore:
             try:
                 async with connection.transaction():
                     current = await connection.fetchrow(
-                        queries.LOCK_BULK_ACTION, action.id, node_id
+                        bulk_actions.LOCK_BULK_ACTION, action.id, node_id
                     )
                     if current is None:
                         return None
                     cursor: uuid.UUID = current["cursor"]
-                    await connection.execute(queries.LIMIT_STATEMENT_TIME, _limit(timeout_s))
+                    await connection.execute(bulk_actions.LIMIT_STATEMENT_TIME, _limit(timeout_s))
                     # Planned with the filter's values: a generic plan of the pick (which the
                     # plan cache may choose after five batches) walks the primary key instead of
                     # the filter's index.
-                    await connection.execute(queries.PLAN_EACH_RUN)
+                    await connection.execute(shared.PLAN_EACH_RUN)
                     row = await connection.fetchrow(
                         _STATEMENTS[action.action], cursor, batch, *args
                     )
                     assert row is not None  # aggregates: always one row
                     done = row["seen"] < batch
                     await connection.execute(
-                        queries.ADVANCE_BULK_ACTION,
+                        bulk_actions.ADVANCE_BULK_ACTION,
                         action.id,
                         row["last"],
                         row["changed"],
@@ -367,7 +368,7 @@ class BulkActionStore:
     async def release(self, action_id: uuid.UUID, *, node_id: str) -> None:
         """Let go of an action this node holds between batches: another node may take it."""
         async with self._db.connection() as connection:
-            await connection.execute(queries.RELEASE_BULK_ACTION, action_id, node_id)
+            await connection.execute(bulk_actions.RELEASE_BULK_ACTION, action_id, node_id)
 
     async def remove_ended(self) -> int:
         """Remove the actions done, failed or stopped longer than ``bounds.keep_s`` ago: looked
@@ -378,10 +379,12 @@ class BulkActionStore:
         self._remove_at = now + min(_REMOVE_EVERY_S, self.bounds.keep_s / 4)
         async with self._db.connection() as connection:
             removed = await connection.fetchval(
-                queries.REMOVE_ENDED_BULK_ACTIONS, self.bounds.keep_s
+                bulk_actions.REMOVE_ENDED_BULK_ACTIONS, self.bounds.keep_s
             )
         return int(removed)
 
     async def fail(self, action_id: uuid.UUID, *, node_id: str, reason: str) -> None:
         async with self._db.connection() as connection:
-            await connection.execute(queries.FAIL_BULK_ACTION, action_id, node_id, reason[:1000])
+            await connection.execute(
+                bulk_actions.FAIL_BULK_ACTION, action_id, node_id, reason[:1000]
+            )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from dispatcher.store import queries
 from dispatcher.store.db import Database
+from dispatcher.store.queries import clock as queries
 from dispatcher.timesource import Sample
 
 # A sample waits for a pooled connection, then reads the clock: only the read is timed.

@@ -10,7 +10,8 @@ from contextlib import asynccontextmanager, contextmanager
 import asyncpg
 
 from dispatcher import errors
-from dispatcher.store import queries, servers
+from dispatcher.store import servers
+from dispatcher.store.queries import connection as queries
 
 # Failures that mean "the database is not there right now", as opposed to a bug in a query.
 _UNAVAILABLE = (

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import asyncpg
 
 from dispatcher import dependency_plan, models
-from dispatcher.store import queries
 from dispatcher.store.db import Database
+from dispatcher.store.queries import dependencies as queries
 
 # A batch of a follow-up may wait for dependents' row locks: longer than an API call.
 FOLLOW_TIMEOUT_S = 30.0

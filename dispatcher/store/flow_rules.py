@@ -15,8 +15,8 @@ from dispatcher import errors
 from dispatcher.flow.looks import MeteredLook
 from dispatcher.flow.rules import Limits, Owner, Rule
 from dispatcher.models import DueEntry, routing_key_of
-from dispatcher.store import queries
 from dispatcher.store.db import Database
+from dispatcher.store.queries import flow_rules as queries
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,8 +12,8 @@ import asyncpg
 
 from consumers_sdk import contract
 from dispatcher import errors, event_users, models
-from dispatcher.store import queries
 from dispatcher.store.db import Database
+from dispatcher.store.queries import history as queries
 
 # Background statements may run longer than an API request is allowed to wait.
 BACKGROUND_TIMEOUT_S = 30.0

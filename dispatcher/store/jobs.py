@@ -14,8 +14,9 @@ import orjson
 
 from dispatcher import api_keys, errors, models
 from dispatcher.flow import rules
-from dispatcher.store import dependencies, queries
+from dispatcher.store import dependencies
 from dispatcher.store.db import Database
+from dispatcher.store.queries import intake, job_reads, scheduler, shared
 
 _CURSOR_START = uuid.UUID(int=0)
 # Scheduler statements may legitimately run longer than an API request is allowed to wait.
@@ -57,12 +58,12 @@ def _headers(text: str) -> Mapping[str, models.HeaderValue]:
 
 # CLAIM_JOBS's two clocks come before the claimed columns.
 _CLAIM_CLOCKS = 2
-_CLAIMED_HEADERS = queries.CLAIMED_COLUMNS.index("headers")
+_CLAIMED_HEADERS = scheduler.CLAIMED_COLUMNS.index("headers")
 
 
 def claimed_from_row(row: asyncpg.Record) -> models.Claimed:
     """A row of ``CLAIM_JOBS``, whose columns after its clocks are ``Claimed``'s fields in order
-    (``queries.CLAIMED_COLUMNS``): passed by position (the hot path: no lookups by name); only
+    (``scheduler.CLAIMED_COLUMNS``): passed by position (the hot path: no lookups by name); only
     the headers need decoding."""
     values = list(row[_CLAIM_CLOCKS:])
     values[_CLAIMED_HEADERS] = orjson.loads(values[_CLAIMED_HEADERS])
@@ -170,7 +171,7 @@ class JobStore:
             for job in jobs
         ]
         rows = await connection.fetch(
-            queries.ENQUEUE_JOBS,
+            intake.ENQUEUE_JOBS,
             *insert_arrays(jobs),
             releases,
             [job.spec.on_existing.value for job in jobs],
@@ -186,9 +187,9 @@ class JobStore:
         """Jobs whose known keys keep their jobs (the hot path: ``INSERT_JOB``/``INSERT_JOBS``,
         which return the jobs inserted), and the jobs their known keys name."""
         if len(jobs) == 1:
-            rows = await connection.fetch(queries.INSERT_JOB, *insert_values(jobs[0]))
+            rows = await connection.fetch(intake.INSERT_JOB, *insert_values(jobs[0]))
         else:
-            rows = await connection.fetch(queries.INSERT_JOBS, *insert_arrays(jobs))
+            rows = await connection.fetch(intake.INSERT_JOBS, *insert_arrays(jobs))
         inserted = {row["id"]: row["created_at"] for row in rows}
         missing_keys = [
             (job.namespace or "", job.spec.idempotency_key)
@@ -198,7 +199,7 @@ class JobStore:
         holders: dict[tuple[str, str], models.Job] = {}
         if missing_keys:
             namespaces, keys = (list(column) for column in zip(*missing_keys, strict=True))
-            for row in await connection.fetch(queries.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys):
+            for row in await connection.fetch(intake.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys):
                 holders[(row["namespace"] or "", row["idempotency_key"])] = job_from_row(row)
         answers: list[_Answer | None] = []
         for job in jobs:
@@ -233,7 +234,7 @@ class JobStore:
         routing_keys: Sequence[str] | None = None,
     ) -> models.Job:
         async with self._db.connection() as connection:
-            row = await connection.fetchrow(queries.SELECT_JOB, job_id, namespace, routing_keys)
+            row = await connection.fetchrow(job_reads.SELECT_JOB, job_id, namespace, routing_keys)
         if row is None:
             raise errors.JobNotFound()
         return job_from_row(row)
@@ -255,7 +256,7 @@ class JobStore:
         final dot: billing lists billing and billing.*."""
         async with self._db.connection() as connection:
             rows = await connection.fetch(
-                queries.LIST_JOBS,
+                job_reads.LIST_JOBS,
                 state.value if state else None,
                 routing_key,
                 after or _CURSOR_START,
@@ -276,7 +277,7 @@ class JobStore:
         routing_keys: Sequence[str] | None = None,
     ) -> models.Job:
         """Cancel a scheduled job; JobStateConflict once it is claimed or done."""
-        return await self._transition(queries.CANCEL_JOB, job_id, namespace, routing_keys)
+        return await self._transition(job_reads.CANCEL_JOB, job_id, namespace, routing_keys)
 
     async def reschedule(
         self,
@@ -289,7 +290,7 @@ class JobStore:
         """New time, payload or priority for a scheduled job; JobStateConflict once it is claimed
         (being published: it will be delivered) or done."""
         return await self._transition(
-            queries.RESCHEDULE_JOB,
+            job_reads.RESCHEDULE_JOB,
             job_id,
             namespace,
             routing_keys,
@@ -304,7 +305,7 @@ class JobStore:
     ) -> models.Job:
         """A dead job back to ``scheduled``, due now on ``shard``; JobStateConflict otherwise."""
         return await self._transition(
-            queries.REQUEUE_DEAD_JOB, job_id, namespace, None, shard, self._node_id
+            job_reads.REQUEUE_DEAD_JOB, job_id, namespace, None, shard, self._node_id
         )
 
     async def _transition(
@@ -320,7 +321,7 @@ class JobStore:
             row = await connection.fetchrow(query, job_id, namespace, routing_keys, *args)
             if row is None:
                 current = await connection.fetchrow(
-                    queries.SELECT_JOB, job_id, namespace, routing_keys
+                    job_reads.SELECT_JOB, job_id, namespace, routing_keys
                 )
         if row is not None:
             return job_from_row(row)
@@ -342,7 +343,7 @@ class JobStore:
     ) -> list[models.Job]:
         async with self._db.connection() as connection:
             rows = await connection.fetch(
-                queries.SELECT_BY_IDEMPOTENCY_KEY, key, namespace, routing_keys
+                intake.SELECT_BY_IDEMPOTENCY_KEY, key, namespace, routing_keys
             )
         return [job_from_row(row) for row in rows]
 
@@ -361,7 +362,7 @@ class JobStore:
         held = self._held()  # as the look starts: a release after it looks again (``Loader``)
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
-                queries.LOAD_DUE, list(shards), after[0], after[1], until, limit, *_arrays(held)
+                scheduler.LOAD_DUE, list(shards), after[0], after[1], until, limit, *_arrays(held)
             )
         last = (rows[-1]["run_at"], rows[-1]["id"]) if rows else None
         return [entry_from_row(row) for row in rows], last
@@ -372,7 +373,7 @@ class JobStore:
         """Claims whose lease ran out at ``since`` or later (PostgreSQL's clock), in the order
         they ran out, and the time of the look by that clock."""
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
-            rows = await connection.fetch(queries.EXPIRED_LEASES, list(shards), limit, since)
+            rows = await connection.fetch(scheduler.EXPIRED_LEASES, list(shards), limit, since)
         found = [entry_from_row(row) for row in rows if row["id"] is not None]
         return found, rows[0]["looked_at"]
 
@@ -386,7 +387,7 @@ class JobStore:
         short_of_lease_s = self._lease_s - handover.grace_s
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
-                queries.ORPHANED_CLAIMS,
+                scheduler.ORPHANED_CLAIMS,
                 shards,
                 [epochs[shard] for shard in shards],
                 [handover.first_epochs.get(shard, epochs[shard]) for shard in shards],
@@ -405,7 +406,7 @@ class JobStore:
         held = self._held()
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
-                queries.OVERDUE_STRAGGLERS, list(shards), grace_s, limit, *_arrays(held)
+                scheduler.OVERDUE_STRAGGLERS, list(shards), grace_s, limit, *_arrays(held)
             )
         return [entry_from_row(row) for row in rows]
 
@@ -443,7 +444,7 @@ class JobStore:
             held = rules.NOTHING_HELD  # no rule matches these keys: the claim need not ask
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
-                queries.CLAIM_JOBS,
+                scheduler.CLAIM_JOBS,
                 ids,
                 shards,
                 [epochs[shard] for shard in shards],
@@ -463,12 +464,12 @@ class JobStore:
             return []
         ids, reasons = ([job_id for job_id, _ in jobs], [reason for _, reason in jobs])
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
-            rows = await connection.fetch(queries.PARK_JOBS, ids, reasons, self._node_id)
+            rows = await connection.fetch(scheduler.PARK_JOBS, ids, reasons, self._node_id)
         return [models.Parked(row["id"], row["routing_key"]) for row in rows]
 
     async def mark_dispatched(self, ids: Iterable[uuid.UUID]) -> None:
         """Dispatched, or the final outcome their consumers reported already for this round
-        (two statements in one transaction: see ``queries.SETTLE_REPORTED``)."""
+        (two statements in one transaction: see ``scheduler.SETTLE_REPORTED``)."""
         marked = sorted(ids)  # in id order: see ``claim``
         if not marked:
             return
@@ -476,16 +477,16 @@ class JobStore:
             self._db.connection(SCHEDULER_TIMEOUT_S) as connection,
             connection.transaction(),
         ):
-            await connection.execute(queries.MARK_DISPATCHED, marked)
-            await connection.execute(queries.PLAN_EACH_RUN)
-            await connection.execute(queries.SETTLE_REPORTED, marked)
+            await connection.execute(scheduler.MARK_DISPATCHED, marked)
+            await connection.execute(shared.PLAN_EACH_RUN)
+            await connection.execute(scheduler.SETTLE_REPORTED, marked)
 
     async def mark_expired(self, ids: Iterable[uuid.UUID]) -> None:
-        await self._update(queries.MARK_EXPIRED, list(ids))
+        await self._update(scheduler.MARK_EXPIRED, list(ids))
 
     async def release(self, ids: Iterable[uuid.UUID], *, announce: bool = False) -> None:
         """Give claims back (scheduled again); ``announce`` them when their shard moved away."""
-        query = queries.RELEASE_CLAIMS_ANNOUNCED if announce else queries.RELEASE_CLAIMS
+        query = scheduler.RELEASE_CLAIMS_ANNOUNCED if announce else scheduler.RELEASE_CLAIMS
         await self._update(query, list(ids), self._node_id)
 
     async def _update(self, query: str, ids: list[uuid.UUID], *args: object) -> None:
@@ -515,7 +516,7 @@ async def _rows(
         return {}
     return {
         row["id"]: job_from_row(row)
-        for row in await connection.fetch(queries.SELECT_JOBS, list(ids))
+        for row in await connection.fetch(intake.SELECT_JOBS, list(ids))
     }
 
 
@@ -545,7 +546,7 @@ def as_stored(
 
 
 # Each inserted column's parameter, as a path into ``NewJob``; read in the order of
-# ``queries.INSERTED_COLUMNS`` by getters built here (a column missing fails at import).
+# ``intake.INSERTED_COLUMNS`` by getters built here (a column missing fails at import).
 _PARAMETER_PATHS: Final = {
     "id": "id",
     "shard": "shard",
@@ -558,14 +559,14 @@ _PARAMETER_PATHS: Final = {
     "run_at": "spec.run_at",
     "namespace": "namespace",
 }
-_PATHS_IN_ORDER: Final = [_PARAMETER_PATHS[name] for name, _ in queries.INSERTED_COLUMNS]
+_PATHS_IN_ORDER: Final = [_PARAMETER_PATHS[name] for name, _ in intake.INSERTED_COLUMNS]
 _PARAMETERS: Final = [operator.attrgetter(path) for path in _PATHS_IN_ORDER]  # one per column
 _ALL_PARAMETERS: Final = operator.attrgetter(*_PATHS_IN_ORDER)  # a job's, in one call
-_HEADERS_PARAMETER: Final = [name for name, _ in queries.INSERTED_COLUMNS].index("headers")
+_HEADERS_PARAMETER: Final = [name for name, _ in intake.INSERTED_COLUMNS].index("headers")
 
 
 def insert_values(job: models.NewJob) -> list[object]:
-    """A job's parameters of INSERT_JOB, in the order of ``queries.INSERTED_COLUMNS``."""
+    """A job's parameters of INSERT_JOB, in the order of ``intake.INSERTED_COLUMNS``."""
     values: list[object] = list(_ALL_PARAMETERS(job))
     values[_HEADERS_PARAMETER] = _json_text(job.spec.headers)
     return values
@@ -584,5 +585,5 @@ def _json_text(headers: Mapping[str, models.HeaderValue]) -> str:
 
 
 def _arrays(held: rules.HeldKeys) -> tuple[str, list[str]]:
-    """The parameters of ``queries.not_held``."""
+    """The parameters of ``shared.not_held``."""
     return held.rules_json, held.first_words

@@ -19,8 +19,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dispatcher.store import db, queries
+from dispatcher.store import db
 from dispatcher.store.db import Database
+from dispatcher.store.queries import connection as queries
 
 logger = logging.getLogger(__name__)
 

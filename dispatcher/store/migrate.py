@@ -26,7 +26,8 @@ from pathlib import Path
 import asyncpg
 
 from dispatcher import errors
-from dispatcher.store import db, queries, servers
+from dispatcher.store import db, servers
+from dispatcher.store.queries import migrate as queries
 
 logger = logging.getLogger(__name__)
 

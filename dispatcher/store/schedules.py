@@ -13,8 +13,8 @@ import orjson
 from dispatcher import errors
 from dispatcher.recurring.model import Schedule, ScheduleSpec, Template
 from dispatcher.recurring.occurrences import Missed, Timing
-from dispatcher.store import queries
 from dispatcher.store.db import Database
+from dispatcher.store.queries import schedules as queries
 
 # A materialiser pass holds its rows while the intake stores their jobs: longer than an API call.
 PASS_TIMEOUT_S = 30.0

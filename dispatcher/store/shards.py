@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dispatcher import errors
-from dispatcher.store import queries
 from dispatcher.store.db import Database
+from dispatcher.store.queries import shards as queries
 
 
 class ShardStore:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dispatcher.store import queries
 from dispatcher.store.db import Database
+from dispatcher.store.queries import snapshots as queries
 from dispatcher.vacuum_horizon import Holder, Look
 
 # A look at the catalogs, on a pooled connection: short, or it is skipped until the next.

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from dispatcher.store import queries
+from dispatcher.store.queries import scheduler as queries
 
 # $1 ids, then the node id where the statement takes one.
 BY_ID = {

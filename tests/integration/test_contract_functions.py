@@ -16,7 +16,8 @@ from consumers_sdk import enqueue as enqueue_module
 from consumers_sdk import ids
 from dispatcher.models import DueEntry
 from dispatcher.node import Node
-from dispatcher.store import due_notices, queries
+from dispatcher.store import due_notices
+from dispatcher.store.queries import shards as queries
 from tests.support.nodes import client, running_node
 
 SHARDS = 16

@@ -21,8 +21,8 @@ import pytest
 from consumers_sdk import contract
 from consumers_sdk import enqueue as enqueue_module
 from consumers_sdk.enqueue import NoShards, enqueue
-from dispatcher.store import queries
 from dispatcher.store.jobs import job_from_row
+from dispatcher.store.queries import shards as queries
 from tests.support.due_listener import Listener, listening
 from tests.support.faketime import FakeClock
 

@@ -18,7 +18,7 @@ import pytest
 
 from consumers_sdk import enqueue as enqueue_module
 from consumers_sdk.enqueue import EnqueuedJob, SchemaTooOld, enqueue, enqueue_sync
-from dispatcher.store import queries
+from dispatcher.store.queries import shards as queries
 from tests.support.due_listener import Listener, listening
 
 SHARDS = 16

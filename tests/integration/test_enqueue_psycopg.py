@@ -22,7 +22,7 @@ import pytest
 
 from consumers_sdk.enqueue import EnqueuedJob, NoShards, SchemaTooOld, enqueue, enqueue_sync
 from devstack.postgres import PostgresServer
-from dispatcher.store import queries
+from dispatcher.store.queries import shards as queries
 from tests.support.due_listener import Listener, listening
 
 SHARDS = 16

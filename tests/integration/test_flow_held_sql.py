@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 
 from dispatcher.flow.rules import Limits, Owner, Rule, RuleBook
-from dispatcher.store import queries
+from dispatcher.store.queries import shared as queries
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
 WORDS = ["a", "b", "c", "ab", "a-b", "x:y"]

@@ -19,9 +19,9 @@ from consumers_sdk import ids
 from dispatcher import models
 from dispatcher.firing import lanes, loader, pacing
 from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
-from dispatcher.store import queries
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import EVER, JobStore
+from dispatcher.store.queries import scheduler as queries
 from dispatcher.store.shards import ShardStore
 
 SHARDS = 8

@@ -14,8 +14,8 @@ import pytest
 from devstack.postgres import PostgresServer
 from devstack.postgres_standby import PrimaryWithStandby
 from dispatcher import errors
-from dispatcher.store import queries
 from dispatcher.store.db import Database
+from dispatcher.store.queries import connection as queries
 from tests.support.waiting import until
 
 

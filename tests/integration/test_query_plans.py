@@ -17,9 +17,9 @@ import pytest
 from devstack import million
 from devstack.postgres import PostgresServer
 from dispatcher import models
-from dispatcher.store import queries
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
+from dispatcher.store.queries import bulk_actions, history
 
 # The states in flight, and a rare finished one. The bulk of finished jobs is half the table: any
 # plan reads much of it, and that count is the one spaced out (see dispatcher/housekeeping.py).
@@ -103,7 +103,7 @@ async def test_each_list_filter_reads_its_index(
 async def test_counting_a_state_reads_only_its_range_of_an_index(
     million_jobs: str, state: str
 ) -> None:
-    for plan in await plans(million_jobs, queries.COUNT_STATE, (state, 50)):
+    for plan in await plans(million_jobs, history.COUNT_STATE, (state, 50)):
         assert seq_scans(plan) == [], json.dumps(plan, indent=1)
         assert indexes(plan) & {"jobs_state", "jobs_due", "jobs_lease_until"}
 
@@ -111,8 +111,8 @@ async def test_counting_a_state_reads_only_its_range_of_an_index(
 async def test_what_every_node_reads_each_round_is_the_counts_table_only(million_jobs: str) -> None:
     states = [state.value for state in models.JobState]
     for query, args in (
-        (queries.SELECT_COUNTS, ()),
-        (queries.STATES_TO_COUNT, (states, 7.5, 50.0)),
+        (history.SELECT_COUNTS, ()),
+        (history.STATES_TO_COUNT, (states, 7.5, 50.0)),
     ):
         for plan in await plans(million_jobs, query, args):
             scanned = {n["Relation Name"] for n in nodes(plan) if "Relation Name" in n}
@@ -120,7 +120,7 @@ async def test_what_every_node_reads_each_round_is_the_counts_table_only(million
 
 
 async def test_the_consoles_grouped_next_due_reads_the_due_index_only(million_jobs: str) -> None:
-    for plan in await plans(million_jobs, queries.NEXT_DUE_BY_MINUTE, (3600.0, 60, 10_000)):
+    for plan in await plans(million_jobs, history.NEXT_DUE_BY_MINUTE, (3600.0, 60, 10_000)):
         assert seq_scans(plan) == [], json.dumps(plan, indent=1)
         assert indexes(plan) == {"jobs_due"}, json.dumps(plan, indent=1)
         # Bounded by the LIMIT under the grouping, not by how many jobs are scheduled.
@@ -206,7 +206,7 @@ async def test_a_bulk_batch_walks_the_filters_index_from_its_cursor(
 ) -> None:
     match = [namespace, routing_key, "rk" if namespace else None, None, None, None, None, error]
     args = (uuid.UUID(int=ROWS_HALF), 500, *states, *match, None)
-    custom, generic = await plans(million_jobs, queries.BULK_SAMPLE, args)
+    custom, generic = await plans(million_jobs, bulk_actions.BULK_SAMPLE, args)
     assert seq_scans(custom) == [], json.dumps(custom, indent=1)
     assert seq_scans(generic) == [], json.dumps(generic, indent=1)
     assert index in indexes(custom), json.dumps(custom, indent=1)

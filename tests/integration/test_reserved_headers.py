@@ -18,7 +18,7 @@ from consumers_sdk import contract
 from consumers_sdk.enqueue import enqueue
 from devstack.collector import Collector
 from dispatcher.node import Node
-from dispatcher.store import queries
+from dispatcher.store.queries import shards as queries
 from tests.support.nodes import ON_THE_MODULES_NODE, client, running_node
 
 ADMIN = "admin-token-0123456789"

@@ -9,7 +9,8 @@ import pytest
 
 from consumers_sdk import contract
 from dispatcher import models
-from dispatcher.store import migrate, queries
+from dispatcher.store import migrate
+from dispatcher.store.queries import history, scheduler
 
 
 def spelled(sql: str, column: str) -> list[set[str]]:
@@ -19,7 +20,7 @@ def spelled(sql: str, column: str) -> list[set[str]]:
 
 
 def test_retention_deletes_the_finished_states() -> None:
-    assert spelled(queries.DELETE_FINISHED, "state") == [set(models.FINISHED_STATES)]
+    assert spelled(history.DELETE_FINISHED, "state") == [set(models.FINISHED_STATES)]
 
 
 def test_the_index_retention_reads_holds_the_finished_states() -> None:
@@ -29,8 +30,8 @@ def test_the_index_retention_reads_holds_the_finished_states() -> None:
     assert spelled(index, "state") == [set(models.FINISHED_STATES)]
 
 
-@pytest.mark.parametrize("name", ["SETTLE_REPORTED", "RECORD_EVENTS"])
-def test_a_jobs_final_outcomes_are_the_contracts(name: str) -> None:
-    found = spelled(getattr(queries, name), "outcome")
+@pytest.mark.parametrize("sql", [scheduler.SETTLE_REPORTED, history.RECORD_EVENTS])
+def test_a_jobs_final_outcomes_are_the_contracts(sql: str) -> None:
+    found = spelled(sql, "outcome")
     assert found
     assert all(outcomes == set(contract.FINAL_OUTCOMES) for outcomes in found)

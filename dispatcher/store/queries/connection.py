@@ -1,0 +1,5 @@
+"""A connection's own round trips."""
+
+from typing import Final
+
+PING: Final = "SELECT 1"

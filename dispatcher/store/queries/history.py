@@ -1,0 +1,216 @@
+"""Consumers' events and a job's history; retention and the counts by state."""
+
+from typing import Final
+
+# Record consumers' events once per event id (they arrive at-least-once), only for jobs that exist
+# here, and move each job to the final state its last new final event names, last in the order
+# received (the batch's order, never the consumer's own "at": it could date one ahead to win). An
+# event is ignored (changing nothing) when, with grants given ($12..$14: DISPATCHER_EVENT_USERS),
+# its message had no user_id (no_user) or its user holds no grant covering the job's namespace
+# and routing key (publisher); when it names another dispatch round than the job's (other_round),
+# none while the job has one (no_round: jobs dispatched before migration 0011 have none and take
+# events without), or another routing key (routing_key). The first $15 ignored events of a job are
+# kept in its history; the others are only counted (jobs.ignored_dropped), so that a flood of
+# forgeries cannot grow a job's history without bound. A job is moved only from 'dispatched' or a
+# final state: one still 'dispatching' takes its consumers' outcome at the confirm
+# (SETTLE_REPORTED). The jobs of final events are locked first, in id order, and judged by their
+# latest version (a confirm or a requeue committed meanwhile is seen), so that no outcome falls
+# between this statement and the confirm's. Returns the events newly recorded or counted, and
+# whether each was ignored, for the metrics.
+# $1 event ids, $2 job ids, $3 outcomes, $4 attempts, $5 groups, $6 consumers, $7 errors, $8 times,
+# $9 routing keys, $10 rounds (NULL: none), $11 publishers (the messages' user_id, NULL: none),
+# $12 grant users, $13 grant namespaces (NULL: any), $14 grant prefixes (NULL: any), $15 ignored
+# events kept per job.
+RECORD_EVENTS: Final = """
+WITH batch AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::text[],
+                         $7::text[], $8::timestamptz[], $9::text[], $10::uuid[], $11::text[])
+        WITH ORDINALITY
+        AS e(event_id, job_id, outcome, attempt, consumer_group, consumer, error, at,
+             routing_key, round, publisher, position)
+), grants AS (
+    SELECT * FROM unnest($12::text[], $13::text[], $14::text[]) AS g(publisher, namespace, prefix)
+), locked AS (
+    SELECT id, state, routing_key, dispatch_round, namespace FROM jobs
+    WHERE id IN (SELECT job_id FROM batch WHERE outcome IN ('succeeded', 'dead'))
+    ORDER BY id
+    FOR NO KEY UPDATE
+), current AS (
+    SELECT * FROM locked
+    UNION ALL
+    SELECT id, state, routing_key, dispatch_round, namespace FROM jobs
+    WHERE id IN (SELECT job_id FROM batch) AND id NOT IN (SELECT id FROM locked)
+), judged AS (
+    SELECT b.*,
+           CASE
+               WHEN cardinality($12::text[]) > 0 AND b.publisher IS NULL THEN 'no_user'
+               WHEN cardinality($12::text[]) > 0 AND NOT EXISTS (
+                   SELECT 1 FROM grants g
+                   WHERE g.publisher = b.publisher
+                     AND (g.namespace IS NULL OR g.namespace = j.namespace)
+                     AND (g.prefix IS NULL OR j.routing_key = g.prefix
+                          OR starts_with(j.routing_key, g.prefix || '.'))
+               ) THEN 'publisher'
+               WHEN b.round IS NULL AND j.dispatch_round IS NOT NULL THEN 'no_round'
+               WHEN b.round IS DISTINCT FROM j.dispatch_round THEN 'other_round'
+               WHEN b.routing_key IS DISTINCT FROM j.routing_key THEN 'routing_key'
+           END AS ignored
+    FROM batch b JOIN current j ON j.id = b.job_id
+), ranked AS (
+    -- An ignored event is kept while its job has fewer than $15 (only ignored ones count the
+    -- job's stored events: an index range per ignored event, none per counted one).
+    SELECT judged.*,
+           CASE WHEN ignored IS NULL THEN true
+                ELSE row_number() OVER (PARTITION BY job_id, ignored IS NULL ORDER BY position)
+                     + (SELECT count(*) FROM job_events e
+                        WHERE e.job_id = judged.job_id AND e.ignored IS NOT NULL) <= $15
+           END AS kept
+    FROM judged
+), inserted AS (
+    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at,
+                            round, ignored, received)
+    -- nextval after the sort: the batch's order becomes the order received.
+    SELECT event_id, job_id, outcome, attempt, consumer_group, consumer, error, at, round, ignored,
+           nextval('job_events_received')
+    FROM ranked WHERE kept
+    ORDER BY position
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id, job_id, outcome, error, ignored, received
+), dropped AS (
+    -- Not kept, and not a copy of one kept before (a redelivery is counted once).
+    SELECT event_id, job_id, ignored FROM ranked r
+    WHERE NOT kept AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.event_id = r.event_id)
+), final AS (
+    SELECT DISTINCT ON (i.job_id) i.job_id, i.outcome, i.error FROM inserted i
+    JOIN locked ON locked.id = i.job_id
+    WHERE i.ignored IS NULL AND i.outcome IN ('succeeded', 'dead')
+      AND locked.state IN ('dispatched', 'succeeded', 'dead')
+    ORDER BY i.job_id, i.received DESC
+), changes AS (
+    -- One update a job (a statement cannot change a row twice): its outcome and its count.
+    SELECT coalesce(f.job_id, d.job_id) AS job_id, f.outcome, f.error,
+           coalesce(d.events, 0) AS dropped
+    FROM final f
+    FULL JOIN (SELECT job_id, count(*) AS events FROM dropped GROUP BY job_id) d
+        ON d.job_id = f.job_id
+), moved AS (
+    -- No test of the state here: the scan's snapshot may predate the version locked above.
+    UPDATE jobs j
+    SET state = coalesce(c.outcome, j.state),
+        last_error = CASE WHEN c.outcome IS NULL THEN j.last_error ELSE c.error END,
+        lease_until = CASE WHEN c.outcome IS NULL THEN j.lease_until END,
+        dispatched_at = CASE WHEN c.outcome IS NULL THEN j.dispatched_at
+                             ELSE coalesce(j.dispatched_at, now()) END,
+        updated_at = CASE WHEN c.outcome IS NULL THEN j.updated_at ELSE now() END,
+        ignored_dropped = j.ignored_dropped + c.dropped
+    FROM changes c
+    WHERE j.id = c.job_id
+)
+SELECT event_id, ignored FROM inserted
+UNION ALL
+SELECT event_id, ignored FROM dropped
+"""
+
+# A job's events in the order they happened (by their consumers' clocks), each with how many of
+# the job's ignored events were only counted (the same on every row; with none kept, none were):
+# the steps that frame the rounds (a requeue and the dispatch it replaced) and the $2 newest of
+# the others (the consumers' events, and the dispatcher's changes to a pending job: a key
+# replaced a thousand times shows its last changes), with how many others there are. $1 job id,
+# $2 the most of those shown.
+SELECT_JOB_EVENTS: Final = """
+SELECT outcome, attempt, consumer_group, consumer, error, at, ignored, detail, ignored_dropped,
+       reported
+FROM (
+  SELECT e.*, (SELECT ignored_dropped FROM jobs WHERE id = $1) AS ignored_dropped,
+         count(*) FILTER (WHERE outcome NOT IN ('dispatched', 'requeued')) OVER () AS reported,
+         row_number() OVER (PARTITION BY outcome IN ('dispatched', 'requeued')
+                            ORDER BY at DESC, attempt DESC) AS newest
+  FROM job_events e
+  WHERE job_id = $1
+) AS history
+WHERE outcome IN ('dispatched', 'requeued') OR newest <= $2
+ORDER BY at, attempt, outcome <> 'started'
+"""
+
+# Delete a small batch of jobs finished longer ago than the retention, with their events; locked
+# rows are skipped (a requeue in flight), so no statement holds many locks for long.
+# $1 retention seconds, $2 batch size. Returns the ids deleted.
+DELETE_FINISHED: Final = """
+WITH doomed AS (
+    SELECT id FROM jobs
+    WHERE state IN ('dispatched', 'succeeded', 'dead', 'cancelled', 'expired')
+      AND updated_at < now() - make_interval(secs => $1)
+    ORDER BY updated_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), events AS (
+    DELETE FROM job_events e USING doomed WHERE e.job_id = doomed.id
+)
+DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.id
+"""
+
+# Job counts (see dispatcher/housekeeping.py): one node at a time counts, under this lock, the
+# states whose last count is old enough, and every node reads the result from job_counts.
+# Taken in the counting transaction (released at its end); false while another node counts.
+TRY_COUNT_LOCK: Final = "SELECT pg_try_advisory_xact_lock(hashtext('dispatcher.job_counts'))"
+
+# The states to count now: never counted, or counted longer ago than both $2 seconds and $3 times
+# what their last count took. $1 every state.
+STATES_TO_COUNT: Final = """
+SELECT s.state FROM unnest($1::text[]) AS s(state)
+LEFT JOIN job_counts c ON c.state = s.state
+WHERE c.state IS NULL
+   OR c.counted_at < now() - make_interval(secs => greatest($2::float8, c.count_s * $3::float8))
+"""
+
+# One state's jobs per routing key: the top $2 keys, most jobs first, and the rest summed; when
+# the count started and how long it took (the columns SAVE_COUNT takes, in its order). An
+# index-only scan of the state's range of jobs_state, never of the other states' rows. $1 state.
+COUNT_STATE: Final = """
+WITH counted AS (
+    SELECT routing_key, count(*) AS jobs FROM jobs WHERE state = $1 GROUP BY routing_key
+), ranked AS (
+    SELECT routing_key, jobs, row_number() OVER (ORDER BY jobs DESC, routing_key) AS rank
+    FROM counted
+)
+SELECT $1::text AS state,
+       coalesce(array_agg(routing_key ORDER BY rank) FILTER (WHERE rank <= $2), '{}')
+           AS routing_keys,
+       coalesce(array_agg(jobs ORDER BY rank) FILTER (WHERE rank <= $2), '{}') AS jobs,
+       coalesce(sum(jobs) FILTER (WHERE rank > $2), 0)::bigint AS other_jobs,
+       statement_timestamp() AS counted_at,
+       extract(epoch FROM clock_timestamp() - statement_timestamp())::float8 AS count_s
+FROM ranked
+"""
+
+# $1 state, $2 routing keys, $3 their jobs, $4 other jobs, $5 counted at, $6 seconds it took.
+SAVE_COUNT: Final = """
+INSERT INTO job_counts (state, routing_keys, jobs, other_jobs, counted_at, count_s)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (state) DO UPDATE
+SET routing_keys = excluded.routing_keys, jobs = excluded.jobs, other_jobs = excluded.other_jobs,
+    counted_at = excluded.counted_at, count_s = excluded.count_s
+"""
+
+# The last counts, a row per state. No arguments.
+SELECT_COUNTS: Final = """
+SELECT state, routing_keys, jobs, other_jobs, counted_at FROM job_counts
+"""
+
+# The next scheduled jobs in due order (the jobs_due index). $1 limit.
+NEXT_DUE: Final = """
+SELECT id, routing_key, run_at FROM jobs WHERE state = 'scheduled' ORDER BY run_at, id LIMIT $1
+"""
+
+# The next scheduled jobs counted per minute and routing key, for the console: reads at most $3
+# jobs in due order up to $1 seconds from now (an index-only range of jobs_due: a backlog of
+# millions costs no more than $3 rows), then groups them. $1 window seconds, $2 groups, $3 jobs.
+NEXT_DUE_BY_MINUTE: Final = """
+SELECT date_trunc('minute', run_at) AS minute, routing_key, count(*)::bigint AS jobs
+FROM (
+    SELECT run_at, routing_key FROM jobs
+    WHERE state = 'scheduled' AND run_at < now() + make_interval(secs => $1)
+    ORDER BY run_at, id LIMIT $3
+) AS due
+GROUP BY 1, 2 ORDER BY 1, 2 LIMIT $2
+"""

@@ -1,0 +1,132 @@
+"""Reading one job or a page of them, and moving one at an operator's word (cancel, reschedule,
+requeue)."""
+
+from typing import Final
+
+# $1 id, $2 namespace filter, $3 routing-key filter.
+SELECT_JOB: Final = """
+SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+"""
+
+# A page in id (= creation) order. $1 state or NULL, $2 routing key or NULL, $3 after id, $4 limit,
+# $5 namespace filter, $6 routing-key filter (the words a key's prefixes name; NULL: any), $7 the
+# payload bytes a page may hold (it ends before the job that would start past them; ``found``
+# says how many the filters found, so a page cut short is told from the last one), $8 routing-key
+# prefix (words, as a key's: billing is billing and billing.*; NULL: any), tested as $6 is, with
+# starts_with: no LIKE metacharacter, and correct in any collation, where a range on jobs_key
+# would hold only in byte order (C). It rides the branch of the other filters: jobs_state carries
+# the routing key, so a state's page is still index-only; alone it walks the primary key.
+# One branch per filter, each reading its index (sql/0009): a branch whose test on the parameters
+# alone fails is skipped at run time, so a generic plan of the prepared statement (which the
+# plan cache may choose after five runs) still reads only the index the filter needs; one WHERE
+# of "$1 IS NULL OR state = $1" tests would get a generic plan walking the primary key. Each
+# branch finds ids only (index-only scans where it can): planned as whole rows, a state's page
+# walked the primary key past every older row, because the planner cannot know that the rows of
+# a state (scheduled, say) are the newest.
+LIST_JOBS: Final = """
+SELECT * FROM (
+  SELECT *, count(*) OVER () AS found,  -- the page's jobs, and the payload bytes before each
+         sum(octet_length(payload)) OVER (ORDER BY id) - octet_length(payload) AS bytes_before
+  FROM jobs
+  WHERE id = ANY (ARRAY(
+      (SELECT id FROM jobs  -- a routing key, and state and namespace if given: jobs_key
+       WHERE routing_key = $2 AND ($1::text IS NULL OR state = $1) AND id > $3
+         AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+         AND ($6::text[] IS NULL OR EXISTS (
+             SELECT FROM unnest($6::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
+       ORDER BY id LIMIT $4)
+      UNION ALL
+      (SELECT id FROM jobs  -- a state, and namespace if given: jobs_state
+       WHERE $2::text IS NULL AND state = $1 AND id > $3
+         AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
+         AND ($6::text[] IS NULL OR EXISTS (
+             SELECT FROM unnest($6::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
+       ORDER BY id LIMIT $4)
+      UNION ALL
+      (SELECT id FROM jobs  -- a named namespace: jobs_namespace
+       WHERE $2::text IS NULL AND $1::text IS NULL AND namespace = nullif($5, '') AND id > $3
+         AND ($6::text[] IS NULL OR EXISTS (
+             SELECT FROM unnest($6::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
+       ORDER BY id LIMIT $4)
+      UNION ALL
+      (SELECT id FROM jobs  -- every job, or the default namespace's: the primary key
+       WHERE $2::text IS NULL AND $1::text IS NULL AND ($5::text IS NULL OR $5 = '')
+         AND ($5::text IS NULL OR namespace IS NULL) AND id > $3
+         AND ($6::text[] IS NULL OR EXISTS (
+             SELECT FROM unnest($6::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
+       ORDER BY id LIMIT $4)
+  ))
+) AS page
+WHERE bytes_before < $7  -- a page ends past $7 bytes of payloads, after one job at least
+ORDER BY id
+"""
+
+# Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already. A job
+# waiting for its prerequisites too (the 0006 trigger cancels the jobs waiting for it in turn).
+# $1 id, $2 namespace filter, $3 routing-key filter.
+CANCEL_JOB: Final = """
+UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = now()
+WHERE id = $1 AND state IN ('scheduled', 'waiting')
+  AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+RETURNING *
+"""
+
+# Move a job still waiting to fire (or for its prerequisites) to a new time (and/or give it a new
+# payload or priority), and tell every node (a due notice, see ``store/due_notices.py``): the
+# owner of its shard may hold it in memory at the old time, where the claim's run_at test makes
+# that entry fire nothing, and must learn the new one.
+# $1 id, $2 namespace filter, $3 routing-key filter, $4 run_at or NULL (keep), $5 payload or
+# NULL (keep), $6 whether to set the priority, $7 the priority.
+RESCHEDULE_JOB: Final = """
+UPDATE jobs
+SET run_at = coalesce($4, run_at), payload = coalesce($5, payload),
+    priority = CASE WHEN $6 THEN $7::smallint ELSE priority END, updated_at = now()
+WHERE id = $1 AND state IN ('scheduled', 'waiting')
+  AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+  AND ($3::text[] IS NULL OR EXISTS (
+      SELECT FROM unnest($3::text[]) AS w
+      WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+RETURNING *, dispatcher_notify_due_v1(id, shard, run_at, routing_key)
+"""
+
+# Put a dead job back on the schedule, due now, on a shard this node owns (so it fires from here),
+# as a new dispatch round (events of the earlier ones are ignored from now on). Its history keeps
+# the dispatch being replaced (the row holds only the latest) and notes the requeue.
+# $1 id, $2 namespace filter, $3 routing-key filter, $4 shard, $5 node id.
+REQUEUE_DEAD_JOB: Final = """
+WITH old AS (
+    SELECT id, dispatched_at FROM jobs
+    WHERE id = $1 AND state = 'dead' AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
+      AND ($3::text[] IS NULL OR EXISTS (
+          SELECT FROM unnest($3::text[]) AS w
+          WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+    FOR UPDATE
+), requeued AS (
+    UPDATE jobs j SET state = 'scheduled', run_at = now(), shard = $4, last_error = NULL,
+                      dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
+                      dispatch_round = gen_random_uuid(), updated_at = now()
+    FROM old WHERE j.id = old.id
+    RETURNING j.*
+), noted AS (
+    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at)
+    SELECT gen_random_uuid(), id, 'dispatched', 0, 'dispatcher', $5, dispatched_at
+    FROM old WHERE dispatched_at IS NOT NULL
+    UNION ALL
+    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $5, now() FROM old
+)
+SELECT * FROM requeued
+"""

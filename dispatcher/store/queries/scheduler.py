@@ -1,0 +1,224 @@
+"""The scheduler's statements: loading due jobs, claiming them fenced by epoch, marking them
+dispatched, and the sweeps that find what no load will."""
+
+import dataclasses
+from typing import Final
+
+from dispatcher import models
+from dispatcher.store.queries.shared import IN_FLIGHT, not_held
+
+# Park jobs that nothing can publish (firing gave up on them, see ``firing/quarantine.py``):
+# dead with the reason, which their history shows as the dispatcher's verdict; the jobs waiting
+# for them are cancelled by the 0006 trigger, as for any dead job. $1 ids, $2 reasons (same
+# order), $3 node id. Returns the jobs parked.
+PARK_JOBS: Final = """
+WITH parked AS (
+    UPDATE jobs j
+    SET state = 'dead', last_error = p.reason, lease_until = NULL, updated_at = now()
+    FROM unnest($1::uuid[], $2::text[]) AS p(id, reason)
+    WHERE j.id = p.id AND j.state IN ('scheduled', 'dispatching')
+    RETURNING j.id, j.routing_key, j.publish_attempts, p.reason
+), noted AS (
+    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at)
+    SELECT gen_random_uuid(), id, 'dead', publish_attempts, 'dispatcher', $3, reason, now()
+    FROM parked
+)
+SELECT id, routing_key FROM parked
+"""
+
+# Scheduled jobs of the owned shards after the keyset cursor, up to a horizon, in due order.
+# $1 shards, $2 cursor run_at, $3 cursor id, $4 horizon, $5 limit, $6-$7 what flow
+# rules hold (``not_held``).
+LOAD_DUE: Final = f"""
+SELECT id, shard, run_at, routing_key, priority FROM jobs
+WHERE state = 'scheduled' AND (run_at, id) > ($2, $3) AND run_at <= $4 AND shard = ANY($1::int[])
+  AND {not_held("", 6)}
+ORDER BY run_at, id
+LIMIT $5
+"""
+
+# Claimed jobs whose publish was never confirmed (crash, outage), their leases run out since $3
+# (PostgreSQL's clock; the beginning of time for a full look), in the order they ran out, after
+# the time of the look (one row at least: the time alone when none did).
+# They are found through jobs_lease_until, in the range of lease ends since $3 only: that range
+# is what bounds the look while a snapshot is held, when the index keeps a dead entry for every
+# job fired since. lease_until is set exactly while a job is dispatching; the state is still
+# tested, row by row (``IN_FLIGHT``), so that no index of states matches instead.
+# $1 shards, $2 limit, $3 the lower bound.
+EXPIRED_LEASES: Final = f"""
+SELECT now() AS looked_at, expired.id, expired.shard, expired.run_at, expired.routing_key,
+       expired.priority
+FROM (VALUES (1)) AS one(n)
+LEFT JOIN LATERAL (
+    SELECT id, shard, run_at, routing_key, priority, lease_until FROM jobs
+    WHERE lease_until >= $3 AND lease_until < now() AND {IN_FLIGHT}
+      AND shard = ANY($1::int[])
+    ORDER BY lease_until
+    LIMIT $2
+) AS expired ON true
+ORDER BY expired.lease_until
+"""
+
+# Claims made under an older epoch of a shard this node now holds: their owner died (a restarted
+# node takes its shards under new epochs too) or lost the shard. A dead owner's are re-fired at
+# once rather than when their lease runs out. A live owner's (a node still in the cluster, or
+# this very process under an epoch it took) may be published and about to be marked: each is
+# ripe once it is $6 seconds short of its lease, that is once its owner has had the time to
+# settle it (confirmed and marked, or released), and a claim in flight is not published twice.
+# A claim under this node's id made before this process first took the shard is a dead
+# process's. ripe_in_s: how long until it is ripe (0: now).
+# $1 shards held, $2 their epochs, $3 the first epoch this process took each under (same order),
+# $4 this node's id, $5 the other nodes in the cluster, $6 seconds, $7 limit.
+ORPHANED_CLAIMS: Final = """
+SELECT j.id, j.shard, j.run_at, j.routing_key, j.priority,
+       CASE WHEN CASE WHEN j.claimed_by = $4 THEN j.claim_epoch >= held.first_epoch
+                      ELSE j.claimed_by = ANY($5::text[]) END
+            THEN greatest(0, extract(epoch FROM j.lease_until - now()) - $6)::float8
+            ELSE 0::float8
+       END AS ripe_in_s
+FROM jobs j
+JOIN unnest($1::int[], $2::bigint[], $3::bigint[]) AS held(shard, epoch, first_epoch)
+  ON j.shard = held.shard
+WHERE j.state = 'dispatching' AND j.claim_epoch < held.epoch
+ORDER BY j.run_at, j.id
+LIMIT $7
+"""
+
+# Safety net: scheduled jobs of the owned shards overdue by more than a grace period, which no
+# load put in memory (a job committed on a shard while it moved to another node, say).
+# $1 shards, $2 grace seconds, $3 limit, $4-$5 what flow rules hold (``not_held``).
+OVERDUE_STRAGGLERS: Final = f"""
+SELECT id, shard, run_at, routing_key, priority FROM jobs
+WHERE state = 'scheduled' AND run_at < now() - make_interval(secs => $2)
+  AND shard = ANY($1::int[]) AND {not_held("", 4)}
+ORDER BY run_at, id
+LIMIT $3
+"""
+
+# The columns of a claimed job: ``models.Claimed``'s fields, in their order. CLAIM_JOBS returns
+# them after its two clocks, and ``store.jobs`` decodes its rows by position from this tuple.
+CLAIMED_COLUMNS: Final = tuple(field.name for field in dataclasses.fields(models.Claimed))
+
+# Claim due jobs for publishing, fenced: a row is claimed only while the shard's epoch is the one
+# this node holds, and the epoch rows are share-locked so a concurrent takeover (which bumps them)
+# waits for this claim to commit or happens entirely before it.
+# Each id comes with the run_at its heap entry was made for: a job rescheduled later since then is
+# not claimed by the stale entry (the entry of the new time claims it). A reschedule racing with
+# the claim either commits first (the claim re-reads the row and skips it) or waits for the claim
+# and then finds the job dispatching.
+# The plan must look each id up by the primary key whatever the table's statistics: the fence is
+# folded into one array (an InitPlan run once), because as a joined relation the planner looped
+# over it, repeating the lookups once per shard (128k index scans for 500 jobs). The state test
+# is a CASE, not an OR of states, which would match a partial index instead.
+# A job stored before migration 0011 gets its dispatch round here (a re-claim keeps the round:
+# the same dispatch, published again).
+# The clock fence: a job is claimed only once PostgreSQL's own clock, read once at the start (the
+# first column), is within $7 seconds of its run_at: a node whose idea of the time is ahead cannot
+# talk it round. The second column reads the clock again as the answer is made: a claimed job is
+# published no earlier than its run_at by that reading. One row at least, the clocks alone, when
+# nothing was claimed.
+# $1 ids, $2 shards held (those of the ids), $3 their epochs (same order), $4 node id, $5 lease
+# seconds, $6 the entries' run_at (POSIX seconds, same order as $1), $7 the fence's tolerance
+# (seconds), $8-$9 what flow rules hold (``not_held``): a scheduled job held since its entry
+# was loaded is skipped (and loaded again when released), unless it is one of $10, the ids a
+# flow rule's meter let go; a claim run out is re-fired regardless (it was dispatched once
+# already).
+# Each row: the two clocks, then CLAIMED_COLUMNS.
+CLAIM_JOBS: Final = (
+    """
+WITH read_at AS (
+    SELECT clock_timestamp() AS db_now
+),
+locked AS (
+    SELECT se.shard
+    FROM shard_epochs se
+    JOIN unnest($2::int[], $3::bigint[]) AS held(shard, epoch)
+      ON se.shard = held.shard AND se.epoch = held.epoch
+    FOR SHARE OF se
+),
+fence AS (
+    SELECT coalesce(array_agg(shard), '{}') AS shards FROM locked
+),
+claimed AS (
+    UPDATE jobs j
+    SET state = 'dispatching', lease_until = now() + make_interval(secs => $5),
+        claim_epoch = ($3::bigint[])[array_position($2::int[], j.shard)], claimed_by = $4,
+        publish_attempts = j.publish_attempts + 1, updated_at = now(),
+        dispatch_round = coalesce(j.dispatch_round, gen_random_uuid())
+    FROM unnest($1::uuid[], $6::float8[]) AS wanted(id, run_at_s)
+    WHERE j.id = wanted.id
+      AND j.run_at <= to_timestamp(wanted.run_at_s) + interval '1 millisecond'
+      AND j.run_at <= (SELECT db_now FROM read_at) + make_interval(secs => $7)
+      AND j.shard = ANY((SELECT shards FROM fence)::int[])
+      AND CASE j.state
+            WHEN 'scheduled' THEN j.id = ANY($10::uuid[]) OR """
+    + not_held("j.", 8)
+    + """
+            -- a lease run out, or a claim of an earlier epoch (ORPHANED_CLAIMS)
+            WHEN 'dispatching' THEN j.lease_until < now()
+                OR j.claim_epoch < ($3::bigint[])[array_position($2::int[], j.shard)]
+            ELSE false
+          END
+    RETURNING """
+    + ", ".join(f"j.{column}" for column in CLAIMED_COLUMNS)
+    + """
+)
+SELECT extract(epoch FROM read_at.db_now)::float8, extract(epoch FROM clock_timestamp())::float8,
+       claimed.*
+FROM read_at LEFT JOIN claimed ON true
+"""
+)
+
+# RabbitMQ confirmed these. $1 ids. SETTLE_REPORTED follows in the same transaction.
+MARK_DISPATCHED: Final = f"""
+UPDATE jobs SET state = 'dispatched', dispatched_at = now(), lease_until = NULL, updated_at = now()
+WHERE id = ANY($1::uuid[]) AND {IN_FLIGHT}
+"""
+
+# Events never move a job in 'dispatching', and a fast consumer's may be recorded before the
+# confirm is marked: the jobs MARK_DISPATCHED just marked take the final outcome their consumers
+# reported last for this round, in the order received (RECORD_EVENTS; events recorded before
+# migration 0014 have no order and come first, by their own times). A statement of its own, after
+# MARK_DISPATCHED locked the rows, so that its snapshot holds every event recorded meanwhile
+# (RECORD_EVENTS locks the job of a final event: it either commits before the mark's lock, or
+# waits and finds it dispatched).
+# Planned at each run (PLAN_EACH_RUN): a new database's first confirms find no events, and the
+# generic plan PostgreSQL would cache then reads all of job_events, which grows by two rows a job.
+# $1 ids.
+SETTLE_REPORTED: Final = """
+WITH reported AS (
+    SELECT DISTINCT ON (e.job_id) e.job_id, e.outcome, e.error
+    FROM jobs j
+    JOIN job_events e ON e.job_id = j.id AND e.round = j.dispatch_round
+    WHERE j.id = ANY($1::uuid[]) AND j.state = 'dispatched'
+      AND e.ignored IS NULL AND e.outcome IN ('succeeded', 'dead')
+    ORDER BY e.job_id, e.received DESC NULLS LAST, e.at DESC
+)
+UPDATE jobs j SET state = reported.outcome, last_error = reported.error, updated_at = now()
+FROM reported
+WHERE j.id = reported.job_id AND j.state = 'dispatched'
+"""
+
+# Their ttl ran out before they could be published. $1 ids.
+MARK_EXPIRED: Final = f"""
+UPDATE jobs SET state = 'expired', lease_until = NULL, updated_at = now()
+WHERE id = ANY($1::uuid[]) AND {IN_FLIGHT}
+"""
+
+# The publish failed: give the claims back so they fire again. $1 ids, $2 node id.
+RELEASE_CLAIMS: Final = f"""
+UPDATE jobs SET state = 'scheduled', lease_until = NULL, claimed_by = NULL, updated_at = now()
+WHERE id = ANY($1::uuid[]) AND {IN_FLIGHT} AND claimed_by = $2
+"""
+
+# The same for claims of shards this node lost meanwhile: the new owner may have loaded past them
+# already, so each is announced to it by a due notice (see ``store/due_notices.py``).
+# $1 ids, $2 node id.
+RELEASE_CLAIMS_ANNOUNCED: Final = f"""
+WITH released AS (
+    UPDATE jobs SET state = 'scheduled', lease_until = NULL, claimed_by = NULL, updated_at = now()
+    WHERE id = ANY($1::uuid[]) AND {IN_FLIGHT} AND claimed_by = $2
+    RETURNING id, shard, run_at, routing_key
+)
+SELECT count(dispatcher_notify_due_v1(id, shard, run_at, routing_key)) FROM released
+"""
