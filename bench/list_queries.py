@@ -30,7 +30,6 @@ from bench.harness import median, percentile, services, write
 from consumers_sdk import ids as job_ids
 from devstack import million
 from dispatcher import metrics, models
-from dispatcher.housekeeping import Housekeeper
 from dispatcher.store import migrate
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
@@ -38,6 +37,7 @@ from dispatcher.store.queries import history as history_sql
 from dispatcher.store.queries import intake as intake_sql
 from dispatcher.store.queries import job_reads as job_reads_sql
 from dispatcher.store.queries import migrate as migrate_sql
+from dispatcher.upkeep.housekeeping import Housekeeper
 
 # The statements before 0009, for comparison.
 PREVIOUS_LIST_JOBS = """

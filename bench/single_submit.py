@@ -24,7 +24,7 @@ from bench import harness
 from bench.harness import median, one_node, percentile, services, write
 from bench.throughput import far, wrk
 from consumers_sdk.ids import JobIds, shard_for
-from dispatcher.group_commit import GroupCommit
+from dispatcher.intake.group_commit import GroupCommit
 from dispatcher.models import JobSpec, NewJob
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore

@@ -18,15 +18,17 @@ from typing import Any
 import uvicorn
 
 from consumers_sdk import broker_urls
-from dispatcher import bulk, errors, lifecycle, metrics, supervision
+from dispatcher import errors, lifecycle, metrics, supervision
 from dispatcher.amqp import events, publisher
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
 from dispatcher.api import app, client_slots, connections, internals
 from dispatcher.api.context import ApiContext
-from dispatcher.bulk_runner import BulkRunner
+from dispatcher.auth.keyring import Keyring
+from dispatcher.bulk import model as bulk
+from dispatcher.bulk.runner import BulkRunner
 from dispatcher.cluster import ownership as ownership_mod
-from dispatcher.dependents_followup import DependentsFollower
+from dispatcher.dependencies.followup import DependentsFollower
 from dispatcher.firing import lanes, loader, pacing
 from dispatcher.firing.firer import Firer, Publishers
 from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
@@ -34,13 +36,10 @@ from dispatcher.flow import watch as flow_watch
 from dispatcher.flow.meter import FlowMeter
 from dispatcher.flow.watch import RuleWatch
 from dispatcher.health import Health, Service, Standing
-from dispatcher.housekeeping import Housekeeper
-from dispatcher.intake import Intake
-from dispatcher.keyring import Keyring
+from dispatcher.intake.service import Intake
 from dispatcher.lifecycle import Phase, Task
-from dispatcher.materialiser import Materialiser
+from dispatcher.recurring.materialiser import Materialiser
 from dispatcher.settings import Settings
-from dispatcher.stewardship import Steward
 from dispatcher.store import due_notices, listen, migrate
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.bulk_actions import BulkActionStore
@@ -53,9 +52,11 @@ from dispatcher.store.listen import ChannelListener
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
 from dispatcher.store.snapshots import SnapshotStore
-from dispatcher.timekeeper import Timekeeper
-from dispatcher.vacuum_horizon import Horizon
-from dispatcher.vacuum_watch import VacuumWatch
+from dispatcher.timing.timekeeper import Timekeeper
+from dispatcher.upkeep.housekeeping import Housekeeper
+from dispatcher.upkeep.stewardship import Steward
+from dispatcher.upkeep.vacuum_horizon import Horizon
+from dispatcher.upkeep.vacuum_watch import VacuumWatch
 
 logger = logging.getLogger(__name__)
 # A live node whose shard moved has its confirm timeout and this much more (the mark's round trip)

@@ -12,9 +12,10 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from consumers_sdk import broker_urls, validation
-from dispatcher import event_users, hosts
-from dispatcher.api_keys import StaticKey, parse_static
-from dispatcher.event_users import Grant
+from dispatcher.amqp import event_users
+from dispatcher.amqp.event_users import Grant
+from dispatcher.api import hosts
+from dispatcher.auth.api_keys import StaticKey, parse_static
 
 _LIMITS = validation.DEFAULT_LIMITS  # the SDK's enqueue() checks jobs against the same defaults
 

@@ -1,6 +1,6 @@
 """Bulk actions as the in-memory API (``memory_api``) checks and matches them: the node's filter
-rules (``dispatcher.bulk``, its ``bulk_match`` SQL) and the history details its SQL writes, without
-importing the node. ``tests/e2e/test_sdk_client.py`` pins them to a real node."""
+rules (``dispatcher.bulk.model``, its ``bulk_match`` SQL) and the history details its SQL writes,
+without importing the node. ``tests/e2e/test_sdk_client.py`` pins them to a real node."""
 
 from __future__ import annotations
 

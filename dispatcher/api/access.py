@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from dispatcher.api_keys import Scope
+from dispatcher.auth.api_keys import Scope
 
 
 class Body(enum.Enum):

@@ -10,8 +10,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from dispatcher import api_keys, errors
+from dispatcher import errors
 from dispatcher.api.context import ApiContext
+from dispatcher.auth import api_keys
 
 PRINCIPAL = "principal"  # the key of the admitted caller in the request's state
 

@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dispatcher import errors, hosts
-from dispatcher.api import problems
+from dispatcher import errors
+from dispatcher.api import hosts, problems
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 HOST_EXEMPT = frozenset({"/healthz"})

@@ -15,10 +15,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from dispatcher import api_keys, bulk, errors
+from dispatcher import errors
 from dispatcher.api import auth, bulk_schemas, schemas
 from dispatcher.api.context import ApiContext, Context
 from dispatcher.api.jobs import ERRORS
+from dispatcher.auth import api_keys
+from dispatcher.bulk import model as bulk
 
 logger = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/bulk-actions", tags=["bulk actions"])

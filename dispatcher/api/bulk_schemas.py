@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
 
-from dispatcher import bulk
 from dispatcher.api.schemas import JobOut
+from dispatcher.bulk import model as bulk
 
 
 class FilterIn(BaseModel):

@@ -11,10 +11,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from dispatcher.auth.keyring import Keyring
 from dispatcher.flow.rules import RuleBook
-from dispatcher.housekeeping import Snapshot
-from dispatcher.intake import Intake
-from dispatcher.keyring import Keyring
+from dispatcher.intake.service import Intake
 from dispatcher.metrics import Metrics
 from dispatcher.settings import Settings
 from dispatcher.store.bulk_actions import BulkActionStore
@@ -22,6 +21,7 @@ from dispatcher.store.flow_rules import FlowRuleStore
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.schedules import ScheduleStore
+from dispatcher.upkeep.housekeeping import Snapshot
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

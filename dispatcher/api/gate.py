@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dispatcher import api_keys, errors
+from dispatcher import errors
 from dispatcher.api import access, auth, problems
+from dispatcher.auth import api_keys
 
 if TYPE_CHECKING:
-    from dispatcher.keyring import Keyring
+    from dispatcher.auth.keyring import Keyring
     from dispatcher.metrics import Metrics
     from dispatcher.settings import Settings
 

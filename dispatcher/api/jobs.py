@@ -10,10 +10,12 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from consumers_sdk import validation
-from dispatcher import api_keys, errors, intake, models
+from dispatcher import errors, models
 from dispatcher.api import auth, schemas
 from dispatcher.api.context import ApiContext, Context
+from dispatcher.auth import api_keys
 from dispatcher.flow.rules import Rule
+from dispatcher.intake import service as intake
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

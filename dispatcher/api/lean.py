@@ -15,9 +15,10 @@ import json
 from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from dispatcher import api_keys, errors
+from dispatcher import errors
 from dispatcher.api import auth, browsers, jobs, problems, schemas
 from dispatcher.api.context import ApiContext
+from dispatcher.auth import api_keys
 
 PATH = jobs.router.prefix  # the route's own path: POST /v1/jobs
 

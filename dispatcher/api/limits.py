@@ -16,10 +16,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
-from dispatcher import api_keys, errors
+from dispatcher import errors
 from dispatcher.api import auth, limit_schemas, schemas
 from dispatcher.api.context import ApiContext, Context
 from dispatcher.api.jobs import ERRORS
+from dispatcher.auth import api_keys
 from dispatcher.flow import rules
 
 logger = logging.getLogger(__name__)

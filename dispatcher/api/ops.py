@@ -15,9 +15,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from consumers_sdk import dlq
 from consumers_sdk import errors as sdk_errors
-from dispatcher import api_keys
 from dispatcher.api import auth, ops_schemas, schemas
 from dispatcher.api.context import Context
+from dispatcher.auth import api_keys
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["operations"])

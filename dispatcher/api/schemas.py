@@ -29,7 +29,8 @@ from pydantic import (
 )
 
 from consumers_sdk import contract, validation
-from dispatcher import dependency_plan, errors, models
+from dispatcher import errors, models
+from dispatcher.dependencies import plan as dependency_plan
 from dispatcher.flow.rules import Rule
 from dispatcher.settings import Settings
 

@@ -13,7 +13,8 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from dispatcher import api_keys, errors, logs
+from dispatcher import errors, logs
+from dispatcher.auth import api_keys
 from dispatcher.cli import credentials, http, parsers, progress, tables
 from dispatcher.settings import Settings
 from dispatcher.version import __version__

@@ -45,7 +45,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from consumers_sdk import validation
-from dispatcher.api_keys import within, words
+from dispatcher.auth.api_keys import within, words
 
 # A key is a routing key's words: at most this long (the broker's own limit on routing keys).
 MAX_KEY_LENGTH = 255

@@ -1,2 +1,2 @@
 """Recurring schedules, pure: cron and interval timing, their occurrences, the stored model. The
-materialiser (``dispatcher.materialiser``) turns occurrences into ordinary jobs."""
+materialiser (``dispatcher.recurring.materialiser``) turns occurrences into ordinary jobs."""

@@ -7,7 +7,8 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from dispatcher import api_keys, errors
+from dispatcher import errors
+from dispatcher.auth import api_keys
 from dispatcher.store.db import Database
 from dispatcher.store.queries import api_keys as queries
 

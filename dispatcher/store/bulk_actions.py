@@ -12,7 +12,9 @@ from typing import Final
 import asyncpg
 
 from consumers_sdk import ids
-from dispatcher import bulk, errors, models, read_gate
+from dispatcher import errors, models
+from dispatcher.bulk import model as bulk
+from dispatcher.bulk import read_gate
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import job_from_row
 from dispatcher.store.queries import bulk_actions, shared

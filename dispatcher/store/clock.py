@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from dispatcher.store.db import Database
 from dispatcher.store.queries import clock as queries
-from dispatcher.timesource import Sample
+from dispatcher.timing.timesource import Sample
 
 # A sample waits for a pooled connection, then reads the clock: only the read is timed.
 SAMPLE_TIMEOUT_S = 2.0

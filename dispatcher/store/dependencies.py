@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from dispatcher import dependency_plan, models
+from dispatcher import models
+from dispatcher.dependencies import plan as dependency_plan
 from dispatcher.store.db import Database
 from dispatcher.store.queries import dependencies as queries
 

@@ -11,7 +11,8 @@ from datetime import datetime
 import asyncpg
 
 from consumers_sdk import contract
-from dispatcher import errors, event_users, models
+from dispatcher import errors, models
+from dispatcher.amqp import event_users
 from dispatcher.store.db import Database
 from dispatcher.store.queries import history as queries
 

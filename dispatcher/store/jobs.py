@@ -12,7 +12,8 @@ from typing import Final, NamedTuple
 import asyncpg
 import orjson
 
-from dispatcher import api_keys, errors, models
+from dispatcher import errors, models
+from dispatcher.auth import api_keys
 from dispatcher.flow import rules
 from dispatcher.store import dependencies
 from dispatcher.store.db import Database

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dispatcher.store.db import Database
 from dispatcher.store.queries import snapshots as queries
-from dispatcher.vacuum_horizon import Holder, Look
+from dispatcher.upkeep.vacuum_horizon import Holder, Look
 
 # A look at the catalogs, on a pooled connection: short, or it is skipped until the next.
 LOOK_TIMEOUT_S = 5.0

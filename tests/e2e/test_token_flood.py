@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from devstack.dispatcher_process import DispatcherProcess
-from dispatcher import api_keys
+from dispatcher.auth import api_keys
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database
 from tests.support.process import served

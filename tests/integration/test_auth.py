@@ -18,7 +18,7 @@ import pytest
 
 from consumers_sdk import AccessDenied, DispatcherClient
 from devstack.postgres import PostgresServer
-from dispatcher import api_keys
+from dispatcher.auth import api_keys
 from dispatcher.node import Node
 from dispatcher.store.api_keys import KeyStore
 from tests.support.nodes import WRITE, client, running_node

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from dispatcher import api_keys
+from dispatcher.auth import api_keys
 from dispatcher.node import Node
 from dispatcher.store.api_keys import KeyStore
 from tests.support.nodes import WRITE, jobs_stored, running_node

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from dispatcher import metrics
-from dispatcher.dependents_followup import DependentsFollower
+from dispatcher.dependencies.followup import DependentsFollower
 from tests.support.dependencies import Stores, event, open_stores
 from tests.support.nodes import running_node
 from tests.support.waiting import until

@@ -8,7 +8,8 @@ import uuid
 from datetime import UTC, datetime
 
 from consumers_sdk import contract
-from dispatcher import event_users, models
+from dispatcher import models
+from dispatcher.amqp import event_users
 from dispatcher.store.db import Database
 from dispatcher.store.history import IGNORED_KEPT, HistoryStore
 from dispatcher.store.jobs import JobStore

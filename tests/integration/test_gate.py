@@ -14,9 +14,10 @@ import httpx
 import orjson
 import pytest
 
-from dispatcher import api_keys, errors
-from dispatcher import keyring as keyring_module
+from dispatcher import errors
 from dispatcher.api import gate
+from dispatcher.auth import api_keys
+from dispatcher.auth import keyring as keyring_module
 from dispatcher.node import Node
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.db import Database

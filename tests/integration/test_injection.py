@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from dispatcher import api_keys
+from dispatcher.auth import api_keys
 from dispatcher.node import Node
 from dispatcher.store.api_keys import KeyStore
 from tests.support.nodes import client, running_node

@@ -11,10 +11,10 @@ import asyncpg
 import pytest
 
 from dispatcher import metrics
-from dispatcher.housekeeping import COUNT_SPACING, STATES, Housekeeper
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.queries import history as queries
+from dispatcher.upkeep.housekeeping import COUNT_SPACING, STATES, Housekeeper
 from tests.support.nodes import client, running_node
 from tests.support.waiting import eventually
 

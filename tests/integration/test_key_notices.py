@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from devstack.postgres import PostgresServer
-from dispatcher import api_keys
+from dispatcher.auth import api_keys
 from dispatcher.node import Node
 from dispatcher.store.api_keys import KeyStore
 from tests.integration.test_auth import bearer, dispatcher_cli, wait_for_status

@@ -12,9 +12,9 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.types import Receive, Scope, Send
 
-from dispatcher import api_keys
 from dispatcher.api import auth, lean
 from dispatcher.api.context import ApiContext
+from dispatcher.auth import api_keys
 from dispatcher.store.db import Database
 from tests.support import api_context
 from tests.support.nodes import WRITE, jobs_stored

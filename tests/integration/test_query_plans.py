@@ -22,7 +22,7 @@ from dispatcher.store.jobs import JobStore
 from dispatcher.store.queries import bulk_actions, history
 
 # The states in flight, and a rare finished one. The bulk of finished jobs is half the table: any
-# plan reads much of it, and that count is the one spaced out (see dispatcher/housekeeping.py).
+# plan reads much of it, and that count is the one spaced out (see upkeep/housekeeping.py).
 HOT_STATES = ["scheduled", "dispatching", "waiting", "dead"]
 ROWS_HALF = million.ROWS // 2  # a cursor halfway: a bulk action part done
 

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from dispatcher.materialiser import SCHEDULES_PER_PASS
 from dispatcher.node import Node
+from dispatcher.recurring.materialiser import SCHEDULES_PER_PASS
 from dispatcher.recurring.model import ScheduleSpec, Template
 from dispatcher.recurring.occurrences import Missed, Timing
 from tests.support.nodes import running_node

@@ -14,8 +14,8 @@ import asyncpg
 import pytest
 
 from dispatcher import errors, models
-from dispatcher.materialiser import Materialiser
 from dispatcher.node import Node
+from dispatcher.recurring.materialiser import Materialiser
 from dispatcher.recurring.model import ScheduleSpec, Template
 from dispatcher.recurring.occurrences import Missed, Timing
 from tests.support.nodes import running_node

@@ -19,9 +19,9 @@ from dispatcher.store import migrate, queries
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.queries import intake as intake_sql
-from dispatcher.store.queries import shared
 from dispatcher.store.queries import migrate as migrate_sql
 from dispatcher.store.queries import shards as shards_sql
+from dispatcher.store.queries import shared
 from dispatcher.store.shards import ShardStore
 
 IDS = ids.JobIds()

@@ -8,7 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from consumers_sdk import ids
-from dispatcher import api_keys, errors, models
+from dispatcher import errors, models
+from dispatcher.auth import api_keys
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
 from tests.support.words import WITHIN_CASES

@@ -1,4 +1,4 @@
-"""The node's time, measured against a real PostgreSQL's clock (``dispatcher/timekeeper.py``).
+"""The node's time, measured against a real PostgreSQL's clock (``timing/timekeeper.py``).
 
 The clocks the timekeeper reads (monotonic, wall) are handed in, so a test can put this host's
 wall clock 20 s ahead or step the monotonic one under it; PostgreSQL is the real server."""
@@ -14,7 +14,7 @@ import pytest
 from dispatcher.metrics import Metrics
 from dispatcher.store.clock import ClockStore
 from dispatcher.store.db import Database
-from dispatcher.timekeeper import RESYNC_GAP_S, Timekeeper
+from dispatcher.timing.timekeeper import RESYNC_GAP_S, Timekeeper
 
 
 class Clocks:

@@ -7,12 +7,11 @@ import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from dispatcher import housekeeping, vacuum_horizon
 from dispatcher.api.context import ApiContext
+from dispatcher.auth.keyring import Keyring
 from dispatcher.cluster.ownership import SingleNode
 from dispatcher.flow.rules import RuleBook
-from dispatcher.intake import Intake
-from dispatcher.keyring import Keyring
+from dispatcher.intake.service import Intake
 from dispatcher.metrics import Metrics
 from dispatcher.models import DueEntry
 from dispatcher.settings import Settings
@@ -24,6 +23,7 @@ from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
+from dispatcher.upkeep import housekeeping, vacuum_horizon
 
 ADMIN = "admin-token-0123456789"
 MONITOR = "monitor-token-0123456789"

@@ -9,9 +9,9 @@ import itertools
 from fastapi.routing import APIRoute
 from starlette.routing import BaseRoute, Match, Mount, Route
 
-from dispatcher import api_keys
 from dispatcher.api import access, app, auth
 from dispatcher.api.gate import SMALL_BODY_BYTES, Rule, Rules
+from dispatcher.auth import api_keys
 from dispatcher.settings import Settings
 
 APP = app.build_fastapi()

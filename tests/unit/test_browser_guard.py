@@ -7,7 +7,7 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from dispatcher import hosts
+from dispatcher.api import hosts
 from dispatcher.api.browsers import BrowserGuard
 
 

@@ -8,7 +8,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from dispatcher import bulk, errors
+from dispatcher import errors
+from dispatcher.bulk import model as bulk
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

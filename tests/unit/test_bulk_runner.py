@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher import bulk, errors
-from dispatcher.bulk_runner import MAX_FAILURES, BulkRunner
+from dispatcher import errors
+from dispatcher.bulk import model as bulk
+from dispatcher.bulk.runner import MAX_FAILURES, BulkRunner
 from dispatcher.metrics import Metrics
 
 AT = datetime(2026, 11, 29, tzinfo=UTC)

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from dispatcher import api_keys
+from dispatcher.auth import api_keys
 from tests.support import compose
 
 # Where a secret goes: what compose must refuse to start without.

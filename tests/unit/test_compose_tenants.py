@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from devstack import tenants
-from dispatcher import event_users
+from dispatcher.amqp import event_users
 from tests.support import compose
 
 FILES = (*compose.FILES, "compose.tutorial.yaml")

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from consumers_sdk import ids
-from dispatcher import dependency_plan, errors, models
+from dispatcher import errors, models
+from dispatcher.dependencies import plan as dependency_plan
 
 IDS = ids.JobIds()
 S = models.JobState

@@ -7,9 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from consumers_sdk import contract
-from dispatcher import event_users
-from dispatcher.amqp import events
-from dispatcher.event_users import Grant
+from dispatcher.amqp import event_users, events
+from dispatcher.amqp.event_users import Grant
 from dispatcher.settings import Settings
 
 

@@ -7,8 +7,8 @@ import uuid
 
 from starlette.types import Scope
 
-from dispatcher import api_keys
 from dispatcher.api.gate import SMALL_BODY_BYTES, Rules, document_bytes
+from dispatcher.auth import api_keys
 from dispatcher.settings import Settings
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from consumers_sdk import ids
 from dispatcher import errors, models
-from dispatcher.group_commit import GroupCommit
+from dispatcher.intake.group_commit import GroupCommit
 from dispatcher.store import jobs as job_store
 
 IDS = ids.JobIds()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dispatcher import intake
+from dispatcher.intake import service as intake
 
 
 @pytest.mark.parametrize(

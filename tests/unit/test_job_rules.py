@@ -4,7 +4,7 @@ generator and shard hash both sides use."""
 from __future__ import annotations
 
 from consumers_sdk import ids, validation
-from dispatcher import intake
+from dispatcher.intake import service as intake
 from dispatcher.settings import Settings
 
 

@@ -5,7 +5,7 @@ import hashlib
 import pytest
 from pydantic import ValidationError
 
-from dispatcher import api_keys
+from dispatcher.auth import api_keys
 from dispatcher.settings import Settings
 from tests.support.words import WITHIN_CASES
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from dispatcher.read_gate import ReadGate, Refused
+from dispatcher.bulk.read_gate import ReadGate, Refused
 
 
 class Clock:

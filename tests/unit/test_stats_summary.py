@@ -3,8 +3,8 @@ summed, totals exact."""
 
 from datetime import UTC, datetime
 
-from dispatcher.housekeeping import Count, summarise
 from dispatcher.store.history import StateCount
+from dispatcher.upkeep.housekeeping import Count, summarise
 
 AT = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -1,10 +1,11 @@
-"""The clock filter (dispatcher/timesource.py): PostgreSQL's clock from round trips, as NTP does."""
+"""The clock filter (dispatcher/timing/timesource.py): PostgreSQL's clock from round trips, as NTP
+does."""
 
 from __future__ import annotations
 
 import pytest
 
-from dispatcher.timesource import DRIFT_PER_S, NEAR_BEST_S, WINDOW, ClockFilter, Sample
+from dispatcher.timing.timesource import DRIFT_PER_S, NEAR_BEST_S, WINDOW, ClockFilter, Sample
 
 DB_AHEAD = 1_700_000_000.0  # PostgreSQL's clock minus the monotonic one, in these samples
 

@@ -3,7 +3,7 @@ node has seen it, and the warning past the setting."""
 
 from __future__ import annotations
 
-from dispatcher.vacuum_horizon import Holder, Horizon, Look
+from dispatcher.upkeep.vacuum_horizon import Holder, Horizon, Look
 
 
 def session(held_s: float, xmin: str = "900", xmin_age: int = 5000) -> Holder:

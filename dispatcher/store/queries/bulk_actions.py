@@ -1,4 +1,4 @@
-"""Bulk actions (``dispatcher/bulk.py``, ``dispatcher/bulk_runner.py``)."""
+"""Bulk actions (``dispatcher/bulk/model.py``, ``dispatcher/bulk/runner.py``)."""
 
 from typing import Final
 

@@ -149,8 +149,8 @@ WITH doomed AS (
 DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.id
 """
 
-# Job counts (see dispatcher/housekeeping.py): one node at a time counts, under this lock, the
-# states whose last count is old enough, and every node reads the result from job_counts.
+# Job counts (see dispatcher/upkeep/housekeeping.py): one node at a time counts, under this lock,
+# the states whose last count is old enough, and every node reads the result from job_counts.
 # Taken in the counting transaction (released at its end); false while another node counts.
 TRY_COUNT_LOCK: Final = "SELECT pg_try_advisory_xact_lock(hashtext('dispatcher.job_counts'))"
 

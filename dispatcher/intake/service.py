@@ -11,7 +11,7 @@ from typing import Protocol
 from consumers_sdk import ids
 from dispatcher import metrics, models
 from dispatcher.cluster import ownership
-from dispatcher.group_commit import GroupCommit
+from dispatcher.intake.group_commit import GroupCommit
 from dispatcher.store.jobs import JobStore
 
 # A batch's per-job work runs in chunks of this many, handing the loop back in between: a batch

@@ -25,7 +25,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from dispatcher import bulk, errors, metrics, supervision
+from dispatcher import errors, metrics, supervision
+from dispatcher.bulk import model as bulk
 from dispatcher.store.bulk_actions import BulkActionStore
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from dispatcher import metrics
 from dispatcher.store.snapshots import SnapshotStore
-from dispatcher.vacuum_horizon import Horizon
+from dispatcher.upkeep.vacuum_horizon import Horizon
 
 logger = logging.getLogger(__name__)
 

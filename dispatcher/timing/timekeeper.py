@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 from dispatcher import errors, metrics
 from dispatcher.store.clock import ClockStore
-from dispatcher.timesource import ClockFilter, Estimate
+from dispatcher.timing.timesource import ClockFilter, Estimate
 
 logger = logging.getLogger(__name__)
 

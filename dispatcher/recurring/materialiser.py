@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from dispatcher import errors, metrics, models, supervision
-from dispatcher.intake import Intake
+from dispatcher.intake.service import Intake
 from dispatcher.recurring import occurrences
 from dispatcher.recurring.model import Schedule
 from dispatcher.store.schedules import Advance, Lane, Parked, ScheduleStore

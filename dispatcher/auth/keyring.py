@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from dispatcher import api_keys, errors
+from dispatcher import errors
+from dispatcher.auth import api_keys
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.listen import ChannelListener
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dispatcher import api_keys
+from dispatcher.auth import api_keys
 
 ANY: str = "*"  # the grant of every job
 # A broker user name here: anything but the separators of the setting and whitespace.

@@ -1,0 +1,1 @@
+"""Intake: new jobs validated, stored in shared commits and offered to the heap."""

@@ -1,0 +1,1 @@
+"""The node's upkeep: housekeeping, its standing, and what holds vacuum back."""
