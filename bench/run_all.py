@@ -17,6 +17,7 @@ from bench import (
     lateness,
     list_queries,
     many_rules,
+    metered_rate,
     single_submit,
     throughput,
     versus_celery,
@@ -42,6 +43,7 @@ if __name__ == "__main__":
         )
     )
     harness.run(many_rules.main(rules=10_000, metered=5_000, changes=5, steady_s=35.0))
+    harness.run(metered_rate.main(metered_rate.Args()))
     harness.run(held_snapshot.main(minutes=30, rate=800, explain_at=[1, 10], held=True))
     harness.run(
         bulk_requeue.main(

@@ -247,8 +247,6 @@ class DueEntry(NamedTuple):
     id: uuid.UUID
     shard: ShardId
     key: str = ""  # the routing key; "" when unknown (a due notice), which only affects turns
-    # A flow rule's meter let it go (``flow.meter``): claimed though its rule holds its key.
-    granted: bool = False
 
     @property
     def priority(self) -> int:

@@ -32,9 +32,7 @@ from dispatcher.dependencies.followup import DependentsFollower
 from dispatcher.firing import lanes, loader, pacing
 from dispatcher.firing.firer import Firer, Publishers
 from dispatcher.firing.loader import Loader, SweepTimes, WindowLimits
-from dispatcher.flow import watch as flow_watch
-from dispatcher.flow.meter import FlowMeter
-from dispatcher.flow.watch import RuleWatch
+from dispatcher.flow.control import FlowControl
 from dispatcher.health import Health, Service, Standing
 from dispatcher.intake.service import Intake
 from dispatcher.lifecycle import Phase, Task
@@ -95,19 +93,7 @@ class Node:
             mono=mono,
         )
         clock = self.timekeeper.now
-        # The flow rules, read before firing: loads and claims pass over the jobs they hold.
-        self.flow_rules = FlowRuleStore(
-            self.db,
-            max_rules=settings.max_flow_rules,
-            max_rules_per_namespace=settings.max_flow_rules_per_namespace,
-        )
-        self.rule_watch = RuleWatch(self.flow_rules, clock=self.timekeeper.now_dt)
-        self.store = JobStore(
-            self.db,
-            node_id=settings.node_id,
-            lease_s=settings.lease_s,
-            held=self.rule_watch.held,
-        )
+        self.store = JobStore(self.db, node_id=settings.node_id, lease_s=settings.lease_s)
         self.shard_store = ShardStore(self.db)
         self.history = HistoryStore(self.db, settings.event_grants())
         self.events = EventsConsumer(
@@ -143,6 +129,18 @@ class Node:
             catchup_share=settings.catchup_share,
             pace=pacing.Pace(settings.catchup_max_rate, batch=settings.fire_batch),
         )
+        # Flow control, its rules read before firing: loads and claims pass over what they hold.
+        self.flow = FlowControl(
+            FlowRuleStore(
+                self.db,
+                max_rules=settings.max_flow_rules,
+                max_rules_per_namespace=settings.max_flow_rules_per_namespace,
+            ),
+            self.lanes,
+            self.metrics,
+            epochs=self.ownership.epochs,
+            clock=self.timekeeper.now_dt,
+        )
         self.loader = Loader(
             self.store,
             self.lanes,
@@ -159,6 +157,7 @@ class Node:
             ),
             clock=clock,
             members=self.ownership.members,
+            admission=self.flow,
         )
         # One LISTEN connection for every notice: due jobs for the loader, key changes for auth.
         self.notices = ChannelListener(self.db, name=f"dispatcher-{settings.node_id}-notices")
@@ -169,23 +168,8 @@ class Node:
             shard_count=settings.shard_count,
         )
         self.keyring.listen(self.notices)
-        self.notices.subscribe(
-            flow_watch.CHANNEL,
-            on_notice=lambda _payload: self.rule_watch.changed(),
-            on_connect=self.rule_watch.changed,
-        )
-        self.rule_watch.when_released(self.loader.release)
-        self.rule_watch.count_with(self._count_rules)
-        # A metered rule's jobs go when its meter lets them, to the recovery lane.
-        self.flow_meter = FlowMeter(
-            self.rule_watch,
-            self.flow_rules,
-            self.lanes,
-            epochs=self.ownership.epochs,
-            clock=self.timekeeper.now_dt,
-        )
-        self.flow_meter.count_with(self.metrics.flow_let_go.inc)
-        self.loader.when_offered(self.flow_meter.offered)
+        self.flow.listen(self.notices)
+        self.flow.follow(self.loader)
         self.firer = Firer(
             store=self.store,
             publishers=Publishers(shared=self.publisher, live=self.live_publisher),
@@ -195,7 +179,7 @@ class Node:
             batch=settings.fire_batch,
             workers=settings.fire_workers,
             clock=self.timekeeper,
-            held_at=self.rule_watch.held_at,
+            admission=self.flow,
         )
         self.intake = Intake(
             store=self.store,
@@ -295,16 +279,12 @@ class Node:
             heap_size=lambda: self.lanes.live_count,
             cluster=self.ownership.describe,
             vacuum=self.vacuum_watch.horizon.describe,
-            flow_rules=self.flow_rules,
-            rules=lambda: self.rule_watch.book,
-            rules_changed=self.rule_watch.refresh,
+            flow_rules=self.flow.store,
+            rules=lambda: self.flow.book,
+            rules_changed=self.flow.refresh,
             bulk_actions=self.bulk_actions,
             bulk_started=self.bulk_runner.wake,
         )
-
-    def _count_rules(self, counts: dict[str, int]) -> None:
-        for kind, count in counts.items():
-            self.metrics.flow_rules.labels(limit=kind).set(count)
 
     def _amqp_urls(self) -> tuple[str, ...]:
         """The broker URLs with a heartbeat of half ``dead_connection_s`` where a URL sets none:
@@ -373,8 +353,7 @@ class Node:
             Task("firing", self.firer.run, Phase.DRAIN, self.firer.stop),
             Task("events", self.events.run, backoff=events_retry),
             Task("housekeeping", self.housekeeper.run),
-            Task("flow-rules", self.rule_watch.run),
-            Task("flow-meter", self.flow_meter.run),
+            *self.flow.tasks(),
             Task("vacuum-watch", self.vacuum_watch.run),
             Task("schedules", self.materialiser.run, Phase.DRAIN, self.materialiser.stop),
             Task("dependents", self.dependents.run, Phase.DRAIN, self.dependents.stop),
@@ -420,7 +399,7 @@ class Node:
                 else:
                     await migrate.check(self.settings.database_url)
                 await self.timekeeper.start()
-                await self.rule_watch.load()
+                await self.flow.load()
                 await self._log_auth_mode()
                 await self.ownership.start()
                 return True

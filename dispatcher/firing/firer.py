@@ -41,13 +41,12 @@ from dispatcher import errors, metrics, models, supervision
 from dispatcher.amqp.publisher import Publisher
 from dispatcher.cluster.ownership import Ownership
 from dispatcher.firing import fence, lanes
+from dispatcher.firing.admission import OPEN, Admission
 from dispatcher.firing.marks import DispatchMarks
 from dispatcher.firing.quarantine import Quarantine
 from dispatcher.store.jobs import JobStore
 
 logger = logging.getLogger(__name__)
-# (routing key, namespace, run_at) -> whether a flow rule held the job (``flow.watch``).
-HeldAt = Callable[[str, str | None, datetime], bool]
 
 FIRST_BACKOFF_S = 0.2  # a worker's pause after a failed batch, doubling up to the next
 MAX_BACKOFF_S = 5.0
@@ -96,9 +95,9 @@ class Firer:
         workers: int,
         clock: Clock,
         mono: Callable[[], float] = time.monotonic,
-        held_at: HeldAt = lambda _key, _namespace, _run_at: False,
+        admission: Admission = OPEN,
     ) -> None:
-        """``held_at`` says whether a flow rule held a job back (its lateness counts apart)."""
+        """``admission``: what flow control holds back, and lets go (``admission``)."""
         self._store = store
         self._publishers = publishers
         self._ownership = ownership
@@ -109,7 +108,7 @@ class Firer:
         self._time = clock
         self._clock = clock.now
         self._mono = mono
-        self._held_at = held_at
+        self._admission = admission
         self._stop = asyncio.Event()
         self._marks = DispatchMarks(store.mark_dispatched)
         self._quarantine = Quarantine()
@@ -293,7 +292,13 @@ class Firer:
             return
         epochs = {entry.shard: held[entry.shard] for entry in mine}
         sent_s, sent_mono = self._clock(), self._mono()
-        claim = await self._store.claim(mine, epochs, ahead_s=CLAIM_FENCE_S)
+        claim = await self._store.claim(
+            mine,
+            epochs,
+            ahead_s=CLAIM_FENCE_S,
+            held=self._admission.held(),
+            granted=self._admission.granted(entry.id for entry in mine),
+        )
         read_s, read_mono = self._clock(), self._mono()  # after PostgreSQL read its clock
         self._metrics.claims.inc()
         self.claimed_at = read_mono
@@ -436,7 +441,7 @@ class Firer:
         self._metrics.count_by_key(self._metrics.jobs_dispatched, jobs)
         for job in jobs:
             late_s = max(0.0, now_s - job.run_at.timestamp())
-            if self._held_at(job.routing_key, job.namespace, job.run_at):
+            if self._admission.held_at(job.routing_key, job.namespace, job.run_at):
                 self._metrics.held_lateness.observe(late_s)  # an operator's choice: apart
             else:
                 self._metrics.fire_lateness.observe(late_s)

@@ -41,6 +41,7 @@ from datetime import UTC, datetime, timedelta
 from consumers_sdk import validation
 from dispatcher import models
 from dispatcher.firing import lanes
+from dispatcher.firing.admission import OPEN, Admission
 from dispatcher.models import DueEntry
 from dispatcher.store.jobs import EVER, JobStore
 
@@ -129,9 +130,11 @@ class Loader:
         sweeps: SweepTimes,
         clock: Callable[[], float],
         members: Callable[[], frozenset[str]] = frozenset,
+        admission: Admission = OPEN,
     ) -> None:
         """Fills ``due_lanes`` and hears of every batch taken from them (``on_taken``).
-        ``members``: the nodes in the cluster now, whose claims may still be in flight."""
+        ``members``: the nodes in the cluster now, whose claims may still be in flight;
+        ``admission``: what flow control holds, which the loads and sweeps pass over."""
         self._store = store
         self._lanes = due_lanes
         due_lanes.when_taken(self.on_taken)
@@ -144,6 +147,7 @@ class Loader:
         self._sweep_grace_s = sweeps.grace_s
         self._handover_s = sweeps.handover_s
         self._members = members
+        self._admission = admission
         self._demoted_at_s = 0.0
         self._clock = clock
         self._epochs: dict[int, int] = {}  # shard -> the epoch held: older claims are orphans
@@ -322,7 +326,11 @@ class Loader:
             limit = min(self._load_batch, budget)
             releases = self._releases
             entries, last = await self._store.load_due(
-                sorted(cursor.shards), after=cursor.position, until=until, limit=limit
+                sorted(cursor.shards),
+                after=cursor.position,
+                until=until,
+                limit=limit,
+                held=self._admission.held(),
             )
             if releases != self._releases:
                 return False  # released meanwhile: the cursors were moved back; load from there
@@ -457,7 +465,7 @@ class Loader:
             and looked_at >= self._stragglers_after
         ):
             stragglers = await self._store.overdue_stragglers(
-                shards, self._sweep_grace_s, self._load_batch
+                shards, self._sweep_grace_s, self._load_batch, held=self._admission.held()
             )
             took_s = time.monotonic() - looked_at
             self._stragglers_after = looked_at + took_s * FULL_LOOK_SPACING

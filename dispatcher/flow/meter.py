@@ -6,8 +6,8 @@ goes unless the meter lets it. Every ``TICK_S`` the meter looks for the oldest d
 rules govern on the shards this node owns (``FlowRuleStore.metered_due``; which rules, and from
 where: ``flow.looks``), asks PostgreSQL to let them go (``FlowRuleStore.take``: one bucket of
 tokens and one count of slots per rule, shared by every node, each taking under the rule's row
-lock), and hands those let go to the recovery lane, which firing serves first; their entries are
-``granted``, so the claim takes them though their rule holds their key.
+lock), and hands those let go to the recovery lane, which firing serves first, each with a
+grant (``flow.grants``): the claim takes it though its rule holds its key.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from dispatcher.firing import lanes
+from dispatcher.flow.grants import Grants
 from dispatcher.flow.looks import MeteredLook, MeterLooks
 from dispatcher.flow.watch import RuleWatch
 from dispatcher.models import DueEntry
@@ -33,6 +34,7 @@ class FlowMeter:
         watch: RuleWatch,
         store: FlowRuleStore,
         due_lanes: lanes.Lanes,
+        grants: Grants,
         *,
         epochs: Callable[[], Mapping[int, int]],
         clock: Callable[[], datetime],
@@ -42,6 +44,7 @@ class FlowMeter:
         self._watch = watch
         self._store = store
         self._lanes = due_lanes
+        self._grants = grants
         self._epochs = epochs
         self._clock = clock
         self._mono = mono
@@ -58,10 +61,15 @@ class FlowMeter:
         self._looks.offered(entries)
 
     async def run(self) -> None:
-        """Look and let go forever; PostgreSQL away ends it (the supervisor runs it again)."""
+        """Look and let go forever, a look every ``tick_s`` from the start of the last (a look
+        slowed by a loaded database or event loop shortens the wait after it: a rule's bucket,
+        refilled meanwhile, holds at most its burst, and looks spaced further apart than the
+        burst lasts would lose its rate); PostgreSQL away ends it (the supervisor runs it
+        again)."""
         while True:
+            started = self._mono()
             if await self.look():
-                await asyncio.sleep(self._tick_s)
+                await asyncio.sleep(max(0.0, started + self._tick_s - self._mono()))
             else:
                 await self._watch.wait_changed(IDLE_S)
 
@@ -99,8 +107,9 @@ class FlowMeter:
                 rule.key, rule.namespace, Meter.of(rule.limits), [entry.id for entry in asked]
             )
         )
-        granted = [entry._replace(granted=True) for entry in asked if entry.id in taken]
+        granted = [entry for entry in asked if entry.id in taken]
         if granted:
+            self._grants.grant((entry.id for entry in granted), now_mono)
             self._lanes.recover(granted)
             self._looks.granted(look, granted, now_mono)
             self._counted(len(granted))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Final, NamedTuple
 
@@ -101,13 +101,10 @@ class JobStore:
         *,
         node_id: str,
         lease_s: float,
-        held: Callable[[], rules.HeldKeys] = lambda: rules.NOTHING_HELD,
     ) -> None:
-        """``held`` says what flow rules hold now: loads, sweeps and claims pass over it."""
         self._db = db
         self._node_id = node_id
         self._lease_s = lease_s
-        self._held = held
 
     # --- intake ---------------------------------------------------------------------------------
 
@@ -357,10 +354,10 @@ class JobStore:
         after: tuple[datetime, uuid.UUID],
         until: datetime,
         limit: int,
+        held: rules.HeldKeys = rules.NOTHING_HELD,
     ) -> tuple[list[models.DueEntry], tuple[datetime, uuid.UUID] | None]:
-        """Due entries after the keyset cursor that no flow rule holds, and the exact key of the
-        last one."""
-        held = self._held()  # as the look starts: a release after it looks again (``Loader``)
+        """Due entries after the keyset cursor that no flow rule holds (``held``, as the look
+        starts: a release after it looks again, ``Loader``), and the exact key of the last one."""
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
                 scheduler.LOAD_DUE, list(shards), after[0], after[1], until, limit, *_arrays(held)
@@ -402,9 +399,13 @@ class JobStore:
         return models.Orphans(ripe, found=len(rows), next_ripe_in_s=min(waits, default=None))
 
     async def overdue_stragglers(
-        self, shards: Sequence[int], grace_s: float, limit: int
+        self,
+        shards: Sequence[int],
+        grace_s: float,
+        limit: int,
+        *,
+        held: rules.HeldKeys = rules.NOTHING_HELD,
     ) -> list[models.DueEntry]:
-        held = self._held()
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             rows = await connection.fetch(
                 scheduler.OVERDUE_STRAGGLERS, list(shards), grace_s, limit, *_arrays(held)
@@ -417,21 +418,22 @@ class JobStore:
         epochs: Mapping[int, int],
         *,
         ahead_s: float = 0.0,
+        held: rules.HeldKeys = rules.NOTHING_HELD,
+        granted: Collection[uuid.UUID] = (),
     ) -> models.Claim:
         """Claim the jobs of these entries under the given shard epochs, those PostgreSQL's clock
         says are due within ``ahead_s``; rows no longer claimable (fired, cancelled, rescheduled
-        past the entry's time, shard moved) or not yet due are skipped. With the clock the claim
-        read, which says when each may be published."""
+        past the entry's time, shard moved), held by a flow rule (``held``) unless its meter let
+        them go (``granted``), or not yet due are skipped. With the clock the claim read, which
+        says when each may be published."""
         due: dict[uuid.UUID, float] = {}
         fenced: set[int] = set()
         keys: set[str] = set()
-        granted: list[uuid.UUID] = []  # let go by a flow rule's meter: claimed though held
+        grants = set(granted)
         for entry in entries:  # a job in two entries is due at the later one (a reschedule)
             due[entry.id] = max(entry.run_at_s, due.get(entry.id, entry.run_at_s))
             fenced.add(entry.shard)
-            if entry.granted:
-                granted.append(entry.id)
-            else:
+            if entry.id not in grants:
                 keys.add(entry.key)
         # Only the epochs of the batch's shards are locked: each lock writes its row (a few dozen
         # a batch, not every shard held); a job no longer on its entry's shard is skipped.
@@ -440,7 +442,6 @@ class JobStore:
         # index in order): two claims of one job (a re-fired claim also due in the heap) or a
         # claim beside a confirm's mark wait for each other instead of deadlocking.
         ids = sorted(due)
-        held = self._held()
         if held and not any(held.may_hold(key) for key in keys):
             held = rules.NOTHING_HELD  # no rule matches these keys: the claim need not ask
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
@@ -454,7 +455,7 @@ class JobStore:
                 [due[job_id] for job_id in ids],
                 ahead_s,
                 *_arrays(held),
-                granted,
+                list(grants),
             )
         jobs = [claimed_from_row(row) for row in rows if row[_CLAIM_CLOCKS] is not None]
         return models.Claim(jobs, fenced_at_s=rows[0][0], answered_at_s=rows[0][1])

@@ -10,9 +10,10 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+import aio_pika
 import pytest
 
-from consumers_sdk import Consumer, Job
+from consumers_sdk import Consumer, Job, topology
 from devstack.collector import Collector
 from dispatcher.node import Node
 from tests.integration.test_flow_pause import sample, submit
@@ -140,3 +141,36 @@ async def test_a_rule_meters_jobs_already_in_memory_and_one_stored_behind_its_lo
     assert 17 <= rate <= 23, rate
     [job] = behind
     assert collector.deliveries[job][0].received_at - stored_at < 2.0
+
+
+async def test_a_metered_job_the_broker_refused_fires_again_under_the_grant_it_had(
+    node: Node, collector: Collector, amqp_url: str
+) -> None:
+    """A job its meter let go, refused by RabbitMQ (a nack: a queue full, set to reject-publish),
+    is given back and tried again after its quarantine delay under the same grant: the meter is
+    not asked again (no second token) and the retry does not wait for the meter's next ask
+    (``looks.PENDING_S``, 10 s)."""
+    refusing = topology.QueueSpec(
+        "refuses-granted-work",
+        {"x-max-length": 0, "x-overflow": "reject-publish"},
+        bindings=((topology.jobs_exchange(), "granted.work"),),
+    )
+    await topology.declare(amqp_url, lambda _major: [refusing])
+    connection = await aio_pika.connect(amqp_url)
+    try:
+        async with client(node) as http:
+            put = await http.put("/v1/limits/granted", json={"rate_per_s": 5, "burst": 1})
+            assert put.status_code == 200, put.text
+            [job] = await submit(http, "granted.work", 1, start_s=0.0, spread_s=0.0)
+            # The collector's queue took the refused publish: the broker nacked it for the other.
+            assert await collector.wait_for([job], 10) == set()
+            await (await connection.channel()).queue_delete(refusing.name)
+            await eventually(lambda: len(collector.deliveries[job]) >= 2, 30)
+            stored = await http.get(f"/v1/jobs/{job}")
+            assert stored.json()["state"] in {"dispatched", "succeeded"}, stored.text  # not parked
+    finally:
+        await connection.close()
+    first, again = (delivery.received_at for delivery in collector.deliveries[job][:2])
+    print(f"\nrefused, then fired again {again - first:.2f}s later under its grant")
+    assert again - first < 5.0
+    assert sample(node, "dispatcher_flow_let_go_total") == 1

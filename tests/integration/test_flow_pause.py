@@ -246,7 +246,7 @@ async def _owned_by_both(a: Node, b: Node) -> bool:
 
 
 async def _holds(node: Node, routing_key: str) -> bool:
-    return node.rule_watch.book.holds(routing_key, None, datetime.now(UTC)) is not None
+    return node.flow.book.holds(routing_key, None, datetime.now(UTC)) is not None
 
 
 async def _free(node: Node, routing_key: str) -> bool:

@@ -16,6 +16,7 @@ from devstack.collector import Collector
 from dispatcher import models
 from dispatcher.firing import lanes, pacing
 from dispatcher.firing.loader import FULL_LOOK_SPACING, Loader, SweepTimes, WindowLimits
+from dispatcher.flow.rules import NOTHING_HELD, HeldKeys
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import EVER, JobStore
 from dispatcher.store.shards import ShardStore
@@ -101,11 +102,16 @@ class CountingStore(JobStore):
         return await super().orphaned_claims(epochs, limit, handover=handover)
 
     async def overdue_stragglers(
-        self, shards: Sequence[int], grace_s: float, limit: int
+        self,
+        shards: Sequence[int],
+        grace_s: float,
+        limit: int,
+        *,
+        held: HeldKeys = NOTHING_HELD,
     ) -> list[models.DueEntry]:
         self.straggler_looks += 1
         await asyncio.sleep(self.straggler_slowness_s)
-        return await super().overdue_stragglers(shards, grace_s, limit)
+        return await super().overdue_stragglers(shards, grace_s, limit, held=held)
 
 
 async def sweeping(
