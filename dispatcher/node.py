@@ -15,15 +15,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import uvicorn
-
 from consumers_sdk import broker_urls
 from dispatcher import errors, lifecycle, metrics, supervision
 from dispatcher.amqp import events, publisher
 from dispatcher.amqp.events import EventsConsumer
 from dispatcher.amqp.publisher import Publisher
-from dispatcher.api import app, client_slots, connections, internals
+from dispatcher.api import app
 from dispatcher.api.context import ApiContext
+from dispatcher.api.server import HttpServer
 from dispatcher.auth.keyring import Keyring
 from dispatcher.bulk import model as bulk
 from dispatcher.bulk.runner import BulkRunner
@@ -60,15 +59,6 @@ logger = logging.getLogger(__name__)
 # A live node whose shard moved has its confirm timeout and this much more (the mark's round trip)
 # to settle a claim it made before another node fires it again (``loader.SweepTimes``).
 HANDOVER_MARK_S = 2.0
-
-
-class _HttpServer(uvicorn.Server):
-    """uvicorn without its own signal handling: the node owns the signals. Overrides a method
-    uvicorn's ``serve`` calls, which ``internals.require`` checks before a node serves."""
-
-    @contextlib.contextmanager
-    def capture_signals(self):  # type: ignore[no-untyped-def]
-        yield
 
 
 class Node:
@@ -252,7 +242,7 @@ class Node:
         self.metrics.heap_size.set_function(lambda: self.lanes.live_count)
         self.metrics.window_horizon.set_function(self._horizon_s)
         self.app = app.create_api(self._api_context())
-        self._http: uvicorn.Server | None = None
+        self.http = HttpServer(settings, self.app, self.metrics)
         self._stop = asyncio.Event()
         self.started = asyncio.Event()
 
@@ -332,7 +322,13 @@ class Node:
         server first, then firing and what makes jobs drain, then the cluster is left; the AMQP
         connections, the loader and the rest are cancelled last, in reverse."""
         # A server that stops on its own ends the node: it is not restarted.
-        http = Task("http", self._serve_http, Phase.SERVE, self._stop_http, supervised=False)
+        http = Task(
+            "http",
+            lambda: self.http.serve(stopping=self._stop.is_set),
+            Phase.SERVE,
+            self.http.stop,
+            supervised=False,
+        )
         # Loops whose service errors reach the supervisor restart at the pace they retried at.
         pace = supervision.Backoff
         reconnect = pace(first_s=publisher.RECONNECT_FIRST_S, max_s=publisher.RECONNECT_MAX_S)
@@ -366,7 +362,7 @@ class Node:
         ``errors.HttpServerUnsupported`` first, before any service is touched, if SERVE_HTTP and
         the installed uvicorn is not the one the HTTP edge's guards were written for."""
         if serve_http:
-            internals.require()
+            self.http.require()
         try:
             if not await self._start():
                 return  # asked to stop before the services answered
@@ -412,47 +408,6 @@ class Node:
                     async with asyncio.timeout(delay):
                         await self._stop.wait()
         return False
-
-    async def _serve_http(self) -> None:
-        if self._stop.is_set():
-            return  # asked to stop before it ran: nothing to serve, no server to tell
-        settings = self.settings
-        unsent = connections.unsent_budget(
-            settings.http_max_unsent_bytes, settings.http_write_timeout_s
-        )
-        self.metrics.http_unsent_bytes.set_function(lambda: unsent.total_bytes)
-        limits = connections.Limits(
-            max_connections=settings.http_max_connections,
-            clients=client_slots.ClientSlots(settings.connections_per_client()),
-            header_timeout_s=settings.http_header_timeout_s,
-            body_timeout_s=settings.http_body_timeout_s,
-            write_timeout_s=settings.http_write_timeout_s,
-            send_buffer_bytes=settings.http_send_buffer_bytes,
-            unsent=unsent,
-            refused=self.metrics.refusal,
-        )
-        config = uvicorn.Config(
-            self.app,
-            host=settings.http_host,
-            port=settings.http_port,
-            http=connections.protocol_class(limits),
-            timeout_keep_alive=settings.http_keepalive_s,
-            log_level="warning",
-            log_config=None,  # uvicorn's records go to the root handler: one format (text or JSON)
-            access_log=False,
-            lifespan="off",
-            proxy_headers=False,  # nothing reads the client's address: no X-Forwarded-* parsing
-            ws="none",  # no websocket route: the same on every install, whatever ws library it has
-        )
-        self._http = _HttpServer(config)
-        await self._http.serve()
-        if self._stop.is_set():
-            return
-        raise RuntimeError("the HTTP server stopped on its own")
-
-    def _stop_http(self) -> None:
-        if self._http is not None:
-            self._http.should_exit = True
 
     async def _watch_ownership(self) -> None:
         while True:
