@@ -105,7 +105,7 @@ async def ceiling_publish_framed(
         timeout_s=30.0,
         metrics=Metrics(),
         path=path,
-        clock=time.time,
+        now=time.time,
     )
     await publisher.run()
     connection = await aio_pika.connect(amqp_url)

@@ -12,7 +12,7 @@ import ipaddress
 import logging
 import signal
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any
 
 from consumers_sdk import broker_urls
@@ -49,6 +49,7 @@ from dispatcher.store.listen import ChannelListener
 from dispatcher.store.schedules import ScheduleStore
 from dispatcher.store.shards import ShardStore
 from dispatcher.store.snapshots import SnapshotStore
+from dispatcher.timing.kinds import Mono
 from dispatcher.timing.timekeeper import Timekeeper
 from dispatcher.upkeep.housekeeping import Housekeeper
 from dispatcher.upkeep.stewardship import Steward
@@ -62,7 +63,7 @@ HANDOVER_MARK_S = 2.0
 
 
 class Node:
-    def __init__(self, settings: Settings, *, mono: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, settings: Settings, *, mono: Mono = time.monotonic) -> None:
         """MONO: the clock the node's time is measured from (a test steps it under the node)."""
         self.settings = settings
         self.metrics = metrics.Metrics(routing_key_labels=settings.metrics_routing_keys)
@@ -82,7 +83,7 @@ class Node:
             interval_s=settings.clock_sample_s,
             mono=mono,
         )
-        clock = self.timekeeper.now
+        now = self.timekeeper.now
         self.store = JobStore(self.db, node_id=settings.node_id, lease_s=settings.lease_s)
         self.shard_store = ShardStore(self.db)
         self.history = HistoryStore(self.db, settings.event_grants())
@@ -129,7 +130,7 @@ class Node:
             self.lanes,
             self.metrics,
             epochs=self.ownership.epochs,
-            clock=self.timekeeper.now_dt,
+            now_dt=self.timekeeper.now_dt,
         )
         self.loader = Loader(
             self.store,
@@ -145,7 +146,7 @@ class Node:
                 grace_s=settings.sweep_grace_s,
                 handover_s=settings.publish_timeout_s + HANDOVER_MARK_S,
             ),
-            clock=clock,
+            now=now,
             members=self.ownership.members,
             admission=self.flow,
         )
@@ -168,7 +169,7 @@ class Node:
             metrics=self.metrics,
             batch=settings.fire_batch,
             workers=settings.fire_workers,
-            clock=self.timekeeper,
+            timekeeper=self.timekeeper,
             admission=self.flow,
         )
         self.intake = Intake(
@@ -179,7 +180,7 @@ class Node:
             shard_count=settings.shard_count,
             lookahead_s=settings.lookahead_s,
             group_commit=settings.group_commit,
-            clock=clock,
+            now=now,
         )
         self.vacuum_watch = VacuumWatch(
             SnapshotStore(self.db),
@@ -196,7 +197,7 @@ class Node:
             per_schedule=settings.schedule_catchup_batch,
             catchup_s=settings.schedule_catchup_window_s,
             metrics=self.metrics,
-            clock=self.timekeeper.now_dt,
+            now_dt=self.timekeeper.now_dt,
         )
         self.dependents = DependentsFollower(
             self.db,
@@ -256,7 +257,7 @@ class Node:
             schedules=self.schedules,
             keyring=self.keyring,
             metrics=self.metrics,
-            now=self.timekeeper.now_dt,
+            now_dt=self.timekeeper.now_dt,
             readiness=self.readiness,
             degraded=self.supervisor.degraded,
             clock=self.timekeeper.describe,
@@ -293,7 +294,7 @@ class Node:
             metrics=self.metrics,
             path=self.settings.publish_path,
             unroutable_queue_type=self.settings.unroutable_queue_type,
-            clock=self.timekeeper.now,
+            now=self.timekeeper.now,
             dead_connection_s=self.settings.dead_connection_s,
         )
 

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from dispatcher import errors, metrics
+from dispatcher.timing.kinds import Mono
 
 logger = logging.getLogger(__name__)
 
@@ -117,11 +118,9 @@ async def _stopped(run: asyncio.Future[None]) -> None:
 
 
 class Supervisor:
-    def __init__(
-        self, metrics: metrics.Metrics, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, metrics: metrics.Metrics, *, mono: Mono = time.monotonic) -> None:
         self._metrics = metrics
-        self._clock = clock
+        self._mono = mono
         self._closing = asyncio.Event()
         self.loops: dict[str, LoopState] = {}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal, cast
@@ -21,6 +21,7 @@ from aio_pika.abc import AbstractChannel, AbstractRobustConnection, FieldValue
 from consumers_sdk import contract, failover, topology, validation
 from dispatcher import errors, metrics, models
 from dispatcher.amqp import frames
+from dispatcher.timing.kinds import NodeTime
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class Publisher:
         metrics: metrics.Metrics,
         path: PublishPath = "auto",
         unroutable_queue_type: topology.QueueType = "quorum",
-        clock: Callable[[], float],
+        now: NodeTime,
         dead_connection_s: float | None = None,
     ) -> None:
         """DEAD_CONNECTION_S: a connection whose data goes unacknowledged that long is dropped,
@@ -85,7 +86,7 @@ class Publisher:
         retries, two minutes, well past the path's return)."""
         self._urls = amqp_urls
         self._dead_connection_s = dead_connection_s
-        self._clock = clock  # the node's time: what a message's remaining time to live counts from
+        self._now = now  # the node's time: what a message's remaining time to live counts from
         self._parked = topology.parked_queues(unroutable_exchange, unroutable_queue_type)
         self._exchange_name = exchange
         self._unroutable_name = unroutable_exchange
@@ -260,7 +261,7 @@ class Publisher:
             amqp = cast(aiormq.Channel, underlay)
             if amqp is not self._chosen_for:
                 self._choose_path(amqp)
-            now = datetime.fromtimestamp(self._clock(), UTC)
+            now = datetime.fromtimestamp(self._now(), UTC)
             if self._frames is None:
                 sent, confirmations, unpublishable = self._publish_each(amqp, jobs, now)
             else:

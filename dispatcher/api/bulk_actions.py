@@ -70,7 +70,7 @@ def _plan(
         action,
         run_at=body.run_at,
         shift_s=body.shift_s,
-        now=context.now(),
+        now=context.now_dt(),
         max_delay_days=context.settings.max_delay_days,
     )
     return action, spec, change

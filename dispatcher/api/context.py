@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -21,6 +20,7 @@ from dispatcher.store.flow_rules import FlowRuleStore
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.schedules import ScheduleStore
+from dispatcher.timing.kinds import NodeDate
 from dispatcher.upkeep.housekeeping import Snapshot
 
 
@@ -35,7 +35,7 @@ class ApiContext:
     metrics: Metrics
     # The node's time (PostgreSQL's clock, measured: timekeeper.py) for delay_ms, expiry and
     # schedules; never the host's wall clock.
-    now: Callable[[], datetime]
+    now_dt: NodeDate
     # /readyz: each check by name, then the failing background loops with their last error, and
     # the clock: this host's measured offset from PostgreSQL's, and whether the node fires on it.
     readiness: Callable[[], Awaitable[dict[str, bool]]]

@@ -66,7 +66,7 @@ async def submit_one(
     """``POST /v1/jobs`` once the request is validated: the route's body, and the lean path's
     (``api.lean``), which serves valid requests without FastAPI's routing."""
     auth.check_routing_key(caller, body.routing_key, "routing_key")
-    spec = schemas.to_spec(body, context.settings, now=context.now())
+    spec = schemas.to_spec(body, context.settings, now=context.now_dt())
     with refusals_named(""):
         [result] = await context.intake.submit(
             [spec], namespace=caller.namespace, routing_scope=caller.routing_key_filter
@@ -103,7 +103,7 @@ async def create_jobs(request: Request, context: Context, caller: auth.Producer)
             raise errors.InvalidField(
                 f"jobs[{index}].idempotency_key", f"repeats the key of jobs[{repeated[1]}]"
             )
-    now = context.now()
+    now = context.now_dt()
     specs: list[models.JobSpec] = []
     for index, job in enumerate(body.jobs):
         await intake.take_turn(index)
@@ -150,7 +150,7 @@ async def reschedule_job(
     """Move a job that has not fired yet to a new time (and/or change its payload or priority).
     It fires at the new time only, on whichever node owns it. 409 once it is being dispatched
     (state ``dispatching``: it will be delivered) or done."""
-    change = schemas.to_change(body, context.settings, now=context.now())
+    change = schemas.to_change(body, context.settings, now=context.now_dt())
     job = await context.jobs.reschedule(
         job_id,
         change,
@@ -241,7 +241,7 @@ def _held_by(context: ApiContext, job: models.Job) -> Rule | None:
     """The flow rule holding a scheduled job back now, as this node applies the rules."""
     if job.state is not models.JobState.SCHEDULED:
         return None
-    return context.rules().holds(job.routing_key, job.namespace, context.now())
+    return context.rules().holds(job.routing_key, job.namespace, context.now_dt())
 
 
 def _documents(context: ApiContext, jobs: Sequence[models.Job]) -> list[dict[str, object]]:

@@ -75,14 +75,14 @@ def _checked(
 ) -> rules.Limits:
     """The limits if storable, else 422 naming the field (as the body names it: ``named``)."""
     try:
-        return rules.check(limits, context.now())
+        return rules.check(limits, context.now_dt())
     except rules.RuleRefused as exc:
         field = (named or {}).get(exc.field, exc.field)
         raise errors.InvalidField(field, exc.message.replace(exc.field, field)) from None
 
 
 def _answer(context: ApiContext, rule: rules.Rule, status_code: int = 200) -> Response:
-    return schemas.json_response(limit_schemas.rule_document(rule, context.now()), status_code)
+    return schemas.json_response(limit_schemas.rule_document(rule, context.now_dt()), status_code)
 
 
 @router.get("", response_model=limit_schemas.RulePage, responses=ERRORS)
@@ -93,7 +93,7 @@ async def list_limits(
     found = await context.flow_rules.list(_namespace(caller, namespace))
     if caller.routing_key_filter is not None:
         found = [rule for rule in found if caller.may_route(rule.key)]
-    now = context.now()
+    now = context.now_dt()
     return schemas.json_response(
         {"limits": [limit_schemas.rule_document(rule, now) for rule in found]}
     )

@@ -26,7 +26,7 @@ async def create_schedule(
 ) -> Response:
     """Create a schedule in the caller's namespace; 409 when the name is taken there."""
     auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")
-    now = context.now()
+    now = context.now_dt()
     start_at = schedule_schemas.in_utc(body.start_at, "start_at") or now
     end_at = schedule_schemas.in_utc(body.end_at, "end_at")
     changes.check_timing(
@@ -93,7 +93,7 @@ async def get_schedule(name: NameParam, context: Context, caller: auth.Producer)
     upcoming: list[datetime] = []
     if not schedule.spec.paused and schedule.next_at is not None:
         try:
-            upcoming = schedule.spec.timing.upcoming(context.now(), schedule_schemas.UPCOMING)
+            upcoming = schedule.spec.timing.upcoming(context.now_dt(), schedule_schemas.UPCOMING)
         except Exception:  # unplannable (its zone left the tz database): the materialiser parks it
             logger.exception("schedule %s: no upcoming occurrences", name)
     return schemas.json_response(schedule_schemas.schedule_document(schedule, upcoming=upcoming))
@@ -104,7 +104,7 @@ async def update_schedule(
     name: NameParam, body: schedule_schemas.ScheduleUpdate, context: Context, caller: auth.Producer
 ) -> Response:
     """Pause, resume, or change the timing, the job, the end or the missed policy."""
-    now = context.now()
+    now = context.now_dt()
     template = None
     if body.job is not None:
         auth.check_routing_key(caller, body.job.routing_key, "job.routing_key")

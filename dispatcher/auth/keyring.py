@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -28,6 +28,7 @@ from dispatcher import errors
 from dispatcher.auth import api_keys
 from dispatcher.store.api_keys import KeyStore
 from dispatcher.store.listen import ChannelListener
+from dispatcher.timing.kinds import Mono
 
 # Notified by queries.api_keys.INSERT_API_KEY and REVOKE_API_KEY.
 KEYS_CHANNEL: Final = "dispatcher_keys"
@@ -56,13 +57,13 @@ class Keyring:
         store: KeyStore,
         cache_s: float,
         required: bool = False,
-        clock: Callable[[], float] = time.monotonic,
+        mono: Mono = time.monotonic,
     ) -> None:
         self._static = tuple(static)
         self._store = store
         self._cache_s = cache_s
         self._required = required or bool(self._static)
-        self._clock = clock
+        self._mono = mono
         self._keys_exist = False  # once seen true, true for good
         self._loaded: Loaded | None = None
         self._loading: asyncio.Future[Loaded] | None = None  # the load every caller shares
@@ -131,13 +132,13 @@ class Keyring:
         """The stored keys, loaded again when past ``cache_s`` or after a notice;
         StoreUnavailable when they cannot be (never an out-of-date answer)."""
         loaded = self._loaded
-        if loaded is not None and loaded.valid_until > self._clock():
+        if loaded is not None and loaded.valid_until > self._mono():
             return loaded
         if self._loading is None:
             self._loading = asyncio.ensure_future(self._load())
             self._loading.add_done_callback(self._loaded_one)
-            self._loading_since = self._clock()
-        wait_s = max(0.0, self._loading_since + LOAD_WAIT_S - self._clock())
+            self._loading_since = self._mono()
+        wait_s = max(0.0, self._loading_since + LOAD_WAIT_S - self._mono())
         try:
             return await asyncio.wait_for(asyncio.shield(self._loading), wait_s)
         except TimeoutError:
@@ -149,7 +150,7 @@ class Keyring:
             loading.exception()  # retrieved: each waiter gets it; no "never retrieved" warning
 
     async def _load(self) -> Loaded:
-        generation, until = self._generation, self._clock() + self._cache_s
+        generation, until = self._generation, self._mono() + self._cache_s
         keys, ever = await self._store.live()
         if generation != self._generation:
             until = 0.0  # a notice came while it was read: good for the callers waiting, no more

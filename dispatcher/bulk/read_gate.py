@@ -11,8 +11,9 @@ a connection of the pool, so claims, clock samples and probes always find one.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
+
+from dispatcher.timing.kinds import Mono
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,9 +30,7 @@ class Refused:
 
 
 class ReadGate:
-    def __init__(
-        self, *, slots: int, duty: float, rate_per_s: float, clock: Callable[[], float]
-    ) -> None:
+    def __init__(self, *, slots: int, duty: float, rate_per_s: float, mono: Mono) -> None:
         if slots < 1 or not 0 < duty <= 1 or rate_per_s <= 0:
             raise ValueError("a read gate needs a slot, a duty in (0, 1] and a rate above 0")
         self._free_at = [0.0] * slots  # when each slot may start a read (inf: reading now)
@@ -39,12 +38,12 @@ class ReadGate:
         self._rate_per_s = rate_per_s
         self._burst = max(1.0, rate_per_s)
         self._tokens = self._burst
-        self._clock = clock
-        self._filled_at = clock()
+        self._mono = mono
+        self._filled_at = mono()
 
     def enter(self) -> int | Refused:
         """A slot for one read (give it back with ``leave``), or when to ask again."""
-        now = self._clock()
+        now = self._mono()
         self._tokens = min(self._burst, self._tokens + (now - self._filled_at) * self._rate_per_s)
         self._filled_at = now
         soonest = min(self._free_at)
@@ -59,4 +58,4 @@ class ReadGate:
 
     def leave(self, slot: int, *, took_s: float) -> None:
         """The read of ``slot`` ended after ``took_s`` seconds: the slot rests, then is free."""
-        self._free_at[slot] = self._clock() + took_s * self._rest_per_s
+        self._free_at[slot] = self._mono() + took_s * self._rest_per_s

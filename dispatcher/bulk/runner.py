@@ -28,6 +28,7 @@ from datetime import datetime
 from dispatcher import errors, metrics, supervision
 from dispatcher.bulk import model as bulk
 from dispatcher.store.bulk_actions import BulkActionStore
+from dispatcher.timing.kinds import Mono
 
 logger = logging.getLogger(__name__)
 _LOG = {"action": "bulk"}
@@ -51,7 +52,7 @@ class BulkRunner:
         shards: Callable[[], Sequence[int]],
         notify_within_s: float,
         on_requeued: Callable[[datetime], None],
-        clock: Callable[[], float] = time.monotonic,
+        mono: Mono = time.monotonic,
     ) -> None:
         """``shards``: those this node owns now; ``notify_within_s``: how soon a rescheduled job
         must be due to need a due notice (the loaded window)."""
@@ -66,7 +67,7 @@ class BulkRunner:
         self._shards = shards
         self._notify_within_s = notify_within_s
         self._on_requeued = on_requeued
-        self._clock = clock
+        self._mono = mono
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
 
@@ -112,7 +113,7 @@ class BulkRunner:
                     action.action.value,
                     extra={**_LOG, "bulk_action": str(action.id)},
                 )
-            started = self._clock()
+            started = self._mono()
             done = await self._one_batch(action, failures)
             if done is None or done.done:
                 held = None  # ended, stopped, taken over or failed: not this node's to let go
@@ -122,7 +123,7 @@ class BulkRunner:
             # Rest in proportion to the batch (firing shares the database and this loop), and
             # long enough to keep to the rate (a requeue's jobs fire as fast as they are made
             # due), whichever action comes next.
-            work_s = self._clock() - started
+            work_s = self._mono() - started
             rest_s = max(work_s * self._rest, done.changed / self._rate_per_s - work_s)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(rest_s, self._lease_s / 4)):

@@ -28,7 +28,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from enum import StrEnum
 
 from dispatcher import errors, metrics, supervision
@@ -38,6 +38,7 @@ from dispatcher.cluster.bridge import ThreadToLoop
 from dispatcher.cluster.ownership import OwnershipChange
 from dispatcher.settings import Settings
 from dispatcher.store.shards import ShardStore
+from dispatcher.timing.kinds import Mono
 
 logger = logging.getLogger(__name__)
 
@@ -63,14 +64,14 @@ class ZkOwnership:
         shard_store: ShardStore,
         metrics: metrics.Metrics,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        mono: Mono = time.monotonic,
     ) -> None:
         self._settings = settings
         self._node_id = settings.node_id
         self._shard_count = settings.shard_count
         self._shard_store = shard_store
         self._metrics = metrics
-        self._clock = clock
+        self._mono = mono
         timeout_s = settings.zk_session_timeout_s
         self._fence_s = timeout_s - max(0.5, timeout_s / 4)
         self._heartbeat_s = max(0.1, timeout_s / 6)
@@ -86,7 +87,7 @@ class ZkOwnership:
         self._leader: str | None = None
         self._members: tuple[str, ...] = ()
         self._assignment = zk.AssignmentChanged(0, {})
-        self._changed_at = clock()
+        self._changed_at = mono()
         # Standings: this node's, as it wants it reported (None: well) and as last written; every
         # node's that is not well; since when the leader has seen each member well; the members
         # the last assignment was dealt to.
@@ -99,7 +100,7 @@ class ZkOwnership:
         self._dealt: list[str] | None = None
         self._events: ThreadToLoop[zk.ZkEvent] | None = None
         self._zk: zk.ZkSession | None = None
-        metrics.since_assignment_change.set_function(lambda: self._clock() - self._changed_at)
+        metrics.since_assignment_change.set_function(lambda: self._mono() - self._changed_at)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -166,7 +167,7 @@ class ZkOwnership:
             self._connected
             and self._joined
             and not self._stopping
-            and self._clock() - self._last_ok < self._fence_s
+            and self._mono() - self._last_ok < self._fence_s
         )
 
     async def wait_can_fire(self) -> None:
@@ -257,7 +258,7 @@ class ZkOwnership:
         """Prove the session alive; firing is allowed only shortly after a proof."""
         assert self._zk is not None
         while True:
-            sent_at = self._clock()
+            sent_at = self._mono()
             try:
                 async with asyncio.timeout(self._fence_s):
                     await self._zk.heartbeat()
@@ -332,7 +333,7 @@ class ZkOwnership:
                 return
 
     async def _standings_changed(self, standings: dict[str, str]) -> None:
-        now = self._clock()
+        now = self._mono()
         for member in standings:
             self._well_since.pop(member, None)
         for member in self._standings.keys() - standings.keys():
@@ -349,7 +350,7 @@ class ZkOwnership:
 
     def _well_for(self, members: list[str]) -> dict[str, float]:
         """How long the leader has seen each member well (from when it first saw it, if so)."""
-        now = self._clock()
+        now = self._mono()
         return {
             member: now - self._well_since.setdefault(member, now)
             for member in members
@@ -392,7 +393,7 @@ class ZkOwnership:
         if assignment.generation < self._assignment.generation:
             return
         if assignment.generation != self._assignment.generation:
-            self._changed_at = self._clock()
+            self._changed_at = self._mono()
         self._assignment = assignment
         if not self._joined:
             return

@@ -32,10 +32,9 @@ import logging
 import time
 import uuid
 from asyncio import FIRST_COMPLETED
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
 
 from dispatcher import errors, metrics, models, supervision
 from dispatcher.amqp.publisher import Publisher
@@ -45,6 +44,7 @@ from dispatcher.firing.admission import OPEN, Admission
 from dispatcher.firing.marks import DispatchMarks
 from dispatcher.firing.quarantine import Quarantine
 from dispatcher.store.jobs import JobStore
+from dispatcher.timing.kinds import Mono, NodeClock
 
 logger = logging.getLogger(__name__)
 
@@ -56,21 +56,6 @@ BATCHES = "batches"  # what /readyz names while batches fail
 # round trip, under a millisecond here): a job is still published no earlier than its run_at.
 CLAIM_FENCE_S = lanes.CLAIM_LEAD_S + lanes.CLAIM_AHEAD_S + 0.005
 FENCED_PAUSE_S = 0.05
-
-
-class Clock(Protocol):
-    """The node's time (``timekeeper.Timekeeper``): firing waits while it is not trusted."""
-
-    def now(self) -> float: ...
-
-    def error_s(self) -> float:
-        """How far ``now`` may be from PostgreSQL's clock."""
-
-    def trusted(self) -> bool: ...
-
-    async def wait_trusted(self) -> None: ...
-
-    async def resync(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +78,8 @@ class Firer:
         metrics: metrics.Metrics,
         batch: int,
         workers: int,
-        clock: Clock,
-        mono: Callable[[], float] = time.monotonic,
+        timekeeper: NodeClock,
+        mono: Mono = time.monotonic,
         admission: Admission = OPEN,
     ) -> None:
         """``admission``: what flow control holds back, and lets go (``admission``)."""
@@ -105,8 +90,8 @@ class Firer:
         self._metrics = metrics
         self._batch = batch
         self._workers = workers
-        self._time = clock
-        self._clock = clock.now
+        self._time = timekeeper
+        self._clock = timekeeper.now
         self._mono = mono
         self._admission = admission
         self._stop = asyncio.Event()

@@ -44,6 +44,7 @@ from dispatcher.firing import lanes
 from dispatcher.firing.admission import OPEN, Admission
 from dispatcher.models import DueEntry
 from dispatcher.store.jobs import EVER, JobStore
+from dispatcher.timing.kinds import NodeTime
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class Loader:
         *,
         window: WindowLimits,
         sweeps: SweepTimes,
-        clock: Callable[[], float],
+        now: NodeTime,
         members: Callable[[], frozenset[str]] = frozenset,
         admission: Admission = OPEN,
     ) -> None:
@@ -149,7 +150,7 @@ class Loader:
         self._members = members
         self._admission = admission
         self._demoted_at_s = 0.0
-        self._clock = clock
+        self._now = now
         self._epochs: dict[int, int] = {}  # shard -> the epoch held: older claims are orphans
         # Whether claims of an earlier epoch may remain: only a takeover makes them, and a sweep
         # that found them all (with no takeover meanwhile: ``_takeovers``) ends the looking.
@@ -185,7 +186,7 @@ class Loader:
         self._orphans_possible = True
         self._leases_seen_to = None
         self._sweep_now.set()
-        now = _at(self._clock())
+        now = _at(self._now())
         self._backlogs.append(Cursor(set(shards), (BEGINNING, MIN_ID), now, end=now))
         self._live.append(Cursor(set(shards), (now, MAX_ID), now))
         self._wake.set()
@@ -225,7 +226,7 @@ class Loader:
     def rewind(self, back_s: float) -> None:
         """Load the window again from ``back_s`` ago: jobs may have entered it unannounced (due
         notices missed while their connection was down)."""
-        back = (_at(self._clock() - back_s), MIN_ID)
+        back = (_at(self._now() - back_s), MIN_ID)
         for cursor in self._live:
             cursor.position = min(cursor.position, back)
         self._wake.set()
@@ -239,7 +240,7 @@ class Loader:
         if not shards:
             return
         self._releases += 1
-        now = _at(self._clock())
+        now = _at(self._now())
         self._backlogs = [Cursor(shards, (BEGINNING, MIN_ID), now, end=now)]
         for cursor in self._live:
             cursor.position = min(cursor.position, (now, MIN_ID))
@@ -281,7 +282,7 @@ class Loader:
 
     def _lagging(self) -> bool:
         """The live lane holds jobs later than ``live_lag_s`` (checked twice per lag at most)."""
-        now_s = self._clock()
+        now_s = self._now()
         if now_s - self._demoted_at_s < self._live_lag_s / 2:
             return False
         earliest = self._lanes.next_live_s()
@@ -302,7 +303,7 @@ class Loader:
     async def fill(self) -> None:
         if self._lagging():
             self._demote()
-        horizon = _at(self._clock() + self._lookahead_s)
+        horizon = _at(self._now() + self._lookahead_s)
         for cursor in list(self._live):
             if cursor.target < horizon:
                 cursor.aim(horizon)
@@ -357,7 +358,7 @@ class Loader:
 
     def _demote(self) -> None:
         """Hand what the live lane has left later than ``live_lag_s`` to the backlog lane."""
-        now_s = self._clock()
+        now_s = self._now()
         self._demoted_at_s = now_s
         if not self._live:  # no cursor to hand the range over to: the entries stay
             return
@@ -456,7 +457,7 @@ class Loader:
             entries += orphans.ripe
         # Only when nothing in memory is that late itself: otherwise firing is merely behind.
         earliest = self._lanes.next_live_s()
-        lagging = earliest is not None and earliest < self._clock() - self._sweep_grace_s
+        lagging = earliest is not None and earliest < self._now() - self._sweep_grace_s
         looked_at = time.monotonic()
         if (
             not self._backlogs

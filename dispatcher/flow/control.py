@@ -41,6 +41,7 @@ from dispatcher.flow.watch import RuleWatch
 from dispatcher.models import DueEntry
 from dispatcher.store.flow_rules import FlowRuleStore
 from dispatcher.store.listen import ChannelListener
+from dispatcher.timing.kinds import Mono, NodeDate
 
 
 class Loads(Protocol):
@@ -61,18 +62,18 @@ class FlowControl:
         node_metrics: metrics.Metrics,
         *,
         epochs: Callable[[], Mapping[int, int]],
-        clock: Callable[[], datetime],
-        mono: Callable[[], float] = time.monotonic,
+        now_dt: NodeDate,
+        mono: Mono = time.monotonic,
     ) -> None:
-        """``clock``: the node's time; ``epochs``: the shards this node owns now."""
+        """``now_dt``: the node's time; ``epochs``: the shards this node owns now."""
         self.store = store
         self._mono = mono
         self._metrics = node_metrics
-        self._watch = RuleWatch(store, clock=clock)
+        self._watch = RuleWatch(store, now_dt=now_dt)
         self._watch.count_with(self._count_rules)
         self._grants = Grants()
         self._meter = FlowMeter(
-            self._watch, store, due_lanes, self._grants, epochs=epochs, clock=clock, mono=mono
+            self._watch, store, due_lanes, self._grants, epochs=epochs, now_dt=now_dt, mono=mono
         )
         self._meter.count_with(node_metrics.flow_let_go.inc)
 

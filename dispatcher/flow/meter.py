@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
 
 from dispatcher.firing import lanes
 from dispatcher.flow.grants import Grants
@@ -23,6 +22,7 @@ from dispatcher.flow.looks import MeteredLook, MeterLooks
 from dispatcher.flow.watch import RuleWatch
 from dispatcher.models import DueEntry
 from dispatcher.store.flow_rules import FlowRuleStore, Meter
+from dispatcher.timing.kinds import Mono, NodeDate
 
 TICK_S = 0.05
 IDLE_S = 0.5  # no metered rule, or no shard: look at the rules again after this
@@ -37,8 +37,8 @@ class FlowMeter:
         grants: Grants,
         *,
         epochs: Callable[[], Mapping[int, int]],
-        clock: Callable[[], datetime],
-        mono: Callable[[], float] = time.monotonic,
+        now_dt: NodeDate,
+        mono: Mono = time.monotonic,
         tick_s: float = TICK_S,
     ) -> None:
         self._watch = watch
@@ -46,7 +46,7 @@ class FlowMeter:
         self._lanes = due_lanes
         self._grants = grants
         self._epochs = epochs
-        self._clock = clock
+        self._now_dt = now_dt
         self._mono = mono
         self._tick_s = tick_s
         self._looks = MeterLooks()
@@ -92,7 +92,7 @@ class FlowMeter:
         busy = looks.looks()
         if not busy:
             return True
-        looked_at = self._clock()
+        looked_at = self._now_dt()
         found = await self._store.metered_due(owned, busy, looks.tags)
         for look in busy:
             asked = looks.found(look, found[look.tag], looked_at)

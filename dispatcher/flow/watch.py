@@ -27,6 +27,7 @@ from dispatcher import errors, supervision
 from dispatcher.flow import rules
 from dispatcher.flow.rules import HeldKeys, Rule, RuleBook
 from dispatcher.store.flow_rules import FlowRuleStore
+from dispatcher.timing.kinds import NodeDate
 
 logger = logging.getLogger(__name__)
 
@@ -74,11 +75,9 @@ class Release:
 
 
 class RuleWatch:
-    def __init__(
-        self, store: FlowRuleStore, *, clock: Callable[[], datetime], poll_s: float = POLL_S
-    ) -> None:
+    def __init__(self, store: FlowRuleStore, *, now_dt: NodeDate, poll_s: float = POLL_S) -> None:
         self._store = store
-        self._clock = clock
+        self._now_dt = now_dt
         self._poll_s = poll_s
         self._epoch: int | None = None
         self._book = RuleBook()
@@ -110,7 +109,7 @@ class RuleWatch:
         by an operator, not the dispatcher's)."""
         if not self._held and not self._releases:
             return False  # nothing holds, nothing was let go: the common case, at once
-        if self._book.holds(routing_key, namespace, self._clock()) is not None:
+        if self._book.holds(routing_key, namespace, self._now_dt()) is not None:
             return True
         return any(
             release.at > run_at and release.rule.matches(routing_key, namespace or "")
@@ -119,8 +118,8 @@ class RuleWatch:
 
     def held(self) -> HeldKeys:
         """What the rules hold now (the store's loads and claims pass over it)."""
-        if self._held_until is not None and self._clock() >= self._held_until:
-            self._install(weigh(self._book, self._clock()))  # rare: the watch's run is late
+        if self._held_until is not None and self._now_dt() >= self._held_until:
+            self._install(weigh(self._book, self._now_dt()))  # rare: the watch's run is late
         return self._held
 
     def metered(self) -> tuple[list[Rule], str]:
@@ -153,7 +152,7 @@ class RuleWatch:
         epoch, stored = await self._store.snapshot()
         if self._stale(epoch):
             return
-        now = self._clock()
+        now = self._now_dt()
         weighed = await asyncio.to_thread(lambda: weigh(RuleBook(stored), now))
         if self._stale(epoch):
             return
@@ -177,14 +176,14 @@ class RuleWatch:
                 supervision.report_degraded(READING, exc)
             wait_s = self._poll_s
             if self._held_until is not None:
-                until_s = (self._held_until - self._clock()).total_seconds()
+                until_s = (self._held_until - self._now_dt()).total_seconds()
                 wait_s = max(0.0, min(wait_s, until_s))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait_s):
                     await self._changed.wait()
-            if self._held_until is not None and self._clock() >= self._held_until:
+            if self._held_until is not None and self._now_dt() >= self._held_until:
                 book = self._book
-                weighed = await asyncio.to_thread(weigh, book, self._clock())
+                weighed = await asyncio.to_thread(weigh, book, self._now_dt())
                 if book is self._book:  # not read again meanwhile
                     self._install(weighed)
 

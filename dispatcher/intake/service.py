@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from consumers_sdk import ids
@@ -13,6 +13,7 @@ from dispatcher import metrics, models
 from dispatcher.cluster import ownership
 from dispatcher.intake.group_commit import GroupCommit
 from dispatcher.store.jobs import JobStore
+from dispatcher.timing.kinds import NodeTime
 
 # A batch's per-job work runs in chunks of this many, handing the loop back in between: a batch
 # of 1000 done at once held up firing for tens of milliseconds (the lateness benchmark's p99).
@@ -57,7 +58,7 @@ class Intake:
         shard_count: int,
         lookahead_s: float,
         group_commit: bool = True,
-        clock: Callable[[], float],
+        now: NodeTime,
     ) -> None:
         self._store = store
         self._window = window
@@ -65,7 +66,7 @@ class Intake:
         self._metrics = metrics
         self._all_shards = list(range(shard_count))
         self._lookahead_s = lookahead_s
-        self._clock = clock
+        self._now = now
         self._ids = ids.JobIds()
         self.group_commit = GroupCommit(store.insert, max_batch=500, flushers=4)
         self._grouped = group_commit
@@ -86,7 +87,7 @@ class Intake:
 
         A single job joins a group commit with other concurrent single submissions."""
         scope = tuple(routing_scope) if routing_scope is not None else None
-        window_end_s = self._clock() + self._lookahead_s
+        window_end_s = self._now() + self._lookahead_s
         owned = list(self._ownership.epochs())
         new_jobs = []
         for index, spec in enumerate(specs):

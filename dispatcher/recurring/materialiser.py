@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -35,6 +35,7 @@ from dispatcher.intake.service import Intake
 from dispatcher.recurring import occurrences
 from dispatcher.recurring.model import Schedule
 from dispatcher.store.schedules import Advance, Lane, Parked, ScheduleStore
+from dispatcher.timing.kinds import NodeDate
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class Materialiser:
         per_schedule: int,
         catchup_s: float = CATCHUP_S,
         metrics: metrics.Metrics | None = None,
-        clock: Callable[[], datetime],
+        now_dt: NodeDate,
     ) -> None:
         self._store = store
         self._intake = intake
@@ -78,7 +79,7 @@ class Materialiser:
         self._per_schedule = per_schedule
         self._catchup_s = catchup_s
         self._metrics = metrics
-        self._clock = clock
+        self._now_dt = now_dt
         self._stop = asyncio.Event()
 
     def stop(self) -> None:
@@ -107,11 +108,11 @@ class Materialiser:
         return live + behind
 
     async def _pass(self) -> tuple[int, int]:
-        now = self._clock()
+        now = self._now_dt()
         behind_before = now - self._ahead
         async with self._store.live(behind_before, now + self._ahead, SCHEDULES_PER_PASS) as lane:
             live = await self._serve(lane, now, self._per_schedule)
-        now = self._clock()
+        now = self._now_dt()
         async with self._store.behind(now - self._ahead, SCHEDULES_PER_PASS) as lane:
             share = max(1, self._per_schedule // max(1, len(lane.schedules)))
             behind = await self._serve(lane, now, share)

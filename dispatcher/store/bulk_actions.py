@@ -108,7 +108,7 @@ class BulkActionStore:
             slots=self.bounds.reads,
             duty=self.bounds.read_duty,
             rate_per_s=self.bounds.reads_per_s,
-            clock=time.monotonic,
+            mono=time.monotonic,
         )
 
     # --- the API ---------------------------------------------------------------------------------

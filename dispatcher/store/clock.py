@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from dispatcher.store.db import Database
 from dispatcher.store.queries import clock as queries
+from dispatcher.timing.kinds import Mono, Wall
 from dispatcher.timing.timesource import Sample
 
 # A sample waits for a pooled connection, then reads the clock: only the read is timed.
@@ -16,7 +15,7 @@ class ClockStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def sample(self, *, mono: Callable[[], float], wall: Callable[[], float]) -> Sample:
+    async def sample(self, *, mono: Mono, wall: Wall) -> Sample:
         """One round trip timed by MONO, with WALL read at its midpoint (estimated)."""
         async with self._db.connection(SAMPLE_TIMEOUT_S) as connection:
             sent = mono()

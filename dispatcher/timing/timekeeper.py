@@ -18,11 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from dispatcher import errors, metrics
 from dispatcher.store.clock import ClockStore
+from dispatcher.timing.kinds import Mono, Wall
 from dispatcher.timing.timesource import ClockFilter, Estimate
 
 logger = logging.getLogger(__name__)
@@ -48,8 +48,8 @@ class Timekeeper:
         *,
         max_offset_s: float,
         interval_s: float = INTERVAL_S,
-        mono: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
+        mono: Mono = time.monotonic,
+        wall: Wall = time.time,
     ) -> None:
         self._store = store
         self._metrics = metrics

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dispatcher import metrics
 from dispatcher.cluster.ownership import Ownership
 from dispatcher.health import Health, Service, Standing
+from dispatcher.timing.kinds import Mono
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class Steward:
         *,
         probes: dict[Service, Probe],
         distrust_clock: Callable[[], str | None],
-        mono: Callable[[], float] = time.monotonic,
+        mono: Mono = time.monotonic,
     ) -> None:
         self._health = health
         self._ownership = ownership

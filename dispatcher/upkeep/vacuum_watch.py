@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 
 from dispatcher import metrics
 from dispatcher.store.snapshots import SnapshotStore
+from dispatcher.timing.kinds import Mono
 from dispatcher.upkeep.vacuum_horizon import Horizon
 
 logger = logging.getLogger(__name__)
@@ -27,13 +27,13 @@ class VacuumWatch:
         node_metrics: metrics.Metrics,
         *,
         interval_s: float,
-        clock: Callable[[], float] = time.monotonic,
+        mono: Mono = time.monotonic,
     ) -> None:
         self._store = store
         self.horizon = horizon
         self._metrics = node_metrics
         self._interval_s = interval_s
-        self._clock = clock
+        self._mono = mono
 
     async def run(self) -> None:
         while True:
@@ -42,7 +42,7 @@ class VacuumWatch:
 
     async def look(self) -> None:
         was_held_back = self.horizon.held_back
-        self.horizon.saw(await self._store.look(HOLDERS), self._clock())
+        self.horizon.saw(await self._store.look(HOLDERS), self._mono())
         oldest = self.horizon.oldest
         self._metrics.oldest_snapshot.set(0.0 if oldest is None else oldest.age_s)
         self._metrics.vacuum_held_back.set(int(self.horizon.held_back))

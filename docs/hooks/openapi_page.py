@@ -39,7 +39,7 @@ def document() -> dict[str, Any]:
         schedules=unused,
         keyring=unused,
         metrics=Metrics(),
-        now=unused,
+        now_dt=unused,
         readiness=unused,
         degraded=unused,
         clock=unused,

@@ -36,7 +36,7 @@ def new_publisher(amqp_url: str) -> Publisher:
         connection_name=NAME,
         timeout_s=10.0,
         metrics=metrics.Metrics(),
-        clock=time.time,
+        now=time.time,
     )
 
 

@@ -102,7 +102,7 @@ async def test_the_lease_look_reads_what_the_last_round_left_however_many_came_b
         lanes.Lanes(catchup_share=0.25, pace=pacing.Pace(0, batch=50)),
         window=WindowLimits(lookahead_s=60, heap_cap=1000, load_batch=100),
         sweeps=SweepTimes(every_s=5, grace_s=15),
-        clock=time.time,
+        now=time.time,
     )
     sweeper.gain(epochs)
     windowed: list[int] = []

@@ -45,7 +45,7 @@ def new_publisher(amqp_url: str, path: PublishPath) -> Publisher:
         timeout_s=10.0,
         metrics=metrics.Metrics(),
         path=path,
-        clock=time.time,
+        now=time.time,
     )
 
 

@@ -125,7 +125,7 @@ async def sweeping(
         due_lanes,
         window=WindowLimits(lookahead_s=60, heap_cap=1000, load_batch=100),
         sweeps=SweepTimes(every_s=5, grace_s=15),
-        clock=time.time,
+        now=time.time,
     )
     loader.gain(epochs)
     return loader, epochs
@@ -260,7 +260,7 @@ async def test_a_live_previous_owners_claims_wait_for_it_to_settle_them_a_dead_o
         due_lanes,
         window=WindowLimits(lookahead_s=60, heap_cap=1000, load_batch=100),
         sweeps=SweepTimes(every_s=5, grace_s=15, handover_s=1.5),
-        clock=time.time,
+        now=time.time,
         members=lambda: members,
     )
     loader.gain(first)

@@ -60,7 +60,7 @@ def materialiser(
         poll_s=1,
         per_schedule=per_schedule,
         metrics=node.metrics,
-        clock=lambda: now,
+        now_dt=lambda: now,
     )
 
 

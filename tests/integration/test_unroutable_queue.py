@@ -28,7 +28,7 @@ def new_publisher(amqp_url: str) -> Publisher:
         connection_name="test-publisher",
         timeout_s=10.0,
         metrics=metrics.Metrics(),
-        clock=time.time,
+        now=time.time,
     )
 
 

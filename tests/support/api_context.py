@@ -102,7 +102,7 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiContext:
         shard_count=SHARDS,
         lookahead_s=settings.lookahead_s,
         group_commit=False,  # no intake task runs the group commit here
-        clock=time.time,
+        now=time.time,
     )
     keyring = Keyring(
         static=settings.static_keys(),
@@ -118,7 +118,7 @@ def build(database_url: str, db: Database, checks: Checks) -> ApiContext:
         schedules=ScheduleStore(db),
         keyring=keyring,
         metrics=metrics,
-        now=lambda: datetime.now(UTC),
+        now_dt=lambda: datetime.now(UTC),
         readiness=checks.readiness,
         degraded=checks.degraded,
         clock=checks.clock_state,

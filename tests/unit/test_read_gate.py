@@ -19,7 +19,7 @@ class Clock:
 
 
 def gate(clock: Clock, *, slots: int = 1, duty: float = 0.25, rate: float = 10.0) -> ReadGate:
-    return ReadGate(slots=slots, duty=duty, rate_per_s=rate, clock=clock)
+    return ReadGate(slots=slots, duty=duty, rate_per_s=rate, mono=clock)
 
 
 def test_a_read_in_flight_takes_the_only_slot_and_the_next_is_refused() -> None:
@@ -100,4 +100,4 @@ def test_several_slots_read_at_once() -> None:
 )
 def test_a_gate_that_could_never_open_is_refused(slots: int, duty: float, rate: float) -> None:
     with pytest.raises(ValueError, match="read gate"):
-        ReadGate(slots=slots, duty=duty, rate_per_s=rate, clock=Clock())
+        ReadGate(slots=slots, duty=duty, rate_per_s=rate, mono=Clock())

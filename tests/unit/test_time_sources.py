@@ -42,3 +42,47 @@ def test_no_component_reads_the_hosts_wall_clock_but_the_timekeeper() -> None:
 def test_the_check_finds_a_default_and_a_call() -> None:
     code = "def f(clock=time.time):\n    return datetime.now(UTC)\n"
     assert wall_clock_reads(ast.parse(code)) == [1, 2]
+
+
+# Each kind of time has one name (``dispatcher.timing.kinds``): the parameter that takes it.
+KIND_NAMES = {
+    "NodeTime": "now",
+    "NodeDate": "now_dt",
+    "Mono": "mono",
+    "Wall": "wall",
+    "NodeClock": "timekeeper",
+}
+UNNAMED_KINDS = {"Callable[[], float]", "Callable[[], datetime]"}
+
+
+def time_parameters(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, name, annotation) of every parameter and field that takes a time source."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            name, annotation = node.arg, node.annotation
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            name, annotation = node.target.id, node.annotation
+        else:
+            continue
+        text = ast.unparse(annotation)
+        if text in KIND_NAMES or text in UNNAMED_KINDS:
+            found.append((node.lineno, name, text))
+    return found
+
+
+def test_each_kind_of_time_has_one_type_and_one_name() -> None:
+    """A time source is typed by its kind, never a bare ``Callable[[], float]`` that could be any
+    of three, and the parameter taking it is named as its kind says."""
+    offenders = {}
+    seen = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT)
+        if relative.parts[0] == "cli":
+            continue
+        for line, name, kind in time_parameters(ast.parse(path.read_text())):
+            seen.add(kind)
+            if KIND_NAMES.get(kind) != name:
+                offenders[f"{relative}:{line}"] = f"{name}: {kind}"
+    assert seen >= set(KIND_NAMES)
+    assert offenders == {}
