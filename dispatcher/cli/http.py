@@ -380,10 +380,11 @@ def _limits_table(rules: list[Row]) -> str:
             _in_flight(r),
             r.get("paused_until"),
             r.get("note"),
+            r.get("owner"),
         )
         for r in rules
     ]
-    header = ["key", "namespace", "now", "rate", "in flight", "paused until", "note"]
+    header = ["key", "namespace", "now", "rate", "in flight", "paused until", "note", "owner"]
     return tables.table(rows, header)
 
 

@@ -299,6 +299,8 @@ async def test_limits_pause_list_show_resume_delete(dispatcher: DispatcherProces
     assert lines[0].split()[:3] == ["key", "namespace", "now"]
     assert lines[1].split()[:3] == ["billing", "*", "held"]
     assert lines[2].split()[:3] == ["mail", "(default)", "held"]
+    # Who set each rule last: an admin key's rules are the operator's.
+    assert [line.split()[-1] for line in lines] == ["owner", "operator", "operator"]
     as_json = json.loads((await cli(env, "limits", "list", "--json")).stdout)
     assert [(r["key"], r["note"]) for r in as_json] == [
         ("billing", "card processor down"),
