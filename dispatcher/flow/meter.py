@@ -26,6 +26,7 @@ from dispatcher.timing.kinds import Mono, NodeDate
 
 TICK_S = 0.05
 IDLE_S = 0.5  # no metered rule, or no shard: look at the rules again after this
+MIN_PAUSE_S = 0.01  # between two looks, however long the last took
 
 
 class FlowMeter:
@@ -69,7 +70,9 @@ class FlowMeter:
         while True:
             started = self._mono()
             if await self.look():
-                await asyncio.sleep(max(0.0, started + self._tick_s - self._mono()))
+                # Never back to back: a look slower than a tick (a database under load) still
+                # leaves the loop and the pool a pause before the next.
+                await asyncio.sleep(max(MIN_PAUSE_S, started + self._tick_s - self._mono()))
             else:
                 await self._watch.wait_changed(IDLE_S)
 
