@@ -1,8 +1,11 @@
 """DispatcherClient: the whole HTTP API from asyncio (jobs, recurring schedules under
 ``client.schedules``, flow rules under ``client.limits``, bulk actions under ``client.bulk``),
-returning frozen records.
-``SyncDispatcherClient`` (``sync_client``) has the same methods for Django, Flask and scripts;
-both send the requests ``calls`` builds through the retry rules of ``exchange``.
+returning frozen records; it sends the requests ``calls`` builds through the retry rules of
+``exchange``.
+
+``SyncDispatcherClient`` (``sync_client``), for Django, Flask and scripts, is generated from this
+file by ``make sdk-sync`` (``sdk/unasync.py``): write a change here, in code the generator's
+rules can translate, and regenerate; a unit test fails while the two differ.
 """
 
 from __future__ import annotations
@@ -11,23 +14,23 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, Unpack
+from typing import Any, ParamSpec, Self, TypeVar, Unpack
 
 import httpx
 
-from consumers_sdk import calls, errors, exchange, records
+from consumers_sdk import calls, errors, exchange, records, schedulable
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-S_co = TypeVar("S_co", covariant=True)
-# Earlier names, kept for existing imports: the options, the body of one job, and the result
-# (a dict before records; a ``JobRecord`` now).
+# Earlier names, kept for existing imports: the options, the body of one job, the result (a dict
+# before records; a ``JobRecord`` now), the decorator's result and the defaults.
 JobOptions = calls.JobOptions
 job_body = calls.job_body
 JobView = records.JobRecord
-DEFAULT_URL = "http://127.0.0.1:8080"
-BATCH_LIMIT = 1000  # the API's jobs per batch by default (DISPATCHER_MAX_BATCH)
+SchedulableJob = schedulable.SchedulableJob
+DEFAULT_URL = exchange.DEFAULT_URL
+BATCH_LIMIT = exchange.BATCH_LIMIT
 
 
 class DispatcherClient:
@@ -35,11 +38,12 @@ class DispatcherClient:
 
     4xx answers raise typed errors (``ClientError`` and its family) at once; 503 and failed
     connections are retried ``retries`` times with backoff, a lost answer only when a replay is
-    harmless. Durations are a ``timedelta`` or seconds."""
+    harmless. Durations are a ``timedelta`` or seconds. Open one per process (it holds a
+    connection pool) and ``close()`` it, or use it as a context manager (``async with``)."""
 
     def __init__(
         self,
-        base_url: str = DEFAULT_URL,
+        base_url: str = exchange.DEFAULT_URL,
         *,
         api_key: str | None = None,
         timeout_s: float = 10.0,
@@ -73,7 +77,7 @@ class DispatcherClient:
         return await self._run(calls.schedule(routing_key, payload, **options))
 
     async def schedule_many(
-        self, jobs: Sequence[Mapping[str, Any]], *, chunk_size: int = BATCH_LIMIT
+        self, jobs: Sequence[Mapping[str, Any]], *, chunk_size: int = exchange.BATCH_LIMIT
     ) -> builtins.list[records.JobRecord]:
         """Schedule ``job_body(...)`` items in chunks of ``chunk_size`` (at most the node's
         ``DISPATCHER_MAX_BATCH``), each stored all or nothing; each record's ``outcome`` says
@@ -131,14 +135,14 @@ class DispatcherClient:
         self, routing_key: str, **defaults: Unpack[calls.JobOptions]
     ) -> Callable[
         [Callable[P, R]],
-        SchedulableJob[P, R, Coroutine[Any, Any, records.JobRecord]],
+        schedulable.SchedulableJob[P, R, Coroutine[Any, Any, records.JobRecord]],
     ]:
         """Decorate a function so that ``await fn.schedule(payload, delay=...)`` schedules it."""
 
         def wrap(
             function: Callable[P, R],
-        ) -> SchedulableJob[P, R, Coroutine[Any, Any, records.JobRecord]]:
-            return SchedulableJob(self, routing_key, function, defaults)
+        ) -> schedulable.SchedulableJob[P, R, Coroutine[Any, Any, records.JobRecord]]:
+            return schedulable.SchedulableJob(self, routing_key, function, defaults)
 
         return wrap
 
@@ -321,35 +325,3 @@ class BulkActions:
     async def resume(self, action_id: str) -> records.BulkAction:
         """Go on from where it stopped: no job is changed twice."""
         return await self._client._run(calls.resume_bulk_action(action_id))
-
-
-class Scheduler(Protocol[S_co]):
-    """A client's ``schedule``: awaitable from ``DispatcherClient``, a record from the sync one."""
-
-    def schedule(
-        self, routing_key: str, payload: Any, **options: Unpack[calls.JobOptions]
-    ) -> S_co: ...
-
-
-class SchedulableJob(Generic[P, R, S_co]):
-    """A function that can still be called directly, and scheduled to run later elsewhere."""
-
-    def __init__(
-        self,
-        client: Scheduler[S_co],
-        routing_key: str,
-        function: Callable[P, R],
-        defaults: calls.JobOptions,
-    ) -> None:
-        self._client = client
-        self.routing_key = routing_key
-        self._function = function
-        self._defaults = defaults
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._function(*args, **kwargs)
-
-    def schedule(self, payload: Any, **options: Unpack[calls.JobOptions]) -> S_co:
-        """Schedule this function's job; ``options`` override the decorator's defaults."""
-        merged: calls.JobOptions = {**self._defaults, **options}
-        return self._client.schedule(self.routing_key, payload, **merged)

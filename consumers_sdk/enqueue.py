@@ -274,10 +274,8 @@ def _headers(
 
 
 def _priority(value: int | None) -> int | None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 9
-    ):
-        raise ValueError("priority must be an integer from 0 to 9")
+    if value is not None and (problem := validation.priority_problem(value)):
+        raise ValueError(f"priority {problem}")
     return value
 
 

@@ -31,6 +31,8 @@ MAX_RETRY_AFTER_S = 60.0
 # Answers that stored nothing and ask to be sent again: a node busy with as much of the call's kind
 # as it takes at once (429, Retry-After), or unavailable (503).
 RETRIED = frozenset({429, 503})
+DEFAULT_URL = "http://127.0.0.1:8080"
+BATCH_LIMIT = 1000  # the API's jobs per batch by default (DISPATCHER_MAX_BATCH)
 
 
 @dataclass(frozen=True, slots=True)

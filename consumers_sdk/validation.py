@@ -14,6 +14,10 @@ from typing import Final, Literal, get_args
 
 from consumers_sdk import contract
 
+# A namespace: an API key's, a flow rule's, a bulk filter's (fullmatch: "$" would admit a final
+# newline).
+NAMESPACE: Final = re.compile(r"[A-Za-z0-9_\-]{1,64}")
+MAX_PRIORITY: Final = 9  # a job's priority is 0 to this, as AMQP 0-9-1 numbers them
 # Topic-exchange words: no wildcards (a job is published, not bound), no empty words.
 ROUTING_KEY: Final = re.compile(r"^[A-Za-z0-9_\-:]+(\.[A-Za-z0-9_\-:]+)*$")
 AMQP_SHORTSTR_BYTES: Final = 255
@@ -50,6 +54,18 @@ def routing_key_problem(value: str, max_bytes: int = AMQP_SHORTSTR_BYTES) -> str
         return "must be dot-separated words of letters, digits, '_', '-' or ':' (no wildcards)"
     if len(value.encode()) > max_bytes:
         return f"must be at most {max_bytes} bytes"
+    return None
+
+
+def namespace_problem(value: str) -> str | None:
+    """What is wrong with a namespace: the node's keys, limits and bulk actions, and the SDK's
+    fake, refuse one with this message."""
+    return None if NAMESPACE.fullmatch(value) else "a namespace is 1-64 letters, digits, '_' or '-'"
+
+
+def priority_problem(value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_PRIORITY:
+        return f"must be an integer from 0 to {MAX_PRIORITY}"
     return None
 
 

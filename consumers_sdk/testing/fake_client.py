@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from consumers_sdk import calls, client, sync_client
+from consumers_sdk import calls, client, exchange, sync_client
 from consumers_sdk.testing import memory_api
 
 T = TypeVar("T")
@@ -27,7 +27,7 @@ class RecordingClient(client.DispatcherClient, memory_api.MemoryAPI):
     ``DISPATCHER_MAX_BATCH``; ``clock`` (returning an aware ``datetime``) dates the jobs."""
 
     def __init__(
-        self, *, max_batch: int = client.BATCH_LIMIT, clock: memory_api.Clock | None = None
+        self, *, max_batch: int = exchange.BATCH_LIMIT, clock: memory_api.Clock | None = None
     ) -> None:
         client.DispatcherClient.__init__(self, NOWHERE, retries=0)
         memory_api.MemoryAPI.__init__(self, max_batch=max_batch, clock=clock)
@@ -40,7 +40,7 @@ class RecordingSyncClient(sync_client.SyncDispatcherClient, memory_api.MemoryAPI
     """A ``SyncDispatcherClient`` whose dispatcher lives in memory (as ``RecordingClient``)."""
 
     def __init__(
-        self, *, max_batch: int = client.BATCH_LIMIT, clock: memory_api.Clock | None = None
+        self, *, max_batch: int = exchange.BATCH_LIMIT, clock: memory_api.Clock | None = None
     ) -> None:
         sync_client.SyncDispatcherClient.__init__(self, NOWHERE, retries=0)
         memory_api.MemoryAPI.__init__(self, max_batch=max_batch, clock=clock)

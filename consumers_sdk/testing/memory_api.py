@@ -15,7 +15,6 @@ it in batches): so stop and resume answer the 409 the node answers for a done ac
 from __future__ import annotations
 
 import itertools
-import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -24,21 +23,21 @@ from urllib.parse import unquote
 
 import orjson
 
-from consumers_sdk import calls, contract, errors, records, validation
+from consumers_sdk import bulk_rules, calls, contract, errors, records, schedule_rules, validation
 from consumers_sdk.testing import memory_bulk
 
 T = TypeVar("T")
 Clock = Callable[[], datetime]
 Document = dict[str, Any]
 Handler = Callable[[calls.Call[Any], Sequence[str]], Document]
-NOT_FIRED = ("scheduled", "waiting")  # what reschedule, cancel, replace and extend accept
+# What reschedule, replace and extend accept: the states a bulk reschedule changes, those of the
+# node's one-job route (cancel and requeue check theirs in ``bulk_rules.APPLIES_TO`` too).
+NOT_FIRED = bulk_rules.APPLIES_TO["reschedule"]
 FINISHED = ("succeeded", "dead", "cancelled", "expired")  # what lets go of any released key
 REPLACED = ("run_at", "payload", "headers", "priority", "ttl_ms")  # what a replace changes
 ACTOR = "memory"  # who made a change, in its history step (a real node's id)
 CREATOR = "open"  # the key a node without API keys names as an action's maker
 ZERO_ID = str(uuid.UUID(int=0))  # a new action's cursor
-SCHEDULE_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,128}$")
-UPCOMING = 5  # as GET /v1/schedules/{name}
 
 
 def _text(moment: datetime) -> str:
@@ -106,8 +105,8 @@ def _job_problem(job: Mapping[str, Any], ids: Mapping[str, Any]) -> tuple[str, s
         return found
     if ttl_ms is not None and (problem := validation.ttl_ms_problem(ttl_ms)):
         return "ttl_ms", problem
-    if priority is not None and not 0 <= priority <= 9:
-        return "priority", "must be between 0 and 9"
+    if priority is not None and (problem := validation.priority_problem(priority)):
+        return "priority", problem
     if "max_attempts" in job and (problem := validation.max_attempts_problem(job["max_attempts"])):
         return "max_attempts", problem
     if "retry_backoff_s" in job and (
@@ -118,11 +117,10 @@ def _job_problem(job: Mapping[str, Any], ids: Mapping[str, Any]) -> tuple[str, s
     return (f"after[{unknown[0]}]", "no such job") if unknown else None
 
 
-# bulk actions: the node's checks (``bulk.check_filter`` and ``check_change``, with the same 422
-# fields), which jobs a filter matches (``bulk_match`` in its ``store/queries/bulk_actions.py``),
-# and what its history steps say. The node is not imported (the SDK never imports it): the bulk
-# case of ``tests/e2e/test_sdk_client.py`` runs on a real node and on this fake, pinning one to
-# the other.
+# bulk actions: the node's checks and states (``bulk_rules``, imported by both), which jobs a
+# filter matches (``memory_bulk``, as ``bulk_match`` in the node's
+# ``store/queries/bulk_actions.py``) and what its history steps say. The bulk case of
+# ``tests/e2e/test_sdk_client.py`` runs on a real node and on this fake, pinning one to the other.
 
 
 class MemoryAPI:
@@ -362,7 +360,7 @@ class MemoryAPI:
 
     def _cancel(self, call: calls.Call[Any], found: Sequence[str]) -> Document:
         job = self._job(found[0])
-        if job["state"] not in NOT_FIRED:
+        if job["state"] not in bulk_rules.APPLIES_TO["cancel"]:
             raise _conflict(job, "cancel")
         self._cancelled(job)
         self.cancelled.append(records.job(job))
@@ -378,7 +376,7 @@ class MemoryAPI:
 
     def _requeue(self, call: calls.Call[Any], found: Sequence[str]) -> Document:
         job = self._job(found[0])
-        if job["state"] != "dead":
+        if job["state"] not in bulk_rules.APPLIES_TO["requeue"]:
             raise _conflict(job, "requeue")
         self._requeued(job)
         self.requeued.append(records.job(job))
@@ -417,20 +415,20 @@ class MemoryAPI:
 
     def _create_schedule(self, call: calls.Call[Any], _: Sequence[str]) -> Document:
         body, now = call.json, _text(self._clock())
-        if not SCHEDULE_NAME.fullmatch(body["name"]):
-            raise _refused(errors.InvalidSchedule, "name", "1-128 of A-Z a-z 0-9 _ . : -")
+        if problem := schedule_rules.name_problem(body["name"]):
+            raise _refused(errors.InvalidSchedule, "name", problem)
         schedule: Document = {
             "id": next(self._serial),
             "name": body["name"],
             "namespace": None,
             "cron": body.get("cron"),
-            "timezone": body.get("timezone", "UTC"),
+            "timezone": body.get("timezone", schedule_rules.DEFAULT_TIMEZONE),
             "interval_s": body.get("interval_s"),
             "job": self._template(body["job"]),
             "start_at": body.get("start_at", now),
             "end_at": body.get("end_at"),
-            "missed": body.get("missed", "latest"),
-            "grace_s": float(body.get("grace_s", 60.0)),
+            "missed": body.get("missed", schedule_rules.DEFAULT_MISSED),
+            "grace_s": float(body.get("grace_s", schedule_rules.DEFAULT_GRACE_S)),
             "paused": body.get("paused", False),
             "last_fired_at": None,
             "created_at": now,
@@ -452,7 +450,9 @@ class MemoryAPI:
         upcoming: list[str] = []
         if not schedule["paused"] and schedule["next_at"] is not None and schedule["interval_s"]:
             first, step = datetime.fromisoformat(schedule["next_at"]), schedule["interval_s"]
-            upcoming = [_text(first + timedelta(seconds=step * k)) for k in range(UPCOMING)]
+            upcoming = [
+                _text(first + timedelta(seconds=step * k)) for k in range(schedule_rules.UPCOMING)
+            ]
         return {**schedule, "upcoming": upcoming}
 
     def _schedule_page(self, call: calls.Call[Any], _: Sequence[str]) -> Document:
@@ -499,7 +499,7 @@ class MemoryAPI:
         plan = memory_bulk.plan(body, now)
         matched = [job for job in self._jobs.values() if memory_bulk.matches(job, plan.filter)]
         if body.get("dry_run"):
-            sample = matched[: memory_bulk.SAMPLE]
+            sample = matched[: bulk_rules.SAMPLE_SIZE]
             return {
                 "action": plan.action,
                 "matched": len(matched),
@@ -533,9 +533,9 @@ class MemoryAPI:
         """What the node's batch does to one job it matched, with its history step."""
         step = {"attempt": 0, "group": "dispatcher", "consumer": ACTOR}
         if plan.action == "cancel":
-            self._cancelled(job, **step, detail=memory_bulk.detail(action_id, plan.action))
+            self._cancelled(job, **step, detail=bulk_rules.detail(action_id, plan.action))
         elif plan.action == "requeue":
-            self._requeued(job, **step, detail=memory_bulk.detail(action_id, plan.action))
+            self._requeued(job, **step, detail=bulk_rules.detail(action_id, plan.action))
         else:
             epoch = datetime.fromtimestamp(0, UTC)
             moved = plan.run_at or max(

@@ -1,27 +1,20 @@
-"""Bulk actions as the in-memory API (``memory_api``) checks and matches them: the node's filter
-rules (``dispatcher.bulk.model``, its ``bulk_match`` SQL) and the history details its SQL writes,
-without importing the node. ``tests/e2e/test_sdk_client.py`` pins them to a real node."""
+"""Bulk actions as the in-memory API (``memory_api``) checks and matches them. The rules are the
+node's own (``bulk_rules``, which ``dispatcher.bulk.model`` imports too); what is the fake's is
+matching its stored jobs as the node's ``bulk_match`` SQL does, and the history details that SQL
+writes. ``tests/e2e/test_sdk_client.py`` pins the fake to a real node."""
 
 from __future__ import annotations
 
-import math
-import re
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from consumers_sdk import errors, validation
+from consumers_sdk import bulk_rules, errors, validation
 
-SAMPLE = 20  # jobs a dry run shows
-ERROR_TEXT = 1000  # characters of ``error_contains``
-NAMESPACE = re.compile(r"[A-Za-z0-9_\-]{1,64}")
-STATES: Mapping[str, tuple[str, ...]] = {  # the states each action changes
-    "cancel": ("scheduled", "waiting"),
-    "reschedule": ("scheduled", "waiting"),
-    "requeue": ("dead",),
-}
-RANGES = (("run_at", "run_at"), ("finished", "updated_at"))  # filter range -> the job's column
+# Each range of the filter and the stored job's field it bounds (a finished job's: updated_at).
+COLUMNS: Mapping[str, str] = {"run_at": "run_at", "finished": "updated_at"}
 
 
 def _bad(field: str, problem: str) -> errors.ClientError:
@@ -42,80 +35,47 @@ class Plan:
     shift_s: float | None
 
 
-def _utc_field(field: str, value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    moment = datetime.fromisoformat(value)
-    if moment.tzinfo is None:
-        raise _bad(field, "must have a timezone")
-    try:
-        return moment.astimezone(UTC)
-    except OverflowError:
-        raise _bad(field, "out of range") from None
+def _moment(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
 
 
 def _checked_filter(action: str, asked: Mapping[str, Any]) -> dict[str, Any]:
     """The node's ``bulk.check_filter`` for an admin's key (the fake's caller)."""
     namespace = asked.get("namespace")
-    if namespace and not NAMESPACE.fullmatch(namespace):
-        raise _bad("filter.namespace", "a namespace is 1-64 letters, digits, '_' or '-'")
-    states = STATES[action]
-    state = asked.get("state")
-    if state is not None:
-        if state not in states:
-            raise _bad("filter.state", f"a {action} changes {' or '.join(states)} jobs")
-        states = (state,)
-    key, prefix = asked.get("routing_key"), asked.get("routing_key_prefix")
-    if key is not None and (problem := validation.routing_key_problem(key.rstrip("."))):
-        raise _bad("filter.routing_key", problem)
-    if prefix is not None:
-        prefix, problem = validation.prefix_words(prefix)
-        if problem:
-            raise _bad("filter.routing_key_prefix", problem)
-    spec: dict[str, Any] = {"namespace": namespace, "states": list(states)}
-    spec["routing_key"], spec["routing_key_prefix"] = key, prefix
-    for name, _ in RANGES:
-        start = _utc_field(f"filter.{name}_from", asked.get(f"{name}_from"))
-        end = _utc_field(f"filter.{name}_to", asked.get(f"{name}_to"))
-        if start is not None and end is not None and end < start:
-            raise _bad(f"filter.{name}_to", f"must not be before {name}_from")
-        spec[f"{name}_from"], spec[f"{name}_to"] = start, end
-    if (spec["finished_from"] or spec["finished_to"]) and action != "requeue":
-        field = "filter.finished_from" if spec["finished_from"] else "filter.finished_to"
-        raise _bad(field, "only finished (dead) jobs have one: use it with requeue")
-    error = asked.get("error_contains")
-    if error is not None and not 0 < len(error) <= ERROR_TEXT:
-        raise _bad("filter.error_contains", f"1 to {ERROR_TEXT} characters")
-    if error is not None and "\x00" in error:
-        raise _bad("filter.error_contains", "must not contain NUL")
-    spec["error_contains"] = error
+    if namespace and (problem := validation.namespace_problem(namespace)):
+        raise _bad("filter.namespace", problem)
+    conditions = bulk_rules.check_conditions(
+        action,
+        state=asked.get("state"),
+        routing_key=asked.get("routing_key"),
+        routing_key_prefix=asked.get("routing_key_prefix"),
+        run_at_from=_moment(asked.get("run_at_from")),
+        run_at_to=_moment(asked.get("run_at_to")),
+        finished_from=_moment(asked.get("finished_from")),
+        finished_to=_moment(asked.get("finished_to")),
+        error_contains=asked.get("error_contains"),
+    )
+    spec = {"namespace": namespace, **dataclasses.asdict(conditions)}
+    spec["states"] = list(conditions.states)
     return spec
 
 
 def plan(body: Mapping[str, Any], now: datetime) -> Plan:
     """The checked request, or InvalidBulkAction naming the field as the node's 422 does."""
     action = body["action"]
-    spec = _checked_filter(action, body.get("filter") or {})
-    run_at, shift_s = body.get("run_at"), body.get("shift_s")
-    if action != "reschedule":
-        for field, value in (("run_at", run_at), ("shift_s", shift_s)):
-            if value is not None:
-                raise _bad(field, f"only a reschedule takes {field}")
-        return Plan(action=action, filter=spec, run_at=None, shift_s=None)
-    if (run_at is None) == (shift_s is None):
-        raise _bad("run_at", "a reschedule takes either run_at or shift_s")
-    limits = validation.DEFAULT_LIMITS
-    if shift_s is not None:
-        if not math.isfinite(shift_s) or shift_s == 0:
-            raise _bad("shift_s", "a number of seconds other than 0")
-        if abs(shift_s) > limits.max_delay_days * 86400:
-            raise _bad("shift_s", f"at most {limits.max_delay_days} days either way")
-        return Plan(action=action, filter=spec, run_at=None, shift_s=float(shift_s))
-    due = _utc_field("run_at", run_at)
-    assert due is not None
-    if problem := validation.due_problem(due, now, limits):
-        raise _bad("run_at", problem)
-    return Plan(action=action, filter=spec, run_at=due, shift_s=None)
+    try:
+        spec = _checked_filter(action, body.get("filter") or {})
+        run_at, shift_s = bulk_rules.check_change(
+            action,
+            run_at=_moment(body.get("run_at")),
+            shift_s=body.get("shift_s"),
+            now=now,
+            max_delay_days=validation.DEFAULT_LIMITS.max_delay_days,
+        )
+    except bulk_rules.Refused as refused:
+        raise _bad(refused.field, refused.problem) from None
+    shift = None if shift_s is None else float(shift_s)
+    return Plan(action=action, filter=spec, run_at=run_at, shift_s=shift)
 
 
 def within(routing_key: str, prefix: str) -> bool:
@@ -135,7 +95,7 @@ def matches(job: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
         prefix is not None and not within(job["routing_key"], prefix)
     ):
         return False
-    for name, column in RANGES:
+    for name, column in COLUMNS.items():
         moment = datetime.fromisoformat(job[column])
         start, end = spec[f"{name}_from"], spec[f"{name}_to"]
         if (start is not None and moment < start) or (end is not None and moment > end):
@@ -154,14 +114,9 @@ def filter_document(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def detail(action_id: str, action: str) -> str:
-    """What a changed job's history step says about the action (the node's ``bulk.detail``)."""
-    return f"bulk action {action_id}: {action}"
-
-
 def moved_detail(action_id: str, run_at: datetime) -> str:
     """A rescheduled job's detail: the action and the new time, in milliseconds, as SQL's
     ``to_char(... 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')`` writes it."""
     moment = run_at.astimezone(UTC)
     millis = f"{moment.microsecond // 1000:03d}"  # truncated, as to_char's MS
-    return f"{detail(action_id, 'reschedule')} to {moment:%Y-%m-%dT%H:%M:%S}.{millis}Z"
+    return f"{bulk_rules.detail(action_id, 'reschedule')} to {moment:%Y-%m-%dT%H:%M:%S}.{millis}Z"

@@ -15,6 +15,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from consumers_sdk import bulk_rules, validation
 from dispatcher import errors
 from dispatcher.api import auth, bulk_schemas, schemas
 from dispatcher.api.context import ApiContext, Context
@@ -35,10 +36,8 @@ def _namespace(caller: api_keys.Principal, asked: str | None) -> str | None:
                 f"this key acts on namespace {own!r} only", field="filter.namespace"
             )
         return own
-    if asked and not api_keys.NAMESPACE.fullmatch(asked):
-        raise errors.InvalidField(
-            "filter.namespace", "a namespace is 1-64 letters, digits, '_' or '-'"
-        )
+    if asked and (problem := validation.namespace_problem(asked)):
+        raise errors.InvalidField("filter.namespace", problem)
     return asked
 
 
@@ -91,7 +90,7 @@ async def create_bulk_action(
     changed). 429 with Retry-After while the node counts as many as it does at once; 409 past
     the namespace's budget of actions."""
     action, spec, change = _plan(body, context, caller)
-    shown = bulk.SAMPLE_SIZE if body.dry_run else 0
+    shown = bulk_rules.SAMPLE_SIZE if body.dry_run else 0
     count, sample = await context.bulk_actions.dry_run(spec, sample=shown)
     if body.dry_run:
         return schemas.json_response(

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictBool
 
+from consumers_sdk import bulk_rules
 from dispatcher.api.schemas import JobOut
 from dispatcher.bulk import model as bulk
 
@@ -63,7 +64,7 @@ class DryRunOut(BaseModel):
     matched_at_least: bool = Field(
         description="the count stopped at DISPATCHER_BULK_COUNT_CAP: at least ``matched`` match"
     )
-    sample: list[JobOut] = Field(description=f"the first {bulk.SAMPLE_SIZE} of them, by id")
+    sample: list[JobOut] = Field(description=f"the first {bulk_rules.SAMPLE_SIZE} of them, by id")
 
 
 class BulkActionOut(BaseModel):

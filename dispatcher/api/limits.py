@@ -16,6 +16,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Response
 
+from consumers_sdk import validation
 from dispatcher import errors
 from dispatcher.api import auth, limit_schemas, schemas
 from dispatcher.api.context import ApiContext, Context
@@ -58,8 +59,8 @@ def _named(caller: api_keys.Principal, key: str, namespace: str | None) -> tuple
 
 def _namespace(caller: api_keys.Principal, namespace: str | None) -> str | None:
     """The namespace a caller names: an admin's as given, another's its own (403 for another)."""
-    if namespace and not api_keys.NAMESPACE.fullmatch(namespace):
-        raise errors.InvalidField("namespace", "a namespace is 1-64 letters, digits, '_' or '-'")
+    if namespace and (problem := validation.namespace_problem(namespace)):
+        raise errors.InvalidField("namespace", problem)
     if caller.scope is api_keys.Scope.ADMIN:
         return namespace
     own = caller.namespace or ""

@@ -11,17 +11,23 @@ from typing import Annotated
 import orjson
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, field_validator
 
+from consumers_sdk import schedule_rules
 from dispatcher import errors
 from dispatcher.api import schemas
 from dispatcher.recurring import cron, model
 from dispatcher.recurring.occurrences import MAX_TIME, MIN_TIME, Missed, rfc3339
 from dispatcher.settings import Settings
 
-NAME_PATTERN = r"^[A-Za-z0-9_.:\-]+$"
-Name = Annotated[str, Field(min_length=1, max_length=128, pattern=NAME_PATTERN)]
+Name = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=schedule_rules.MAX_NAME_LENGTH,
+        pattern=schedule_rules.NAME_PATTERN,
+    ),
+]
 MAX_INTERVAL_S = 366 * 86400
 MAX_GRACE_S = 30 * 86400
-UPCOMING = 5  # occurrences shown by GET /v1/schedules/{name}
 TIME_RANGE = f"{rfc3339(MIN_TIME)} to {rfc3339(MAX_TIME)}"  # of start_at and end_at
 
 
@@ -68,7 +74,11 @@ class ScheduleCreate(BaseModel):
 
     name: Name = Field(description="unique in the caller's namespace")
     cron: str | None = Field(None, max_length=200, description=CRON_DOC)
-    timezone: str = Field("UTC", max_length=64, description="IANA zone of the cron expression")
+    timezone: str = Field(
+        schedule_rules.DEFAULT_TIMEZONE,
+        max_length=64,
+        description="IANA zone of the cron expression",
+    )
     interval_s: Interval | None = None
     job: JobTemplate
     start_at: AwareDatetime | None = Field(
@@ -78,7 +88,9 @@ class ScheduleCreate(BaseModel):
         None, description="last occurrence at or before; within " + TIME_RANGE
     )
     missed: Missed = Field(Missed.LATEST, description="occurrences missed during downtime")
-    grace_s: Grace = Field(60.0, description="an occurrence later than this is missed")
+    grace_s: Grace = Field(
+        schedule_rules.DEFAULT_GRACE_S, description="an occurrence later than this is missed"
+    )
     paused: bool = False
 
     _cron = field_validator("cron")(_valid_cron)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
+from consumers_sdk import schedule_rules
 from dispatcher.api import auth, schedule_schemas, schemas
 from dispatcher.api.context import Context
 from dispatcher.api.jobs import ERRORS
@@ -93,7 +94,7 @@ async def get_schedule(name: NameParam, context: Context, caller: auth.Producer)
     upcoming: list[datetime] = []
     if not schedule.spec.paused and schedule.next_at is not None:
         try:
-            upcoming = schedule.spec.timing.upcoming(context.now_dt(), schedule_schemas.UPCOMING)
+            upcoming = schedule.spec.timing.upcoming(context.now_dt(), schedule_rules.UPCOMING)
         except Exception:  # unplannable (its zone left the tz database): the materialiser parks it
             logger.exception("schedule %s: no upcoming occurrences", name)
     return schemas.json_response(schedule_schemas.schedule_document(schedule, upcoming=upcoming))

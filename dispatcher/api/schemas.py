@@ -64,7 +64,7 @@ RoutingKey = Annotated[
 Payload = Annotated[JsonValue, Field(description="any JSON value; published as the message body")]
 HeaderName = Annotated[StrictStr, AfterValidator(_header_name)]
 Headers = dict[HeaderName, HeaderValue]
-Priority = Annotated[StrictInt, Field(ge=0, le=9)]
+Priority = Annotated[StrictInt, Field(ge=0, le=validation.MAX_PRIORITY)]
 TtlMs = Annotated[StrictInt, Field(ge=1, le=validation.MAX_TTL_MS)]
 
 
@@ -143,7 +143,7 @@ class JobPatch(BaseModel):
         None, description="RFC 3339 with offset; in the past means as soon as possible"
     )
     payload: JsonValue = Field(None, description="any JSON value; replaces the payload")
-    priority: Annotated[StrictInt, Field(ge=0, le=9)] | None = None
+    priority: Priority | None = None
 
     @field_validator("run_at")
     @classmethod

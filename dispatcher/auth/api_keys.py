@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from consumers_sdk import validation
+
 TOKEN_PREFIX = "dk_"
 MIN_STATIC_TOKEN_LENGTH = 16
-NAMESPACE = re.compile(r"[A-Za-z0-9_\-]{1,64}")  # fullmatch: "$" would admit a final newline
 # A prefix of a routing key (see api.schemas.ROUTING_KEY): whole words, with or without the dot
 # after them (``billing`` and ``billing.`` both admit ``billing.invoice``, not ``billingx``).
 ROUTING_KEY_PREFIX = re.compile(r"[A-Za-z0-9_\-:.]{1,255}")
@@ -124,8 +125,8 @@ def check_grant(
         raise ValueError(
             f"only producer and limits keys take a namespace or routing-key prefixes, not {scope}"
         )
-    if namespace is not None and not NAMESPACE.fullmatch(namespace):
-        raise ValueError("a namespace is 1-64 letters, digits, '_' or '-'")
+    if namespace is not None and (problem := validation.namespace_problem(namespace)):
+        raise ValueError(problem)
     for prefix in routing_key_prefixes:
         if not ROUTING_KEY_PREFIX.fullmatch(prefix):
             raise ValueError("a routing-key prefix is 1-255 letters, digits, '_', '-', ':' or '.'")

@@ -16,24 +16,23 @@ one turn between them, and an operator's one-job cancel waits for one batch at m
 
 A job is matched by the filter when a batch reaches it (in id order, after the cursor), not when
 the action is made: one that no longer matches is left alone. Each action changes only the
-states it can change one job at a time (``APPLIES_TO``), so a job already dispatching or done is
-never cancelled or moved, as ``DELETE`` and ``PATCH /v1/jobs/{id}`` answer 409 for it.
+states it can change one job at a time (``bulk_rules.APPLIES_TO``), so a job already dispatching
+or done is never cancelled or moved, as ``DELETE`` and ``PATCH /v1/jobs/{id}`` answer 409 for it.
+
+The rules the SDK's in-memory fake applies too (the states, the checks of a request, the sample
+and the history detail) live in ``consumers_sdk.bulk_rules``, which both import.
 """
 
 from __future__ import annotations
 
 import enum
-import math
 import uuid
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
-from typing import Final
+from datetime import datetime
+from typing import Unpack
 
-from consumers_sdk import validation
+from consumers_sdk import bulk_rules
 from dispatcher import errors
-
-MAX_ERROR_TEXT = 1000  # characters of ``error_contains``
-SAMPLE_SIZE: Final = 20  # jobs a dry run shows
 
 
 class Action(enum.StrEnum):
@@ -47,14 +46,6 @@ class Status(enum.StrEnum):
     STOPPED = "stopped"
     DONE = "done"
     FAILED = "failed"
-
-
-# The states each action changes: those its one-job route accepts.
-APPLIES_TO: Final = {
-    Action.CANCEL: ("scheduled", "waiting"),
-    Action.RESCHEDULE: ("scheduled", "waiting"),
-    Action.REQUEUE: ("dead",),
-}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,87 +136,19 @@ class Batch:
     due_at: datetime | None = None  # a requeue's: when the jobs it changed are due
 
 
-def detail(action_id: uuid.UUID, action: Action) -> str:
-    """What a changed job's history step says about the action that changed it."""
-    return f"bulk action {action_id}: {action.value}"
-
-
 def check_filter(
     action: Action,
     *,
     namespace: str | None,
     scope_prefixes: tuple[str, ...] | None,
-    state: str | None = None,
-    routing_key: str | None = None,
-    routing_key_prefix: str | None = None,
-    run_at_from: datetime | None = None,
-    run_at_to: datetime | None = None,
-    finished_from: datetime | None = None,
-    finished_to: datetime | None = None,
-    error_contains: str | None = None,
+    **asked: Unpack[bulk_rules.Asked],
 ) -> Filter:
     """The filter of a request, or InvalidField naming the field (``filter.<name>``)."""
-    states = APPLIES_TO[action]
-    if state is not None:
-        if state not in states:
-            allowed = " or ".join(states)
-            raise errors.InvalidField("filter.state", f"a {action.value} changes {allowed} jobs")
-        states = (state,)
-    if routing_key is not None and (
-        problem := validation.routing_key_problem(routing_key.rstrip("."))
-    ):
-        raise errors.InvalidField("filter.routing_key", problem)
-    prefix: str | None = None
-    if routing_key_prefix is not None:
-        prefix, problem = validation.prefix_words(routing_key_prefix)
-        if problem:
-            raise errors.InvalidField("filter.routing_key_prefix", problem)
-    run_at_from, run_at_to = _check_range("run_at", run_at_from, run_at_to)
-    finished_from, finished_to = _check_range("finished", finished_from, finished_to)
-    if (finished_from or finished_to) and action is not Action.REQUEUE:
-        raise errors.InvalidField(
-            "filter.finished_from" if finished_from else "filter.finished_to",
-            "only finished (dead) jobs have one: use it with requeue",
-        )
-    if error_contains is not None and not 0 < len(error_contains) <= MAX_ERROR_TEXT:
-        raise errors.InvalidField("filter.error_contains", f"1 to {MAX_ERROR_TEXT} characters")
-    if error_contains is not None and "\x00" in error_contains:
-        raise errors.InvalidField("filter.error_contains", "must not contain NUL")
-    return Filter(
-        namespace=namespace,
-        states=states,
-        routing_key=routing_key,
-        routing_key_prefix=prefix,
-        run_at_from=run_at_from,
-        run_at_to=run_at_to,
-        finished_from=finished_from,
-        finished_to=finished_to,
-        error_contains=error_contains,
-        scope_prefixes=scope_prefixes,
-    )
-
-
-def _check_range(
-    name: str, start: datetime | None, end: datetime | None
-) -> tuple[datetime | None, datetime | None]:
-    """The range in UTC, or InvalidField naming the bound at fault."""
-    start = _utc(f"filter.{name}_from", start)
-    end = _utc(f"filter.{name}_to", end)
-    if start is not None and end is not None and end < start:
-        raise errors.InvalidField(f"filter.{name}_to", f"must not be before {name}_from")
-    return start, end
-
-
-def _utc(field: str, value: datetime | None) -> datetime | None:
-    """An instant in UTC; a naive one, or one that UTC cannot hold (year 1 at +01:00), refused."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        raise errors.InvalidField(field, "must have a timezone")
     try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        raise errors.InvalidField(field, "out of range") from None
+        conditions = bulk_rules.check_conditions(action, **asked)
+    except bulk_rules.Refused as refused:
+        raise errors.InvalidField(refused.field, refused.problem) from None
+    return Filter(namespace=namespace, scope_prefixes=scope_prefixes, **asdict(conditions))
 
 
 def check_change(
@@ -237,22 +160,10 @@ def check_change(
     max_delay_days: int,
 ) -> Change:
     """A reschedule's ``run_at`` or ``shift_s`` (exactly one); none for the other actions."""
-    if action is not Action.RESCHEDULE:
-        for field, value in (("run_at", run_at), ("shift_s", shift_s)):
-            if value is not None:
-                raise errors.InvalidField(field, f"only a reschedule takes {field}")
-        return Change()
-    if (run_at is None) == (shift_s is None):
-        raise errors.InvalidField("run_at", "a reschedule takes either run_at or shift_s")
-    if shift_s is not None:
-        if not math.isfinite(shift_s) or shift_s == 0:
-            raise errors.InvalidField("shift_s", "a number of seconds other than 0")
-        if abs(shift_s) > max_delay_days * 86400:
-            raise errors.InvalidField("shift_s", f"at most {max_delay_days} days either way")
-        return Change(shift_s=shift_s)
-    due = _utc("run_at", run_at)
-    assert due is not None
-    limits = validation.Limits(max_delay_days=max_delay_days)
-    if problem := validation.due_problem(due, now, limits):
-        raise errors.InvalidField("run_at", problem)
-    return Change(run_at=due)
+    try:
+        due, shift = bulk_rules.check_change(
+            action, run_at=run_at, shift_s=shift_s, now=now, max_delay_days=max_delay_days
+        )
+    except bulk_rules.Refused as refused:
+        raise errors.InvalidField(refused.field, refused.problem) from None
+    return Change(run_at=due, shift_s=shift)

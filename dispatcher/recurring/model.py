@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from consumers_sdk import schedule_rules
 from dispatcher import models
 from dispatcher.recurring.occurrences import Missed, Timing, idempotency_key
 
@@ -28,8 +29,8 @@ class ScheduleSpec:
     name: str
     timing: Timing
     template: Template
-    missed: Missed = Missed.LATEST
-    grace_s: float = 60.0
+    missed: Missed = Missed.LATEST  # schedule_rules.DEFAULT_MISSED (a unit test holds them equal)
+    grace_s: float = schedule_rules.DEFAULT_GRACE_S
     paused: bool = False
 
 

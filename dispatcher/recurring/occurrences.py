@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from consumers_sdk import validation
+from consumers_sdk import schedule_rules, validation
 from dispatcher.recurring import cron
 
 _TICK = timedelta(microseconds=1)
@@ -46,7 +46,7 @@ class Timing:
     """When a schedule fires: a cron expression in a zone, or a fixed interval from ``start_at``."""
 
     cron: str | None = None
-    timezone: str = "UTC"
+    timezone: str = schedule_rules.DEFAULT_TIMEZONE
     interval_s: int | None = None
     start_at: datetime
     end_at: datetime | None = None

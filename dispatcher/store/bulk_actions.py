@@ -11,7 +11,7 @@ from typing import Final
 
 import asyncpg
 
-from consumers_sdk import ids
+from consumers_sdk import bulk_rules, ids
 from dispatcher import errors, models
 from dispatcher.bulk import model as bulk
 from dispatcher.bulk import read_gate
@@ -325,7 +325,7 @@ class BulkActionStore:
             *_states(spec),
             *_match(spec),
             node_id,
-            bulk.detail(action.id, action.action),
+            bulk_rules.detail(action.id, action.action),
         ]
         if action.action is bulk.Action.REQUEUE:
             args.append(list(shards))

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from consumers_sdk import bulk_rules
 from dispatcher import errors
 from dispatcher.bulk import model as bulk
 
@@ -94,7 +95,7 @@ def test_a_prefix_is_kept_as_its_words_and_must_be_a_routing_key() -> None:
         )
         == "filter.routing_key_prefix"
     )
-    for text in ("", "x" * (bulk.MAX_ERROR_TEXT + 1), "nul\x00"):
+    for text in ("", "x" * (bulk_rules.MAX_ERROR_TEXT + 1), "nul\x00"):
         assert (
             refused_field(
                 lambda t=text: bulk.check_filter(
@@ -133,7 +134,7 @@ def test_a_reschedule_takes_exactly_one_of_run_at_and_shift() -> None:
 
 def test_a_step_names_its_action() -> None:
     action_id = uuid.UUID(int=7)
-    assert bulk.detail(action_id, bulk.Action.REQUEUE) == f"bulk action {action_id}: requeue"
+    assert bulk_rules.detail(action_id, bulk.Action.REQUEUE) == f"bulk action {action_id}: requeue"
 
 
 def test_times_are_kept_in_utc_and_one_utc_cannot_hold_is_refused() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from consumers_sdk import bulk_rules
 from dispatcher import errors
 from dispatcher.bulk import model as bulk
 from dispatcher.bulk.runner import MAX_FAILURES, BulkRunner
@@ -26,7 +27,7 @@ def action(kind: bulk.Action = bulk.Action.REQUEUE) -> bulk.BulkAction:
     return bulk.BulkAction(
         id=uuid.uuid4(),
         action=kind,
-        filter=bulk.Filter(namespace=None, states=bulk.APPLIES_TO[kind]),
+        filter=bulk.Filter(namespace=None, states=bulk_rules.APPLIES_TO[kind]),
         change=bulk.Change(),
         status=bulk.Status.RUNNING,
         reason=None,
