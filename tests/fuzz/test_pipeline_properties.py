@@ -204,7 +204,7 @@ class Pipeline(Probe):
 
     async def check_alive(self) -> None:
         assert not self._task.done(), "the node stopped"
-        degraded = self._node.supervisor.degraded()
+        degraded = self._node.core.supervisor.degraded()
         assert degraded == {}, degraded
 
     def example(self, path: str, batch: list[dict[str, Any]]) -> None:

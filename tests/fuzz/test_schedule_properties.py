@@ -188,7 +188,7 @@ async def test_every_accepted_schedule_is_materialised_and_no_pass_fails(
         await probe.close()
     print(f"\nhypothesis: {sorted(outcomes.items())}")
     assert not materialiser_task().done()
-    assert "dispatcher_schedules_parked_total 0.0" in node.metrics.render().decode()
+    assert "dispatcher_schedules_parked_total 0.0" in node.core.metrics.render().decode()
     assert outcomes.get("made jobs")
     assert outcomes.get("refused")
 

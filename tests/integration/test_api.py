@@ -513,7 +513,7 @@ async def test_operations_endpoints(node: Node) -> None:
 async def test_concurrent_single_posts_share_commits_and_each_is_stored(
     node: Node, database_url: str
 ) -> None:
-    before = node.intake.group_commit.flushes
+    before = node.submission.intake.group_commit.flushes
     async with client(node) as http:
         responses = await asyncio.gather(
             *(
@@ -525,5 +525,7 @@ async def test_concurrent_single_posts_share_commits_and_each_is_stored(
         )
     assert [r.status_code for r in responses] == [201] * 60
     assert len({r.json()["id"] for r in responses}) == 60
-    assert node.intake.group_commit.flushes - before < 60  # fewer round trips than requests
+    assert (
+        node.submission.intake.group_commit.flushes - before < 60
+    )  # fewer round trips than requests
     assert await jobs_stored(database_url) == 60

@@ -61,7 +61,7 @@ async def test_the_policy_fields_are_published_as_contract_headers(
 
 
 async def test_the_client_sends_the_policy(node: Node) -> None:
-    transport = httpx.ASGITransport(app=node.app)
+    transport = httpx.ASGITransport(app=node.serving.app)
     async with DispatcherClient("http://127.0.0.1", transport=transport) as dispatcher:
         job = await dispatcher.schedule(
             "orders.expire", {}, max_attempts=9, retry_backoff=[timedelta(seconds=1), 2.5]

@@ -103,7 +103,7 @@ async def test_without_keys_the_api_stays_open_and_readyz_says_auth_is_off(
 
 async def test_every_endpoint_but_healthz_answers_401_without_a_valid_key(node: Node) -> None:
     # Every documented endpoint, so one added later is checked too.
-    routes = node.app.fastapi.openapi()["paths"]
+    routes = node.serving.app.fastapi.openapi()["paths"]
     checked = set()
     async with client(node) as http:
         for route, methods in routes.items():
@@ -252,7 +252,7 @@ async def test_routing_keys_outside_the_keys_prefixes_answer_403_and_store_nothi
 async def test_a_stored_key_turns_auth_on_and_a_revoked_one_stops_working_in_time(
     keyless_node: Node,
 ) -> None:
-    store = KeyStore(keyless_node.db)
+    store = KeyStore(keyless_node.core.db)
     async with client(keyless_node) as http:
         assert (await http.get("/v1/jobs")).status_code == 200
         key, token = await store.create(scope=api_keys.Scope.PRODUCER, namespace="team-s")
@@ -337,7 +337,7 @@ async def test_keys_never_appear_in_logs_or_metrics(
     node: Node, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    _, stored = await KeyStore(node.db).create(scope=api_keys.Scope.PRODUCER, name="stored")
+    _, stored = await KeyStore(node.core.db).create(scope=api_keys.Scope.PRODUCER, name="stored")
     tokens = [ADMIN, PRODUCER_A, MONITOR, stored]
     async with client(node) as http:
         assert (await http.post("/v1/jobs", json=job(), headers=bearer(ADMIN))).status_code == 201
@@ -362,7 +362,7 @@ async def test_keys_never_appear_in_logs_or_metrics(
 
 
 async def test_the_sdk_client_sends_its_api_key(node: Node) -> None:
-    transport = httpx.ASGITransport(app=node.app)
+    transport = httpx.ASGITransport(app=node.serving.app)
     async with DispatcherClient("http://node", api_key=PRODUCER_A, transport=transport) as sdk:
         scheduled = await sdk.schedule("orders.expire", {"n": 1}, idempotency_key=str(uuid.uuid4()))
         assert scheduled.namespace == "team-a"
@@ -380,11 +380,11 @@ async def test_the_sdk_client_sends_its_api_key(node: Node) -> None:
 async def test_while_postgresql_is_unreachable_stored_keys_get_503_and_auth_stays_on(
     keyless_node: Node,
 ) -> None:
-    _, token = await KeyStore(keyless_node.db).create(scope=api_keys.Scope.MONITOR)
+    _, token = await KeyStore(keyless_node.core.db).create(scope=api_keys.Scope.MONITOR)
     async with client(keyless_node) as http:
         await wait_for_status(http, 401, {}, 5)
         assert (await http.get("/metrics", headers=bearer(token))).status_code == 200
-        await keyless_node.db.close()  # the store is unreachable from here on
+        await keyless_node.core.db.close()  # the store is unreachable from here on
         try:
             await asyncio.sleep(CACHE_S * 2)  # past the cache: the answers are stale now
             stale = await http.get("/metrics", headers=bearer(token))
@@ -393,7 +393,7 @@ async def test_while_postgresql_is_unreachable_stored_keys_get_503_and_auth_stay
             unknown = await http.get("/metrics", headers=bearer(api_keys.new_token()))
             assert unknown.status_code == 503  # neither let in nor refused a key never seen
         finally:
-            await keyless_node.db.open()
+            await keyless_node.core.db.open()
 
 
 async def test_while_postgresql_is_unreachable_an_open_node_stays_open(
@@ -401,13 +401,13 @@ async def test_while_postgresql_is_unreachable_an_open_node_stays_open(
 ) -> None:
     async with client(keyless_node) as http:
         assert (await http.get("/metrics")).status_code == 200  # no key: open
-        await keyless_node.db.close()  # the store is unreachable from here on
+        await keyless_node.core.db.close()  # the store is unreachable from here on
         try:
             await asyncio.sleep(CACHE_S * 2)  # past the cache
             # No key can be created meanwhile: monitoring keeps answering through the outage.
             assert (await http.get("/metrics")).status_code == 200
         finally:
-            await keyless_node.db.open()
+            await keyless_node.core.db.open()
 
 
 async def test_keys_command_on_an_unmigrated_database_says_to_migrate(

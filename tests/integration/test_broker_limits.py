@@ -198,7 +198,7 @@ async def test_a_message_of_events_is_recorded_whole_and_one_with_a_broken_event
 
 
 def refused_total(node: Node) -> float:
-    return node.metrics.registry.get_sample_value("dispatcher_events_refused_total") or 0.0
+    return node.core.metrics.registry.get_sample_value("dispatcher_events_refused_total") or 0.0
 
 
 async def no_longer_refused(node: Node, count: int) -> bool:
@@ -206,7 +206,7 @@ async def no_longer_refused(node: Node, count: int) -> bool:
 
 
 async def counted_dead(node: Node) -> bool:
-    return await node.events.count_dead_letters() == 1
+    return await node.messaging.events.count_dead_letters() == 1
 
 
 async def declare_as_an_earlier_release(amqp_url: str) -> None:

@@ -34,7 +34,7 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
 
 def anonymous(node: Node, host: str = "dispatcher.internal") -> httpx.AsyncClient:
     """A client that sends only what a page's form could: no default JSON type."""
-    transport = httpx.ASGITransport(app=node.app)
+    transport = httpx.ASGITransport(app=node.serving.app)
     return httpx.AsyncClient(transport=transport, base_url=f"http://{host}")
 
 
@@ -142,7 +142,7 @@ async def test_an_open_node_serves_loopback_names_only_until_a_key_exists(
     assert health.status_code == 200
     assert served == [200] * 4
     assert await jobs_stored(database_url) == 0
-    _, token = await KeyStore(open_node.db).create(scope=api_keys.Scope.PRODUCER)
+    _, token = await KeyStore(open_node.core.db).create(scope=api_keys.Scope.PRODUCER)
     async with anonymous(open_node, host="rebound.example") as http:
         until = asyncio.get_running_loop().time() + 5
         while (answer := await http.get("/v1/jobs")).status_code == 400:

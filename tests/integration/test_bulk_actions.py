@@ -222,7 +222,7 @@ async def test_a_stopped_reschedule_resumes_where_it_stopped_and_moves_each_job_
     before = await states(sql)
     # Slow it down: after each batch of 40, a rest of 19 times its time (at most a quarter of
     # the lease: 0.5 s).
-    node.bulk_runner._rest = 19.0
+    node.bulk.runner._rest = 19.0
     action = await started(
         http, action="reschedule", filter={"routing_key": "moved.later"}, shift_s=3600
     )
@@ -240,7 +240,7 @@ async def test_a_stopped_reschedule_resumes_where_it_stopped_and_moves_each_job_
     assert (still["status"], still["touched"]) == ("stopped", touched)
     assert (await http.post(f"/v1/bulk-actions/{action['id']}/stop")).status_code == 409
 
-    node.bulk_runner._rest = 0.0
+    node.bulk.runner._rest = 0.0
     resumed = await http.post(f"/v1/bulk-actions/{action['id']}/resume")
     assert resumed.status_code == 200, resumed.text
     done = await finished(http, action["id"])
@@ -287,7 +287,7 @@ async def test_an_action_whose_worker_died_is_taken_over_after_its_lease(
         " 'dead-node', now() + interval '2 s')",
         action_id,
     )
-    node.bulk_runner.wake()
+    node.bulk.runner.wake()
     await asyncio.sleep(1)
     assert (await http.get(f"/v1/bulk-actions/{action_id}")).json()["touched"] == 0
     done = await finished(http, str(action_id))
@@ -367,7 +367,7 @@ async def test_the_sdk_client_dry_runs_starts_and_follows_a_bulk_action(
 ) -> None:
     ids = await submit(http, 7, routing_key="sdk.cancel")
     async with DispatcherClient(
-        "http://127.0.0.1", api_key=ADMIN, transport=httpx.ASGITransport(app=node.app)
+        "http://127.0.0.1", api_key=ADMIN, transport=httpx.ASGITransport(app=node.serving.app)
     ) as dispatcher:
         dry = await dispatcher.bulk.dry_run("cancel", filter={"routing_key": "sdk.cancel"})
         assert (dry.matched, [job.id for job in dry.sample]) == (7, sorted(ids))

@@ -25,7 +25,7 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
 
 
 def claims(node: Node) -> float:
-    return node.metrics.registry.get_sample_value("dispatcher_claims_total") or 0.0
+    return node.core.metrics.registry.get_sample_value("dispatcher_claims_total") or 0.0
 
 
 async def test_jobs_due_a_millisecond_apart_are_claimed_together_and_none_is_published_early(

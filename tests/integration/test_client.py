@@ -26,7 +26,9 @@ from tests.support.nodes import running_node
 @pytest.fixture
 async def client(database_url: str, amqp_url: str) -> AsyncIterator[DispatcherClient]:
     async with running_node(database_url=database_url, amqp_url=amqp_url, shard_count=8) as node:
-        yield DispatcherClient("http://127.0.0.1", transport=httpx.ASGITransport(app=node.app))
+        yield DispatcherClient(
+            "http://127.0.0.1", transport=httpx.ASGITransport(app=node.serving.app)
+        )
 
 
 async def test_schedule_get_cancel_and_typed_errors(client: DispatcherClient) -> None:

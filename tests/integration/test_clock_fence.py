@@ -64,8 +64,8 @@ async def test_a_node_whose_time_jumps_ahead_fires_nothing_early(
         await eventually(lambda: len(collector.deliveries) >= JOBS // 4, 30)
         mono.ahead_s = JUMP_S
         ledger = await collector.reckon(accepted, deadline_s=30)
-        rendered = node.metrics.render().decode()
-        state = node.timekeeper.describe()
+        rendered = node.core.metrics.render().decode()
+        state = node.core.timekeeper.describe()
     fenced = metric(rendered, "dispatcher_claims_fenced_early_total")
     by_reading = [r for r in caplog.records if "published by that reading" in r.getMessage()]
     print(

@@ -43,7 +43,7 @@ async def test_the_nodes_amqp_connections_beat_at_half_the_bound(
         # What the broker agreed to (Connection.Tune-Ok), on each publisher's connection.
         agreed = [
             publisher._connection.transport.connection.connection_tune.heartbeat  # type: ignore[union-attr]
-            for publisher in (node.publisher, node.live_publisher)
+            for publisher in (node.messaging.publisher, node.messaging.live_publisher)
         ]
     assert agreed == [4, 4]
 

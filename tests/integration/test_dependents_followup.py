@@ -228,7 +228,7 @@ async def test_a_node_follows_what_the_trigger_queued_and_fires_the_released_job
 
         await until(all_dispatched, 60)
         assert await queued(stores) == 0
-        rendered = node.metrics.render().decode()
+        rendered = node.core.metrics.render().decode()
     assert f'dispatcher_dependents_followed_total{{outcome="released"}} {len(dependents)}.0' in (
         rendered
     )

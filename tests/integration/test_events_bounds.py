@@ -25,14 +25,14 @@ MAX_BYTES = 64 * 1024
 
 
 def dropped_total(node: Node) -> float:
-    value = node.metrics.registry.get_sample_value(
+    value = node.core.metrics.registry.get_sample_value(
         "dispatcher_events_dropped_total", {"reason": "too_large"}
     )
     return value or 0.0
 
 
 def refused_total(node: Node) -> float:
-    return node.metrics.registry.get_sample_value("dispatcher_events_refused_total") or 0.0
+    return node.core.metrics.registry.get_sample_value("dispatcher_events_refused_total") or 0.0
 
 
 async def consuming(amqp_url: str) -> None:

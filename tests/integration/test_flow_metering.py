@@ -123,7 +123,7 @@ async def test_a_rule_meters_jobs_already_in_memory_and_one_stored_behind_its_lo
         # Loaded into the node's memory before any rule: the claim meters them all the same.
         loaded = await submit(http, "late.work", 60, start_s=1.5, spread_s=0.1)
         await asyncio.sleep(0.5)
-        assert node.lanes.live_count == 60
+        assert node.firing.lanes.live_count == 60
         put = await http.put("/v1/limits/late", json={"rate_per_s": 20, "burst": 2})
         assert put.status_code == 200, put.text
         ledger = await collector.reckon(loaded, deadline_s=30)

@@ -102,7 +102,7 @@ async def test_a_paused_key_publishes_nothing_until_resumed_then_all_oldest_firs
         # Nothing of the paused key reached the broker; every one is still scheduled, out of memory.
         assert not held.keys() & collector.deliveries.keys()
         assert await states(database_url, HELD) == {"scheduled": JOBS}
-        assert node.lanes.live_count + node.lanes.backlog_count == 0
+        assert node.firing.lanes.live_count + node.firing.lanes.backlog_count == 0
         # The other key fired on time beside it (from its due time, or from when it was stored
         # if the test, on a loaded machine, was slower to submit it).
         free_late = collector.lateness(free_held_from)
@@ -172,7 +172,7 @@ async def test_a_held_job_moved_or_cancelled_is_moved_or_cancelled(
 
 
 def sample(node: Node, name: str, **labels: str) -> float:
-    return node.metrics.registry.get_sample_value(name, labels) or 0.0
+    return node.core.metrics.registry.get_sample_value(name, labels) or 0.0
 
 
 def member(database_url: str, amqp_url: str, zk_hosts: str, name: str) -> Any:
@@ -246,7 +246,7 @@ async def _owned_by_both(a: Node, b: Node) -> bool:
 
 
 async def _holds(node: Node, routing_key: str) -> bool:
-    return node.flow.book.holds(routing_key, None, datetime.now(UTC)) is not None
+    return node.firing.flow.book.holds(routing_key, None, datetime.now(UTC)) is not None
 
 
 async def _free(node: Node, routing_key: str) -> bool:

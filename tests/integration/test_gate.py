@@ -72,7 +72,7 @@ async def test_an_anonymous_16_mib_body_is_refused_401_having_read_almost_nothin
 
 
 async def test_a_key_with_the_wrong_scope_is_refused_403_before_the_body(node: Node) -> None:
-    _, monitor = await KeyStore(node.db).create(scope=api_keys.Scope.MONITOR, name="probe")
+    _, monitor = await KeyStore(node.core.db).create(scope=api_keys.Scope.MONITOR, name="probe")
     body = Counted(4 * MIB)
     async with client(node) as http:
         response = await http.post(
@@ -119,7 +119,7 @@ async def test_unknown_tokens_are_refused_from_memory_and_a_new_key_answers_at_o
 ) -> None:
     async with client(node) as http:
         for _ in range(10):  # probed: a key created just before a flood got 429 ten times in ten
-            _, known = await KeyStore(node.db).create(scope=api_keys.Scope.PRODUCER)
+            _, known = await KeyStore(node.core.db).create(scope=api_keys.Scope.PRODUCER)
             created = time.monotonic()
             strangers = [
                 http.get("/v1/jobs", headers=bearer(f"dk_{uuid.uuid4().hex}")) for _ in range(40)

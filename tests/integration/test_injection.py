@@ -143,7 +143,7 @@ async def test_injection_strings_as_list_filters_match_nothing_or_are_refused(
 async def test_injection_strings_as_key_names_and_bearer_tokens_change_nothing(
     node: Node, database_url: str
 ) -> None:
-    store = KeyStore(node.db)
+    store = KeyStore(node.core.db)
     for text in INJECTIONS:
         await store.create(scope=api_keys.Scope.PRODUCER, name=text)
     assert [key.name for key in await store.list()] == INJECTIONS

@@ -106,7 +106,7 @@ class CachedKey:
 @pytest.fixture
 async def cached(nodes: tuple[Node, Node], database_url: str) -> AsyncIterator[CachedKey]:
     node, _ = nodes
-    key, token = await KeyStore(node.db).create(scope=api_keys.Scope.PRODUCER)
+    key, token = await KeyStore(node.core.db).create(scope=api_keys.Scope.PRODUCER)
     sql = await asyncpg.connect(database_url)
     try:
         async with client(node) as http:
@@ -154,7 +154,7 @@ async def test_a_cached_key_past_its_time_gets_503_while_postgresql_is_down(
         api_key_cache_s=0.5,
         db_timeout_s=1.0,
     ) as node:
-        _, token = await KeyStore(node.db).create(scope=api_keys.Scope.MONITOR)
+        _, token = await KeyStore(node.core.db).create(scope=api_keys.Scope.MONITOR)
         async with client(node) as http:
 
             async def answers(status: int, headers: dict[str, str]) -> bool:

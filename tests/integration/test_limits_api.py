@@ -381,7 +381,7 @@ async def test_a_held_job_shows_the_rule_holding_it(node: Node) -> None:
 
 
 async def test_the_client_pauses_lists_and_resumes_a_key(node: Node) -> None:
-    transport = httpx.ASGITransport(app=node.app)
+    transport = httpx.ASGITransport(app=node.serving.app)
     async with DispatcherClient("http://127.0.0.1", api_key=SHOP, transport=transport) as shop:
         until = datetime.now(UTC) + timedelta(hours=2)
         paused = await shop.limits.pause("mail", until=until, note="smtp relay down")
@@ -410,7 +410,7 @@ async def test_the_client_pauses_lists_and_resumes_a_key(node: Node) -> None:
 
 
 async def test_the_client_sets_a_metered_rule(node: Node) -> None:
-    transport = httpx.ASGITransport(app=node.app)
+    transport = httpx.ASGITransport(app=node.serving.app)
     async with DispatcherClient("http://127.0.0.1", api_key=SHOP, transport=transport) as shop:
         metered = await shop.limits.set(
             "mail", rate_per_s=5, max_in_flight=2, in_flight_timeout_s=timedelta(minutes=1)

@@ -30,7 +30,7 @@ async def test_metrics_cover_jobs_per_routing_key_scheduler_outcomes_and_api_lat
         later = {"routing_key": "a.one", "payload": 2, "delay_ms": 3_600_000}
         cancelled = (await http.post("/v1/jobs", json=later)).json()["id"]
         assert (await http.delete(f"/v1/jobs/{cancelled}")).status_code == 200
-        sample = node.metrics.registry.get_sample_value
+        sample = node.core.metrics.registry.get_sample_value
         await eventually(lambda: sample("dispatcher_publish_confirms_total") == 4, 10)
 
         events = reporter.EventReporter(amqp_url, group="g", consumer="c")
@@ -42,7 +42,7 @@ async def test_metrics_cover_jobs_per_routing_key_scheduler_outcomes_and_api_lat
         }
         events.report(job_id=ids[0], attempt=1, outcome="failed", error="x", **own)
         events.report(job_id=ids[0], attempt=2, outcome="succeeded", **own)
-        await eventually(lambda: node.events.recorded == 2, 10)
+        await eventually(lambda: node.messaging.events.recorded == 2, 10)
         await events.close(5)
         await eventually(lambda: sample("dispatcher_scheduled_jobs") == 0, 5)
         # A stats round after the events were recorded has counted the final state (a fixed
@@ -99,7 +99,7 @@ async def test_a_node_publishing_per_message_stays_ready_and_shows_the_path_and_
     ):
         job = {"routing_key": "path.each", "payload": 1}
         assert (await http.post("/v1/jobs", json=job)).status_code == 201
-        sample = node.metrics.registry.get_sample_value
+        sample = node.core.metrics.registry.get_sample_value
         await eventually(lambda: sample("dispatcher_publish_confirms_total") == 1, 10)
         ready = await http.get("/readyz")
         text = (await http.get("/metrics")).text

@@ -64,7 +64,7 @@ async def test_a_node_whose_broker_never_answered_stops_when_asked(database_url:
     task = asyncio.create_task(node.run(serve_http=False))
     await asyncio.wait_for(node.started.wait(), 30)
     await asyncio.sleep(1.0)  # the connect loops are retrying
-    assert not node.publisher.is_ready()
+    assert not node.messaging.publisher.is_ready()
     async with client(node) as http:
         ready = await http.get("/readyz")
     assert ready.status_code == 503
@@ -80,7 +80,7 @@ async def test_a_failing_loop_is_restarted_and_shown_degraded_while_the_node_fir
         database_url=database_url, amqp_url=amqp_url, shard_count=8, stats_interval_s=0.2
     ) as node:
         failures = 0
-        purge = node.housekeeper.purge
+        purge = node.upkeep.housekeeper.purge
         failed = asyncio.Event()
 
         async def failing_purge() -> int:
@@ -91,7 +91,7 @@ async def test_a_failing_loop_is_restarted_and_shown_degraded_while_the_node_fir
                 raise RuntimeError("a bug in housekeeping")
             return await purge()
 
-        node.housekeeper.purge = failing_purge  # type: ignore[method-assign]
+        node.upkeep.housekeeper.purge = failing_purge  # type: ignore[method-assign]
         async with client(node) as http:
             await asyncio.wait_for(failed.wait(), 10)
             degraded = await http.get("/readyz")
@@ -123,7 +123,7 @@ async def test_a_node_started_before_its_database_waits_for_it_and_then_fires(
         assert not node.started.is_set()
         await asyncio.to_thread(server.start)
         await asyncio.wait_for(node.started.wait(), 60)
-        await asyncio.wait_for(node.publisher.wait_ready(), 30)
+        await asyncio.wait_for(node.messaging.publisher.wait_ready(), 30)
         async with client(node) as http:
             job = await http.post("/v1/jobs", json={"routing_key": "late.work", "payload": 1})
         assert job.status_code == 201, job.text
@@ -156,11 +156,11 @@ async def test_a_node_whose_database_went_away_stops_when_asked(
     node, task = started(settings)
     try:
         await asyncio.wait_for(node.started.wait(), 60)
-        await asyncio.wait_for(node.publisher.wait_ready(), 30)
+        await asyncio.wait_for(node.messaging.publisher.wait_ready(), 30)
         await asyncio.to_thread(own_postgres.kill)
 
         async def database_gone() -> bool:
-            return not (await node.readiness())["postgres"]
+            return not (await node.status.readiness())["postgres"]
 
         await until(database_gone, 30)
         await stops_when_asked(node, task)
@@ -174,9 +174,11 @@ async def test_a_node_whose_zookeeper_went_away_stops_when_asked(
     node, task = started(in_cluster(database_url, amqp_url, f"{own_zookeeper.hosts}/lifecycle"))
     try:
         await asyncio.wait_for(node.started.wait(), 60)
-        await eventually(node.ownership.can_fire, 30)  # joined, owns shards, may fire
+        await eventually(node.coordination.ownership.can_fire, 30)  # joined, owns shards, may fire
         await asyncio.to_thread(own_zookeeper.kill)
-        await eventually(lambda: not node.ownership.can_fire(), 30)  # fenced: ZooKeeper is gone
+        await eventually(
+            lambda: not node.coordination.ownership.can_fire(), 30
+        )  # fenced: ZooKeeper is gone
         await stops_when_asked(node, task)
     finally:
         task.cancel()

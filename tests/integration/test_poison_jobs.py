@@ -90,7 +90,7 @@ async def test_poison_jobs_are_parked_with_their_reason_and_the_rest_fire_on_tim
             fire_workers=2,
             publish_path=publish_path,
         ) as node:
-            assert node.publisher.path == publish_path
+            assert node.messaging.publisher.path == publish_path
             due_s = time.time() + 2.0
             run_at = datetime.fromtimestamp(due_s, UTC).isoformat()
             jobs = [

@@ -56,7 +56,7 @@ async def test_a_job_moved_later_fires_at_the_new_time_only(
     node: Node, collector: Collector
 ) -> None:
     job = await submit(node, payload=1, delay_ms=800)
-    assert node.lanes.live_count == 1  # in memory at the old time
+    assert node.firing.lanes.live_count == 1  # in memory at the old time
     async with client(node) as http:
         moved = await http.patch(f"/v1/jobs/{job['id']}", json={"delay_ms": 2500})
     assert moved.status_code == 200, moved.text
@@ -271,4 +271,4 @@ async def test_forged_due_notices_from_any_database_role_reach_no_heap(
     assert await collector.wait_for([str(real["id"])], 20) == set()
     refused = [r for r in caplog.records if r.getMessage().startswith("ignoring a due notice")]
     assert len(refused) == len(forged), [r.getMessage() for r in refused]
-    assert not node.supervisor.degraded()
+    assert not node.core.supervisor.degraded()

@@ -50,7 +50,7 @@ async def test_finished_jobs_and_their_events_go_after_the_retention_and_the_tab
                     )
                 await asyncio.sleep(0.5)
                 counts.append(await db.fetchval("SELECT count(*) FROM jobs"))
-            deleted = node.metrics.registry.get_sample_value
+            deleted = node.core.metrics.registry.get_sample_value
             await eventually(
                 lambda: (deleted("dispatcher_retention_deleted_total") or 0) >= 2000, 20
             )

@@ -62,12 +62,14 @@ async def test_a_schedule_every_2_s_fires_each_occurrence_on_time_beside_a_backl
     behind = now - timedelta(seconds=BACKLOG_S)
     for index in range(BACKLOGGED):  # every second, each missed occurrence made up (36 000)
         timing = Timing(interval_s=1, start_at=behind)
-        await node.schedules.create(
+        await node.recurring.schedules.create(
             spec(f"backlog-{index}", timing, Missed.ALL), namespace=None, next_at=behind
         )
     start = now + timedelta(seconds=4)
     ticks = Timing(interval_s=2, start_at=start, end_at=start + timedelta(seconds=10))
-    await node.schedules.create(spec("every-2s", ticks, Missed.SKIP), namespace=None, next_at=start)
+    await node.recurring.schedules.create(
+        spec("every-2s", ticks, Missed.SKIP), namespace=None, next_at=start
+    )
     expected = [start + timedelta(seconds=2 * i) for i in range(6)]
 
     async def fired() -> bool:

@@ -54,12 +54,12 @@ def materialiser(
     node: Node, intake: object, now: datetime, per_schedule: int = 1000
 ) -> Materialiser:
     return Materialiser(
-        node.schedules,
+        node.recurring.schedules,
         intake,  # type: ignore[arg-type]
         ahead_s=15,
         poll_s=1,
         per_schedule=per_schedule,
-        metrics=node.metrics,
+        metrics=node.core.metrics,
         now_dt=lambda: now,
     )
 
@@ -81,7 +81,7 @@ class CrashAfterStoring:
     advance."""
 
     def __init__(self, node: Node) -> None:
-        self._intake = node.intake
+        self._intake = node.submission.intake
 
     async def submit(
         self, specs: Sequence[models.JobSpec], *, namespace: str | None = None
@@ -94,24 +94,28 @@ async def test_a_pass_cut_off_after_storing_jobs_is_redone_without_duplicates(
     node: Node, database_url: str
 ) -> None:
     now = START + timedelta(seconds=25)
-    await node.schedules.create(spec("redo"), namespace=None, next_at=START)
+    await node.recurring.schedules.create(spec("redo"), namespace=None, next_at=START)
     with pytest.raises(errors.StoreUnavailable, match="crash"):
         await materialiser(node, CrashAfterStoring(node), now).run_pass()
     stored = await run_ats(database_url, "redo")
     assert stored == [START + timedelta(seconds=10 * i) for i in range(5)]  # up to now + 15 s
-    assert (await node.schedules.get("redo", namespace=None)).next_at == START  # not advanced
-    assert await materialiser(node, node.intake, now).run_pass() == 1
+    assert (
+        await node.recurring.schedules.get("redo", namespace=None)
+    ).next_at == START  # not advanced
+    assert await materialiser(node, node.submission.intake, now).run_pass() == 1
     assert await run_ats(database_url, "redo") == stored
-    advanced = await node.schedules.get("redo", namespace=None)
+    advanced = await node.recurring.schedules.get("redo", namespace=None)
     assert advanced.next_at == START + timedelta(seconds=50)
     assert advanced.last_fired_at == START + timedelta(seconds=40)
 
 
 async def test_concurrent_passes_make_each_occurrence_once(node: Node, database_url: str) -> None:
     for index in range(20):
-        await node.schedules.create(spec(f"many-{index}"), namespace="team", next_at=START)
+        await node.recurring.schedules.create(
+            spec(f"many-{index}"), namespace="team", next_at=START
+        )
     now = START + timedelta(seconds=100)
-    passes = [materialiser(node, node.intake, now) for _ in range(4)]
+    passes = [materialiser(node, node.submission.intake, now) for _ in range(4)]
     handled = await asyncio.gather(*(p.run_pass() for p in passes))
     # Locked rows are skipped, not waited for: no schedule is handled twice.
     assert sum(handled) == 20
@@ -131,9 +135,9 @@ async def test_concurrent_passes_make_each_occurrence_once(node: Node, database_
 async def test_missed_policy_after_an_hour_down(
     node: Node, database_url: str, missed: Missed, first_offsets_s: list[int]
 ) -> None:
-    await node.schedules.create(spec("down", missed), namespace=None, next_at=START)
+    await node.recurring.schedules.create(spec("down", missed), namespace=None, next_at=START)
     now = START + timedelta(hours=1)
-    runner = materialiser(node, node.intake, now, per_schedule=100)
+    runner = materialiser(node, node.submission.intake, now, per_schedule=100)
     while await runner.run_pass():
         pass
     made = await run_ats(database_url, "down")
@@ -144,7 +148,7 @@ async def test_missed_policy_after_an_hour_down(
 
 
 async def test_the_materialiser_task_stops_when_asked(node: Node) -> None:
-    runner = materialiser(node, node.intake, START)
+    runner = materialiser(node, node.submission.intake, START)
     task = asyncio.create_task(runner.run(), name="test-materialiser")
     await asyncio.sleep(0.2)
     assert not task.done()  # it waits for its next pass
@@ -170,10 +174,12 @@ async def test_the_live_lane_is_served_before_a_backlog_larger_than_a_pass(
     schedule behind a turn."""
     now = START + timedelta(hours=1)
     for index in range(150):
-        await node.schedules.create(spec(f"behind-{index}"), namespace=None, next_at=START)
+        await node.recurring.schedules.create(
+            spec(f"behind-{index}"), namespace=None, next_at=START
+        )
     due = now + timedelta(seconds=10)
-    await node.schedules.create(spec("on-time"), namespace=None, next_at=due)
-    runner = materialiser(node, node.intake, now)
+    await node.recurring.schedules.create(spec("on-time"), namespace=None, next_at=due)
+    runner = materialiser(node, node.submission.intake, now)
     await runner.run_pass()
     assert await run_ats(database_url, "on-time") == [due]
     # A pass's catch-up is shared: 1000 jobs over the 100 schedules it took, 10 each.
@@ -187,23 +193,23 @@ async def test_the_live_lane_is_served_before_a_backlog_larger_than_a_pass(
 async def test_a_schedule_that_cannot_be_planned_is_parked_and_the_others_go_on(
     node: Node, database_url: str
 ) -> None:
-    await node.schedules.create(spec("fine"), namespace=None, next_at=START)
+    await node.recurring.schedules.create(spec("fine"), namespace=None, next_at=START)
     broken = ScheduleSpec(
         name="broken",
         timing=Timing(cron="* * * * *", timezone="Mars/Olympus", start_at=START),
         template=Template(routing_key="runner.tick", payload=b"{}", headers={}),
     )
-    await node.schedules.create(broken, namespace=None, next_at=START)
+    await node.recurring.schedules.create(broken, namespace=None, next_at=START)
     now = START + timedelta(seconds=25)
-    runner = materialiser(node, node.intake, now)
+    runner = materialiser(node, node.submission.intake, now)
     assert await runner.run_pass() == 2
     assert len(await run_ats(database_url, "fine")) == 5
-    parked = await node.schedules.get("broken", namespace=None)
+    parked = await node.recurring.schedules.get("broken", namespace=None)
     assert parked.spec.paused
     assert parked.next_at == START  # not advanced
     assert parked.error is not None
     assert "ZoneInfoNotFoundError" in parked.error
-    assert "dispatcher_schedules_parked_total 1.0" in node.metrics.render().decode()
+    assert "dispatcher_schedules_parked_total 1.0" in node.core.metrics.render().decode()
     # Parked, it is not retried every pass.
     assert await runner.run_pass() == 0
 
@@ -212,7 +218,7 @@ class RefusingIntake:
     """Stores jobs, except that PostgreSQL refuses those of one routing key."""
 
     def __init__(self, node: Node, refused_key: str) -> None:
-        self._intake = node.intake
+        self._intake = node.submission.intake
         self._refused_key = refused_key
 
     async def submit(
@@ -226,13 +232,13 @@ class RefusingIntake:
 async def test_a_schedule_whose_jobs_are_refused_is_parked_and_the_batch_is_stored(
     node: Node, database_url: str
 ) -> None:
-    await node.schedules.create(spec("fine"), namespace="team", next_at=START)
+    await node.recurring.schedules.create(spec("fine"), namespace="team", next_at=START)
     refused = ScheduleSpec(
         name="refused",
         timing=Timing(interval_s=10, start_at=START),
         template=Template(routing_key="runner.refused", payload=b"{}", headers={}),
     )
-    await node.schedules.create(refused, namespace="team", next_at=START)
+    await node.recurring.schedules.create(refused, namespace="team", next_at=START)
     now = START + timedelta(seconds=25)
     assert await materialiser(node, RefusingIntake(node, "runner.refused"), now).run_pass() == 2
     assert len(await run_ats(database_url, "fine")) == 5
@@ -247,7 +253,7 @@ async def test_times_stored_as_infinity_before_the_bounds_are_read_as_their_inst
 ) -> None:
     """0001-01-01T00:00:00Z and 9999-12-31T23:59:59.999999Z were stored as -infinity and
     infinity (read back naive: the materialiser then raised TypeError and the node stopped)."""
-    await node.schedules.create(spec("extremes"), namespace=None, next_at=START)
+    await node.recurring.schedules.create(spec("extremes"), namespace=None, next_at=START)
     connection = await asyncpg.connect(database_url)
     try:
         await connection.execute(
@@ -256,10 +262,10 @@ async def test_times_stored_as_infinity_before_the_bounds_are_read_as_their_inst
         )
     finally:
         await connection.close()
-    stored = await node.schedules.get("extremes", namespace=None)
+    stored = await node.recurring.schedules.get("extremes", namespace=None)
     assert stored.spec.timing.start_at == datetime.min.replace(tzinfo=UTC)
     assert stored.spec.timing.end_at == datetime.max.replace(tzinfo=UTC)
     now = START + timedelta(seconds=25)
-    assert await materialiser(node, node.intake, now).run_pass() == 1
+    assert await materialiser(node, node.submission.intake, now).run_pass() == 1
     assert len(await run_ats(database_url, "extremes")) == 5
-    assert (await node.schedules.get("extremes", namespace=None)).error is None
+    assert (await node.recurring.schedules.get("extremes", namespace=None)).error is None

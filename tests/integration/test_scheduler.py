@@ -30,13 +30,15 @@ async def test_heap_stays_within_its_cap_and_every_job_fires(
         fire_batch=50,
         publish_path=publish_path,
     ) as node:
-        assert node.publisher.path == publish_path
+        assert node.messaging.publisher.path == publish_path
         largest = 0
 
         async def watch() -> None:
             nonlocal largest
             while True:
-                largest = max(largest, node.lanes.live_count + node.lanes.backlog_count)
+                largest = max(
+                    largest, node.firing.lanes.live_count + node.firing.lanes.backlog_count
+                )
                 await asyncio.sleep(0.005)
 
         watcher = asyncio.create_task(watch())
@@ -169,7 +171,7 @@ async def test_a_burst_on_one_routing_key_does_not_hold_up_the_others(
                 burst += await submit("sched.big", [burst_at] * 1000)
             small = dict(zip(await submit("sched.small", small_due), small_due, strict=True))
         missing = await collector.wait_for([*burst, *small], 90)
-        demoted = node.lanes.demoted
+        demoted = node.firing.lanes.demoted
     assert missing == set()
     assert demoted > 0
     late_ms = sorted(

@@ -34,8 +34,8 @@ async def running_node(
     if task.done():
         started.cancel()
         task.result()  # raises what stopped the node
-    await asyncio.wait_for(node.publisher.wait_ready(), 30)
-    await asyncio.wait_for(node.live_publisher.wait_ready(), 30)
+    await asyncio.wait_for(node.messaging.publisher.wait_ready(), 30)
+    await asyncio.wait_for(node.messaging.live_publisher.wait_ready(), 30)
     try:
         yield node
     finally:
@@ -50,7 +50,9 @@ WRITE = {"content-type": "application/json"}
 
 def client(node: Node) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=node.app), base_url="http://127.0.0.1", headers=WRITE
+        transport=httpx.ASGITransport(app=node.serving.app),
+        base_url="http://127.0.0.1",
+        headers=WRITE,
     )
 
 

@@ -290,17 +290,19 @@ def test_an_operators_rule_that_restrains_nothing_leaves_the_tenants_to_govern()
 
 
 def test_ten_thousand_rules_are_weighed_in_well_under_a_second() -> None:
-    # Before: each rule against every holding or metered one, about 25 s for these.
+    # Before: each rule against every holding or metered one, about 25 s for these; linear now,
+    # about 0.2 s. The bound is this process's CPU time, far above linear and far below quadratic,
+    # so that other work on a loaded machine does not fail it.
     rules = [rule(f"t{n}", limits=RATE) for n in range(100)]
     rules += [rule(f"t{n % 100}.k{n}", limits=RATE if n % 2 else PAUSED) for n in range(5000)]
     rules += [tenant(f"t{n % 100}.k{n}.x", "a", RATE) for n in range(4900)]
     book = RuleBook(rules)
-    started = time.perf_counter()
+    started = time.process_time()
     held = book.holding(NOW)
     metered = book.metered(NOW)
     tags = json.loads(book.governing_tags(metered, NOW))
-    took_s = time.perf_counter() - started
+    took_s = time.process_time() - started
     assert len(metered) == 100 + 2500 + 4900
     assert held.held_count() == 10_000
     assert sum(len(by_key) for by_key in tags.values()) == 10_000
-    assert took_s < 0.5, took_s
+    assert took_s < 5.0, took_s

@@ -16,7 +16,7 @@ def test_serving_freezes_the_built_node_and_collects_the_young_generation_less_o
         "from dispatcher.settings import Settings\n"
         "node.Node(Settings())\n"
         "assert gc.get_freeze_count() == 0\n"
-        "node._tune_gc()\n"
+        "node.tune_gc()\n"
         "print(gc.get_freeze_count(), *gc.get_threshold())\n"
     )
     out = subprocess.run(
