@@ -161,7 +161,7 @@ async def reader_round(dsn: str, locker: asyncpg.Connection) -> float:
 
 
 async def write_rate(connection: asyncpg.Connection, batches: int = 40) -> tuple[float, float]:
-    """Rows per second inserted (INSERT_JOBS, batches of 1000) and moved (three updates each)."""
+    """Rows per second inserted (ENQUEUE_JOBS, batches of 1000) and moved (three updates each)."""
     size = 1000
     run_at = datetime.now(UTC) + timedelta(hours=1)
     new_ids = job_ids.JobIds()
@@ -172,7 +172,7 @@ async def write_rate(connection: asyncpg.Connection, batches: int = 40) -> tuple
         stored.append(ids)
         none = [None] * size
         await connection.fetch(
-            intake_sql.INSERT_JOBS,
+            intake_sql.ENQUEUE_JOBS,
             ids,
             [i % 256 for i in range(size)],
             [f"rk.{i % 50}" for i in range(size)],
@@ -183,6 +183,9 @@ async def write_rate(connection: asyncpg.Connection, batches: int = 40) -> tuple
             none,
             [run_at] * size,
             none,
+            none,
+            none,
+            "bench",
         )
     inserted = batches * size / (time.perf_counter() - started)
     started = time.perf_counter()

@@ -14,6 +14,7 @@ from bench import (
     ha_failover,
     harness,
     held_snapshot,
+    insert_paths,
     lateness,
     list_queries,
     many_rules,
@@ -30,6 +31,7 @@ if __name__ == "__main__":
     harness.run(end_to_end.main(seconds=60, rates=[1000, 5000], runs=3))
     harness.run(consumer_throughput.main(jobs=100_000, runs=3))
     harness.run(single_submit.main(seconds=10, runs=3))
+    harness.run(insert_paths.main(runs=3, count=10, single=1000))
     harness.run(backlog.main(rows=[1_000_000, 10_000_000], overdue=200_000, runs=3))
     harness.run(failover.main(kills=3, rate=200, session_s=5.0))
     harness.run(zk_ensemble.main(rounds=2, rate=200, session_s=6.0))

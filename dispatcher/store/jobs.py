@@ -136,11 +136,8 @@ class JobStore:
             if with_prerequisites or scoped_keys
             else contextlib.nullcontext(),
         ):
-            if any(job.spec.keyed for job in jobs):
-                answers = await self._enqueue(connection, jobs)
-                existing = await _rows(connection, [a.id for a in answers if not a.created])
-            else:
-                answers, existing = await self._insert_kept(connection, jobs)
+            answers = await self._store(connection, jobs)
+            existing = await _rows(connection, [a.id for a in answers if not a.created])
             _refuse_foreign(jobs, answers, existing)
             inserted = {answer.id: answer.created_at for answer in answers if answer.created}
             if with_prerequisites:
@@ -160,10 +157,14 @@ class JobStore:
             results.append(models.Submitted(job=stored, outcome=answer.outcome))
         return results
 
-    async def _enqueue(
+    async def _store(
         self, connection: asyncpg.pool.PoolConnectionProxy, jobs: Sequence[models.NewJob]
     ) -> list[_Answer]:
-        """Jobs some of which replace, extend or let go of their key: ``ENQUEUE_JOBS``."""
+        """Every batch through ``ENQUEUE_JOBS``; one job without an idempotency key, which
+        nothing can conflict with, through ``INSERT_JOB``, the faster statement for one row."""
+        if len(jobs) == 1 and jobs[0].spec.idempotency_key is None:
+            created_at = await connection.fetchval(intake.INSERT_JOB, *insert_values(jobs[0]))
+            return [_Answer(jobs[0].id, created_at, models.Outcome.CREATED)]
         releases = [
             None if job.spec.release_key is models.KeyRelease.NEVER else job.spec.release_key.value
             for job in jobs
@@ -178,44 +179,6 @@ class JobStore:
         return [
             _Answer(row["id"], row["created_at"], models.Outcome(row["outcome"])) for row in rows
         ]
-
-    async def _insert_kept(
-        self, connection: asyncpg.pool.PoolConnectionProxy, jobs: Sequence[models.NewJob]
-    ) -> tuple[list[_Answer], dict[uuid.UUID, models.Job]]:
-        """Jobs whose known keys keep their jobs (the hot path: ``INSERT_JOB``/``INSERT_JOBS``,
-        which return the jobs inserted), and the jobs their known keys name."""
-        if len(jobs) == 1:
-            rows = await connection.fetch(intake.INSERT_JOB, *insert_values(jobs[0]))
-        else:
-            rows = await connection.fetch(intake.INSERT_JOBS, *insert_arrays(jobs))
-        inserted = {row["id"]: row["created_at"] for row in rows}
-        missing_keys = [
-            (job.namespace or "", job.spec.idempotency_key)
-            for job in jobs
-            if job.id not in inserted and job.spec.idempotency_key is not None
-        ]
-        holders: dict[tuple[str, str], models.Job] = {}
-        if missing_keys:
-            namespaces, keys = (list(column) for column in zip(*missing_keys, strict=True))
-            for row in await connection.fetch(intake.SELECT_BY_IDEMPOTENCY_KEYS, namespaces, keys):
-                holders[(row["namespace"] or "", row["idempotency_key"])] = job_from_row(row)
-        answers: list[_Answer | None] = []
-        for job in jobs:
-            created_at = inserted.get(job.id)
-            holder = holders.get((job.namespace or "", job.spec.idempotency_key or ""))
-            if created_at is not None:
-                answers.append(_Answer(job.id, created_at, models.Outcome.CREATED))
-            elif holder is not None:
-                answers.append(_Answer(holder.id, holder.created_at, models.Outcome.KEPT))
-            else:  # its job let go of the key (released) since the insert: insert again
-                answers.append(None)
-        again = [job for job, answer in zip(jobs, answers, strict=True) if answer is None]
-        retried = iter(await self._enqueue(connection, again) if again else ())
-        done = [answer or next(retried) for answer in answers]
-        existing = {job.id: job for job in holders.values()}
-        unread = [a.id for a in done if not a.created and a.id not in existing]
-        existing.update(await _rows(connection, unread))
-        return done, existing
 
     # --- reads and cancel -----------------------------------------------------------------------
 
@@ -525,7 +488,7 @@ async def _rows(
 def as_stored(
     job: models.NewJob, created_at: datetime, state: models.JobState = models.JobState.SCHEDULED
 ) -> models.Job:
-    """The row just inserted, as the database holds it (the column defaults of INSERT_JOBS)."""
+    """The row just inserted, as the database holds it (the column defaults of ENQUEUE_JOBS)."""
     spec = job.spec
     return models.Job(
         id=job.id,
@@ -575,7 +538,7 @@ def insert_values(job: models.NewJob) -> list[object]:
 
 
 def insert_arrays(jobs: Sequence[models.NewJob]) -> list[list[object]]:
-    """The parameters of INSERT_JOBS: each of ``insert_values`` as an array over ``jobs``."""
+    """The parameters of ENQUEUE_JOBS: each of ``insert_values`` as an array over ``jobs``."""
     # Column by column: one C getter mapped over the batch for each.
     arrays = [list(map(parameter, jobs)) for parameter in _PARAMETERS]
     arrays[_HEADERS_PARAMETER] = list(map(_json_text, arrays[_HEADERS_PARAMETER]))

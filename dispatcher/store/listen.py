@@ -5,10 +5,10 @@ what was sent while the connection was down is lost, so the connect callback is 
 subscriber catches up (the loader moves its window back, the keyring drops its caches). It runs
 after every LISTEN is in place, so nothing sent afterwards is missed.
 
-``run`` runs supervised (``dispatcher.node``): while PostgreSQL is away its error reaches the supervisor,
-which shows the loop degraded in ``/readyz`` and runs it again with backoff; a connect callback
-that raises restarts the loop too (and with it every subscriber's catch-up); a notice callback
-that raises is logged with its traceback and the next notice is delivered.
+``run`` runs supervised (``dispatcher.node``): while PostgreSQL is away its error reaches the
+supervisor, which shows the loop degraded in ``/readyz`` and runs it again with backoff; a
+connect callback that raises restarts the loop too (and with it every subscriber's catch-up); a
+notice callback that raises is logged with its traceback and the next notice is delivered.
 """
 
 from __future__ import annotations

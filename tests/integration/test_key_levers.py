@@ -237,3 +237,121 @@ async def test_the_contract_function_keeps_as_the_insert_does(database_url: str)
         (None, b"2"),
         ("k2", b"4"),
     ]
+
+
+# dispatcher_enqueue_v3 (sql/0024, every batch the node stores) called as v2 (sql/0019) is.
+V2_OR_V3 = (
+    "SELECT ordinal, id, created_at, outcome FROM dispatcher_enqueue_{}($1::uuid[], NULL, "
+    "$2::bigint[], $3::text[], $4::bytea[], $5::jsonb[], $6::smallint[], $7::bigint[], "
+    "$8::text[], $9::timestamptz[], $10::text[], $11::text[], $12::text[], false, 'test')"
+)
+# The jobs stored before each batch: (key, state, key_release, run_at in s from now).
+STANDING = [
+    ("keep-me", "scheduled", None, 60),
+    ("replace-me", "scheduled", None, 60),
+    ("extend-me", "scheduled", None, 60),
+    ("not-earlier", "scheduled", None, 60),
+    ("sent", "dispatched", None, 60),
+    ("let-go", "succeeded", "finished", -60),
+]
+# A batch of every case: (key, on_existing, key_release, run_at in s from now, routing key).
+MIXED = [
+    (None, None, None, 30, "a.b"),
+    ("fresh", None, None, 30, "a.b"),
+    ("fresh", None, None, 40, "a.b"),  # the same new key twice in one batch
+    ("keep-me", "keep", None, 30, "a.b"),
+    ("replace-me", "replace", None, 30, "a.b"),
+    ("extend-me", "extend", None, 90, "a.b"),
+    ("not-earlier", "extend", None, 30, "a.b"),
+    ("sent", "replace", None, 30, "a.b"),
+    ("keep-me", "replace", None, 30, "other.key"),  # another routing key's job: refused
+    ("let-go", "keep", "finished", 30, "a.b"),  # its job let go of the key: a new one
+    ("fresh-2", "replace", "finished", 30, "a.b"),
+]
+
+
+async def test_the_set_based_contract_function_answers_as_v2_does(database_url: str) -> None:
+    """``dispatcher_enqueue_v3`` (a second implementation of v2's contract, set-based) against
+    v2: for a batch of every case, the same outcome for each job, the same job answering it
+    (the submitted one or the one its key names), and the same rows stored, history included."""
+    connection = await asyncpg.connect(database_url)
+
+    async def run(version: str) -> tuple[list[tuple[int, str, str]], list[tuple[object, ...]]]:
+        transaction = connection.transaction()
+        await transaction.start()
+        try:
+            now = datetime.now(UTC)
+            standing: dict[str, Any] = {}
+            for key, state, release, due_s in STANDING:
+                standing[key] = await connection.fetchval(
+                    "INSERT INTO jobs (id, shard, routing_key, payload, headers, run_at,"
+                    " idempotency_key, state, key_release) VALUES (gen_random_uuid(), 0, 'a.b',"
+                    " 'old', '{}', $1, $2, $3, $4) RETURNING id",
+                    now + timedelta(seconds=due_s),
+                    key,
+                    state,
+                    release,
+                )
+            await connection.execute(
+                "UPDATE jobs SET idempotency_key = NULL, released_key = 'let-go'"
+                " WHERE idempotency_key = 'let-go'"
+            )
+            submitted = [
+                await connection.fetchval("SELECT gen_random_uuid()") for _ in range(len(MIXED))
+            ]
+            rows = await connection.fetch(
+                V2_OR_V3.format(version),
+                submitted,
+                list(range(len(MIXED))),
+                [routing_key for *_, routing_key in MIXED],
+                [f"new-{n}".encode() for n in range(len(MIXED))],
+                ["{}"] * len(MIXED),
+                [None] * len(MIXED),
+                [None] * len(MIXED),
+                [key for key, *_ in MIXED],
+                [now + timedelta(seconds=due_s) for *_, due_s, _ in MIXED],
+                [None] * len(MIXED),
+                [release for _, _, release, *_ in MIXED],
+                [how for _, how, *_ in MIXED],
+            )
+            names = {job_id: f"submitted {n}" for n, job_id in enumerate(submitted)}
+            names.update({job_id: f"standing {key}" for key, job_id in standing.items()})
+            answers = [(row["ordinal"], names[row["id"]], row["outcome"]) for row in rows]
+            stored = [
+                (
+                    names[row["id"]],
+                    row["idempotency_key"],
+                    bytes(row["payload"]),
+                    round((row["run_at"] - now).total_seconds()),
+                    row["events"],
+                )
+                for row in await connection.fetch(
+                    # a change's detail names the new run_at, compared as the row's own above
+                    "SELECT j.*, (SELECT array_agg(e.outcome || ' ' || split_part(e.detail, ' ', 1)"
+                    " ORDER BY e.at)"
+                    " FROM job_events e WHERE e.job_id = j.id) AS events FROM jobs j"
+                )
+            ]
+            return answers, sorted(stored, key=str)
+        finally:
+            await transaction.rollback()
+
+    try:
+        await connection.execute("INSERT INTO shard_epochs (shard, epoch) VALUES (0, 1)")
+        v2, v3 = await run("v2"), await run("v3")
+    finally:
+        await connection.close()
+    assert [outcome for *_, outcome in v2[0]] == [
+        "created",
+        "created",
+        "kept",
+        "kept",
+        "replaced",
+        "extended",
+        "kept",
+        "refused",
+        "refused",
+        "created",
+        "created",
+    ]
+    assert v3 == v2
