@@ -73,7 +73,7 @@ def pg_server(in_containers: bool) -> Iterator[PostgresService]:
     server = PostgresServer(root, reserve_port())
 
     def teardown() -> None:
-        server.stop()
+        server.kill()  # thrown away: a clean stop only cost the end of every worker its time
         shutil.rmtree(root, ignore_errors=True)
 
     yield from serve(server, teardown)
@@ -206,7 +206,7 @@ def rabbit_server(
     server = new_rabbit_server(tmp_path_factory)
 
     def teardown() -> None:
-        server.stop()
+        server.kill()  # thrown away: a clean stop took seconds at the end of every worker
         if isinstance(server, rabbitmq4.Rabbit4Server):
             # Its root is in the kept chroot: drop the data, keep the log to grep after the run.
             shutil.rmtree(server.root / "mnesia", ignore_errors=True)
@@ -250,7 +250,7 @@ def zk_server(
         yield from serve(container, container.remove)
         return
     server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), reserve_port())
-    yield from serve(server, server.stop)
+    yield from serve(server, server.kill)  # thrown away: killed, not stopped
 
 
 @pytest.fixture

@@ -27,9 +27,7 @@ class Messaging:
         reconnect = supervision.Backoff(
             first_s=publisher_mod.RECONNECT_FIRST_S, max_s=publisher_mod.RECONNECT_MAX_S
         )
-        retry = supervision.Backoff(
-            first_s=events_mod.RETRY_FIRST_S, max_s=events_mod.RETRY_MAX_S
-        )
+        retry = supervision.Backoff(first_s=events_mod.RETRY_FIRST_S, max_s=events_mod.RETRY_MAX_S)
         return [
             Task("amqp-connect", self.publisher.run, backoff=reconnect),
             Task("amqp-connect-live", self.live_publisher.run, backoff=reconnect),

@@ -1,5 +1,6 @@
-"""A three-node RabbitMQ cluster for the tests that kill its nodes: one for each run of consecutive
-tests that use it (starting one takes half a minute), healed after each test, a vhost per test.
+"""A three-node RabbitMQ cluster for the tests that kill its nodes: one for the files that share it
+(starting one takes half a minute), every node running again before each test that uses it, a
+vhost per test.
 
 ``DISPATCHER_TEST_RABBITMQ=4`` builds it from RabbitMQ 4.x nodes (``devstack.rabbitmq4``)."""
 
@@ -8,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from devstack.base import service_root
 from devstack.rabbitmq import RabbitServer
 from devstack.rabbitmq_cluster import NodeFactory, RabbitCluster, system_node
 from tests import fixtures
+from tests.support.scheduling import unit_of
 
 
 def node_factory() -> NodeFactory:
@@ -35,9 +36,9 @@ def node_factory() -> NodeFactory:
     return make
 
 
-# The cluster the current run of tests uses: started by the first test that asks for it, stopped
-# after the last test of a run of consecutive tests that use it (``SHARED`` in
-# tests/support/scheduling.py sends the files that kill its nodes to one worker, in a row).
+# The cluster the current files use: started by the first test that asks for it, thrown away
+# (killed) after the last test of the files that share it, whatever order their tests run in
+# (``SHARED`` in tests/support/scheduling.py sends those files to one worker, in a row).
 _started: list[tuple[RabbitCluster, Path]] = []
 
 
@@ -55,7 +56,7 @@ def rabbit_cluster() -> RabbitCluster:
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    if _started and "rabbit_cluster" not in getattr(nextitem, "fixturenames", ()):
+    if _started and (nextitem is None or unit_of(nextitem.nodeid) != unit_of(item.nodeid)):
         stop_cluster()
 
 
@@ -63,18 +64,20 @@ def stop_cluster() -> None:
     cluster, root = _started.pop()
     for node in cluster.nodes:
         fixtures._running.remove(node)
-    cluster.stop()
+    for node in cluster.nodes:  # thrown away: nothing to stop cleanly
+        node.kill()
     shutil.rmtree(root, ignore_errors=True)
     for node in cluster.nodes:  # a 4.x node's folder is in the kept chroot: drop its data
         shutil.rmtree(node.root / "mnesia", ignore_errors=True)
 
 
 @pytest.fixture
-def cluster_url(rabbit_cluster: RabbitCluster) -> Iterator[str]:
-    """Every node's URL (comma-separated) for a vhost of this test's own; every node runs again
-    after the test."""
+def cluster_url(rabbit_cluster: RabbitCluster) -> str:
+    """Every node's URL (comma-separated) for a vhost of this test's own, every node running.
+    Healed before a test rather than after, so that the last test's kill is never healed; the
+    vhost is left to the cluster, thrown away with it (deleting it while a node is down could
+    wait on queues that node held)."""
+    rabbit_cluster.heal()
     vhost = f"test-{uuid.uuid4().hex[:12]}"
     rabbit_cluster.create_vhost(vhost)
-    yield rabbit_cluster.url(vhost)
-    rabbit_cluster.heal()
-    rabbit_cluster.any_running().delete_vhost(vhost)
+    return rabbit_cluster.url(vhost)
