@@ -199,7 +199,9 @@ async def test_nodes_share_one_events_queue_and_record_each_event_once(
                 dispatch_round=known,
             )
         await events.close(10)
-        await eventually(lambda: first.events.recorded + second.events.recorded == 40, 10)
+        await eventually(
+            lambda: first.messaging.events.recorded + second.messaging.events.recorded == 40, 10
+        )
         history = (await http.get(f"/v1/jobs/{job_id}")).json()["history"]
     assert [step["attempt"] for step in history if step["event"] == "failed"] == list(range(1, 41))
 

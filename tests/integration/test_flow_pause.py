@@ -242,7 +242,7 @@ async def test_a_node_started_with_a_paused_key_never_fires_it(
 
 
 async def _owned_by_both(a: Node, b: Node) -> bool:
-    return bool(a.ownership.epochs()) and bool(b.ownership.epochs())
+    return bool(a.coordination.ownership.epochs()) and bool(b.coordination.ownership.epochs())
 
 
 async def _holds(node: Node, routing_key: str) -> bool:

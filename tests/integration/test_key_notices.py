@@ -50,7 +50,7 @@ async def test_the_first_key_created_closes_the_api_on_every_node_at_once(
         # Both answered "no key exists" and cached it for an hour.
         assert (await http_a.get("/v1/jobs")).status_code == 200
         assert (await http_b.get("/v1/jobs")).status_code == 200
-        _, token = await KeyStore(first.db).create(scope=api_keys.Scope.PRODUCER)
+        _, token = await KeyStore(first.core.db).create(scope=api_keys.Scope.PRODUCER)
         await wait_for_status(http_a, 401, {}, AT_ONCE_S)
         await wait_for_status(http_b, 401, {}, AT_ONCE_S)
         assert (await http_b.get("/v1/jobs", headers=bearer(token))).status_code == 200
@@ -58,7 +58,7 @@ async def test_the_first_key_created_closes_the_api_on_every_node_at_once(
 
 async def test_a_revoked_key_is_refused_at_once_on_every_node(nodes: tuple[Node, Node]) -> None:
     first, second = nodes
-    store = KeyStore(first.db)
+    store = KeyStore(first.core.db)
     key, token = await store.create(scope=api_keys.Scope.PRODUCER)
     async with client(first) as http_a, client(second) as http_b:
         await wait_for_status(http_a, 200, bearer(token), AT_ONCE_S)  # cached as valid
@@ -72,7 +72,7 @@ async def test_a_key_revoked_by_the_command_is_refused_at_once(
     nodes: tuple[Node, Node], database_url: str
 ) -> None:
     first, _ = nodes
-    key, token = await KeyStore(first.db).create(scope=api_keys.Scope.PRODUCER)
+    key, token = await KeyStore(first.core.db).create(scope=api_keys.Scope.PRODUCER)
     async with client(first) as http:
         await wait_for_status(http, 200, bearer(token), AT_ONCE_S)
         code, out, err = await dispatcher_cli(database_url, "revoke", str(key.id))

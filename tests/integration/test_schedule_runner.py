@@ -34,7 +34,7 @@ async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
         shard_count=8,
         schedule_poll_s=3600,
     ) as running:
-        running.materialiser.stop()
+        running.recurring.materialiser.stop()
         [own] = [task for task in asyncio.all_tasks() if task.get_name() == "schedules"]
         await asyncio.wait_for(own, 10)
         yield running
