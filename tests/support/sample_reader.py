@@ -242,8 +242,16 @@ def open_session(python: str, home: Path, env: dict[str, str]) -> subprocess.Pop
 def launch(
     command: list[str], cwd: Path, env: dict[str, str], log: Path
 ) -> subprocess.Popen[bytes]:
-    """COMMAND in a terminal of its own (a session: Ctrl-C reaches all of it), output to LOG."""
+    """COMMAND in a terminal of its own (a session: Ctrl-C reaches all of it), output to LOG. As
+    a terminal's shell would, it starts with Ctrl-C's default action, whatever this process was
+    given: a suite started in the background (``make test &``) ignores SIGINT, and so would every
+    process it starts."""
     with log.open("ab") as out:
         return subprocess.Popen(
-            command, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            ["env", "--default-signal=INT", *command],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
