@@ -215,3 +215,62 @@ class Supervisor:
                 delay,
                 extra={"action": "loop_failed"},
             )
+
+
+class Rounds:
+    """The shape every polling loop of a node shares: a round of work, then a rest of ``poll_s``
+    (cut short by ``wake`` or ``stop``), until ``stop``. A round that fails because PostgreSQL
+    is away (``errors.StoreUnavailable``: what it did was rolled back) is shown degraded in
+    ``/readyz`` under PART, handed to ON_PAUSED to log, and tried again after the rest; the next
+    round that works clears it. A round that returns True is busy: the next starts at once.
+    Anything else a round raises leaves ``run``, for the supervisor to restart the loop."""
+
+    def __init__(
+        self,
+        part: str,
+        poll_s: float,
+        *,
+        on_paused: Callable[[errors.StoreUnavailable], None],
+    ) -> None:
+        self.part = part
+        self._poll_s = poll_s
+        self._on_paused = on_paused
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wake(self) -> None:
+        """Start the next round now rather than after the rest."""
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    async def run(self, work: Callable[[], Awaitable[bool | None]]) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            busy = False
+            try:
+                busy = bool(await work())
+                report_recovered(self.part)
+            except errors.StoreUnavailable as exc:
+                report_degraded(self.part, exc)
+                self._on_paused(exc)
+            if not busy:
+                await self._until(self._poll_s, self._stop, self._wake)
+
+    async def pause(self, seconds: float) -> None:
+        """Rest within a round: SECONDS, or until ``stop``."""
+        await self._until(seconds, self._stop)
+
+    @staticmethod
+    async def _until(seconds: float, *events: asyncio.Event) -> None:
+        waiters = [asyncio.ensure_future(event.wait()) for event in events]
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()

@@ -17,8 +17,6 @@ node's loader walk them at the catch-up pace (``Loader.catch_up``) instead of a 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -60,7 +58,6 @@ class BulkRunner:
         self._metrics = metrics
         self._node_id = node_id
         self._batch = batch
-        self._poll_s = poll_s
         self._lease_s = lease_s
         self._rest = (1.0 - duty) / duty  # seconds of rest per second of batch
         self._rate_per_s = rate_per_s
@@ -68,28 +65,24 @@ class BulkRunner:
         self._notify_within_s = notify_within_s
         self._on_requeued = on_requeued
         self._mono = mono
-        self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
+        self._rounds = supervision.Rounds(  # the batch in flight of a failed round rolled back
+            "bulk",
+            poll_s,
+            on_paused=lambda exc: logger.warning("bulk actions paused: %s", exc, extra=_LOG),
+        )
 
     def stop(self) -> None:
-        self._stop.set()
+        self._rounds.stop()
 
     def wake(self) -> None:
         """An action was made or resumed: look at once rather than at the next poll."""
-        self._wake.set()
+        self._rounds.wake()
 
     async def run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()
-            try:
-                await self.work()
-                supervision.report_recovered("bulk")
-            except errors.StoreUnavailable as exc:  # the batch in flight was rolled back
-                supervision.report_degraded("bulk", exc)
-                logger.warning("bulk actions paused: %s", exc, extra=_LOG)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll_s):
-                    await _first(self._stop, self._wake)
+        await self._rounds.run(self._round)
+
+    async def _round(self) -> None:
+        await self.work()
 
     async def work(self) -> int:
         """Work running actions a batch at a time, each batch to the action whose turn it is
@@ -99,7 +92,7 @@ class BulkRunner:
         changed = 0
         failures: dict[uuid.UUID, int] = {}
         held: uuid.UUID | None = None  # the action this node keeps between its batches
-        while not self._stop.is_set():
+        while not self._rounds.stopping:
             action = await self._store.claim(node_id=self._node_id, lease_s=self._lease_s)
             if held is not None and (action is None or action.id != held):
                 await self._store.release(held, node_id=self._node_id)
@@ -125,9 +118,7 @@ class BulkRunner:
             # due), whichever action comes next.
             work_s = self._mono() - started
             rest_s = max(work_s * self._rest, done.changed / self._rate_per_s - work_s)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(rest_s, self._lease_s / 4)):
-                    await self._stop.wait()
+            await self._rounds.pause(min(rest_s, self._lease_s / 4))
         return changed
 
     async def _one_batch(
@@ -164,13 +155,3 @@ class BulkRunner:
         if done.done:
             logger.info("bulk action %s done", action.id, extra=_LOG)
         return done
-
-
-async def _first(*events: asyncio.Event) -> None:
-    """Wait until any of ``events`` is set."""
-    waiters = [asyncio.ensure_future(event.wait()) for event in events]
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for waiter in waiters:
-            waiter.cancel()

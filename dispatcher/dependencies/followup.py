@@ -12,11 +12,9 @@ dependents are followed by the trigger its cancel fires, inline or queued in tur
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
-from dispatcher import errors, metrics, supervision
+from dispatcher import metrics, supervision
 from dispatcher.store import dependencies
 from dispatcher.store.db import Database
 
@@ -31,28 +29,29 @@ class DependentsFollower:
         self._db = db
         self._metrics = metrics
         self._batch = batch
-        self._poll_s = poll_s
-        self._stop = asyncio.Event()
+        # Deadlocks are StoreUnavailable too: the batch is redone at the next round.
+        self._rounds = supervision.Rounds(
+            "follow-up",
+            poll_s,
+            on_paused=lambda exc: logger.warning(
+                "dependents: follow-up paused: %s", exc, extra=_LOG
+            ),
+        )
 
     def stop(self) -> None:
-        self._stop.set()
+        self._rounds.stop()
 
     async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await self.drain()
-                supervision.report_recovered("follow-up")
-            except errors.StoreUnavailable as exc:  # deadlocks included: the batch is redone
-                supervision.report_degraded("follow-up", exc)
-                logger.warning("dependents: follow-up paused: %s", exc, extra=_LOG)
-            with contextlib.suppress(TimeoutError):  # until the next look, or stop
-                await asyncio.wait_for(self._stop.wait(), self._poll_s)
+        await self._rounds.run(self._round)
+
+    async def _round(self) -> None:
+        await self.drain()
 
     async def drain(self) -> int:
         """Work the queue until it is empty (or ``stop``); returns how many dependents were
         released or cancelled."""
         total = 0
-        while not self._stop.is_set():
+        while not self._rounds.stopping:
             followed = await dependencies.follow_deferred(self._db, batch=self._batch)
             if followed is None:
                 break

@@ -23,7 +23,6 @@ counted. It never fails the pass, is not retried every pass, and cannot stop the
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -75,32 +74,28 @@ class Materialiser:
         self._store = store
         self._intake = intake
         self._ahead = timedelta(seconds=ahead_s)
-        self._poll_s = poll_s
         self._per_schedule = per_schedule
         self._catchup_s = catchup_s
         self._metrics = metrics
         self._now_dt = now_dt
-        self._stop = asyncio.Event()
+        self._rounds = supervision.Rounds(
+            "passes",
+            poll_s,
+            on_paused=lambda exc: logger.warning(
+                "schedules: pass skipped: %s", exc, extra={"action": "schedules"}
+            ),
+        )
 
     def stop(self) -> None:
-        self._stop.set()
+        self._rounds.stop()
 
     async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                live, behind = await self._pass()
-                busy = live == SCHEDULES_PER_PASS or behind > 0
-                supervision.report_recovered("passes")
-            except errors.StoreUnavailable as exc:
-                supervision.report_degraded("passes", exc)
-                logger.warning("schedules: pass skipped: %s", exc, extra={"action": "schedules"})
-                busy = False
-            if not busy:  # more may be due after a full live lane or a catch-up step: go on
-                try:
-                    async with asyncio.timeout(self._poll_s):
-                        await self._stop.wait()
-                except TimeoutError:
-                    pass
+        await self._rounds.run(self._round)
+
+    async def _round(self) -> bool:
+        """Busy (go on at once) after a full live lane or a catch-up step: more may be due."""
+        live, behind = await self._pass()
+        return live == SCHEDULES_PER_PASS or behind > 0
 
     async def run_pass(self) -> int:
         """One pass (both lanes): returns how many schedules it handled."""

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dispatcher import errors, metrics, models, supervision
+from dispatcher import metrics, models, supervision
 from dispatcher.store.history import HistoryStore, StateCount
 
 logger = logging.getLogger(__name__)
@@ -102,15 +102,16 @@ class Housekeeper:
         self.snapshot = Snapshot()
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.purge()
-                await self.refresh()
-                supervision.report_recovered("purge and counts")
-            except errors.StoreUnavailable as exc:
-                supervision.report_degraded("purge and counts", exc)
-                logger.warning("housekeeping skipped: %s", exc)
-            await asyncio.sleep(self._interval_s)
+        rounds = supervision.Rounds(
+            "purge and counts",
+            self._interval_s,
+            on_paused=lambda exc: logger.warning("housekeeping skipped: %s", exc),
+        )
+        await rounds.run(self._round)
+
+    async def _round(self) -> None:
+        await self.purge()
+        await self.refresh()
 
     async def purge(self) -> int:
         """Delete every job finished before the retention, a batch at a time; returns how many."""

@@ -4,11 +4,10 @@ away) raises: the supervisor runs the loop again, and the horizon keeps what it 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
-from dispatcher import metrics
+from dispatcher import metrics, supervision
 from dispatcher.store.snapshots import SnapshotStore
 from dispatcher.timing.kinds import Mono
 from dispatcher.upkeep.vacuum_horizon import Horizon
@@ -36,9 +35,12 @@ class VacuumWatch:
         self._mono = mono
 
     async def run(self) -> None:
-        while True:
-            await self.look()
-            await asyncio.sleep(self._interval_s)
+        rounds = supervision.Rounds(
+            "snapshots",
+            self._interval_s,
+            on_paused=lambda exc: logger.warning("vacuum watch: look skipped: %s", exc),
+        )
+        await rounds.run(self.look)
 
     async def look(self) -> None:
         was_held_back = self.horizon.held_back

@@ -101,7 +101,14 @@ async def test_loops_held_up_by_postgres_show_degraded_in_readyz_until_it_is_bac
     # Those the error reaches (restarted by the supervisor), then those that keep what they
     # hold and retry inside, reporting themselves.
     restarted = {"notices", "loader", "sweeper"}
-    reporting = {"events", "housekeeping", "schedules", "dependents", "bulk-actions"}
+    reporting = {
+        "events",
+        "housekeeping",
+        "vacuum-watch",
+        "schedules",
+        "dependents",
+        "bulk-actions",
+    }
     held_up = restarted | reporting
     try:
         async with httpx.AsyncClient(base_url=process.url, timeout=10) as http:

@@ -259,3 +259,64 @@ def test_the_database_errors_that_heal_by_themselves_are_the_transient_ones(
     exc: BaseException, transient: bool
 ) -> None:
     assert db.is_unavailable(exc) is transient
+
+
+async def test_rounds_show_a_round_failing_on_the_database_degraded_and_go_on() -> None:
+    """The polling loops' one shape: a round PostgreSQL failed is reported and tried again after
+    the rest; the next that works clears it; the loop is never restarted."""
+    supervisor = supervision.Supervisor(metrics.Metrics())
+    paused: list[str] = []
+    rounds = supervision.Rounds("passes", 0.01, on_paused=lambda exc: paused.append(str(exc)))
+    outcomes = iter([errors.StoreUnavailable("down"), errors.StoreUnavailable("down"), None])
+    degraded_seen: list[dict[str, str]] = []
+    runs = 0
+
+    async def work() -> None:
+        degraded_seen.append(supervisor.degraded())
+        failure = next(outcomes, None)
+        if failure is not None:
+            raise failure
+        rounds.stop()
+
+    async def body() -> None:
+        nonlocal runs
+        runs += 1
+        await rounds.run(work)
+
+    await asyncio.wait_for(supervisor.supervise("schedules", body), 5)
+    assert paused == ["down", "down"]
+    down = {"schedules": "passes: StoreUnavailable: down"}
+    assert degraded_seen == [{}, down, down]  # shown from the first failure to the next success
+    assert supervisor.degraded() == {}  # the round that worked cleared it
+    assert runs == 1
+
+
+async def test_rounds_rest_between_rounds_unless_busy_woken_or_stopped() -> None:
+    rounds = supervision.Rounds("bulk", 3600, on_paused=lambda exc: None)
+    started: list[float] = []
+    busy = iter([True, True, False])
+
+    async def work() -> bool:
+        started.append(asyncio.get_running_loop().time())
+        return next(busy, False)
+
+    task = asyncio.create_task(rounds.run(work))
+    await asyncio.sleep(0.05)
+    assert len(started) == 3  # two busy rounds, each followed by the next at once; then a rest
+    rounds.wake()
+    await asyncio.sleep(0.05)
+    assert len(started) == 4  # woken: the next round without waiting out the hour
+    rounds.stop()
+    await asyncio.wait_for(task, 1)  # stopped during its rest: no round more
+    assert len(started) == 4
+    await asyncio.wait_for(rounds.pause(3600), 1)  # a pause within a round ends at stop too
+
+
+async def test_rounds_leave_anything_but_the_database_being_away_to_the_supervisor() -> None:
+    rounds = supervision.Rounds("counts", 0.01, on_paused=lambda exc: None)
+
+    async def work() -> None:
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError, match="a bug"):
+        await asyncio.wait_for(rounds.run(work), 1)
