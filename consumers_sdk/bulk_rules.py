@@ -28,7 +28,6 @@ APPLIES_TO: Final = MappingProxyType(
         "requeue": ("dead",),
     }
 )
-RANGES: Final = ("run_at", "finished")  # the filter's ranges: ``<name>_from`` and ``<name>_to``
 
 
 class Refused(ValueError):

@@ -90,8 +90,8 @@ class Firer:
         self._metrics = metrics
         self._batch = batch
         self._workers = workers
-        self._time = timekeeper
-        self._clock = timekeeper.now
+        self._timekeeper = timekeeper
+        self._now = timekeeper.now  # bound once: read for every batch
         self._mono = mono
         self._admission = admission
         self._stop = asyncio.Event()
@@ -172,14 +172,14 @@ class Firer:
                 self._ownership.wait_can_fire()
             ):
                 return None
-            if not self._time.trusted() and not await self._unless_stopped(
-                self._time.wait_trusted()
+            if not self._timekeeper.trusted() and not await self._unless_stopped(
+                self._timekeeper.wait_trusted()
             ):
                 return None
-            entries = self._lanes.take(self._clock(), self._batch, live_only=live_only)
+            entries = self._lanes.take(self._now(), self._batch, live_only=live_only)
             if entries:
                 return entries
-            timeout = self._lanes.next_wake_s(self._clock(), live_only=live_only)
+            timeout = self._lanes.next_wake_s(self._now(), live_only=live_only)
             self._lanes.due.clear()
             await self._unless_stopped(self._lanes.due.wait(), timeout)
         return None
@@ -249,7 +249,7 @@ class Firer:
         if not entries:
             return
         await self._store.release(entry.id for entry in entries)
-        now_s = self._clock()
+        now_s = self._now()
         self._lanes.put_back(
             entry._replace(run_at_s=max(entry.run_at_s, now_s + self._quarantine.delay_s(entry.id)))
             for entry in entries
@@ -276,7 +276,7 @@ class Firer:
         if not mine:
             return
         epochs = {entry.shard: held[entry.shard] for entry in mine}
-        sent_s, sent_mono = self._clock(), self._mono()
+        sent_s, sent_mono = self._now(), self._mono()
         claim = await self._store.claim(
             mine,
             epochs,
@@ -284,7 +284,7 @@ class Firer:
             held=self._admission.held(),
             granted=self._admission.granted(entry.id for entry in mine),
         )
-        read_s, read_mono = self._clock(), self._mono()  # after PostgreSQL read its clock
+        read_s, read_mono = self._now(), self._mono()  # after PostgreSQL read its clock
         self._metrics.claims.inc()
         self.claimed_at = read_mono
         fenced = self._fenced(mine, claim)
@@ -303,7 +303,7 @@ class Firer:
             read_s=read_s,
             read_mono=read_mono,
             answered_at_s=claim.answered_at_s,
-            error_s=self._time.error_s(),
+            error_s=self._timekeeper.error_s(),
         )
         due_mono = fence.due_mono([job.run_at.timestamp() for job in claimed], readings)
         believed = readings.believed
@@ -333,7 +333,7 @@ class Firer:
                     await self._give_back(claimed[published:])
             raise
         if fenced or not believed:
-            await self._time.resync()
+            await self._timekeeper.resync()
             # Should the node's time still be ahead, its next claims would be fenced as fast as
             # they go round: a pause bounds that (only ever after a clock stepped under the node).
             await asyncio.sleep(FENCED_PAUSE_S)
@@ -356,7 +356,7 @@ class Firer:
             "%.3f s early; this node's time says %.3f s past PostgreSQL's): put back",
             len(early),
             ahead_s,
-            self._clock() - claim.answered_at_s,
+            self._now() - claim.answered_at_s,
             extra={"action": "fence"},
         )
         self._lanes.put_back(early)
@@ -372,7 +372,7 @@ class Firer:
         if moved:
             await self._store.release((job.id for job in moved), announce=True)
             claimed = [job for job in claimed if held.get(job.shard) == epochs[job.shard]]
-        now = datetime.fromtimestamp(self._clock(), UTC)
+        now = datetime.fromtimestamp(self._now(), UTC)
         expired: list[models.Claimed] = []
         live: list[models.Claimed] = []
         for job in claimed:
@@ -422,7 +422,7 @@ class Firer:
             self._lanes.put_back(_entries(kept))
 
     def _observe(self, jobs: list[models.Claimed]) -> None:
-        now_s = self._clock()
+        now_s = self._now()
         self._metrics.count_by_key(self._metrics.jobs_dispatched, jobs)
         for job in jobs:
             late_s = max(0.0, now_s - job.run_at.timestamp())
