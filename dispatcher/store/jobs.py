@@ -160,11 +160,13 @@ class JobStore:
     async def _store(
         self, connection: asyncpg.pool.PoolConnectionProxy, jobs: Sequence[models.NewJob]
     ) -> list[_Answer]:
-        """Every batch through ``ENQUEUE_JOBS``; one job without an idempotency key, which
-        nothing can conflict with, through ``INSERT_JOB``, the faster statement for one row."""
-        if len(jobs) == 1 and jobs[0].spec.idempotency_key is None:
+        """Every batch through ``ENQUEUE_JOBS``; one job that asks nothing of its key but to
+        keep it through ``INSERT_JOB`` first, the faster statement for one row, and through
+        ``ENQUEUE_JOBS`` only when its key names a job already."""
+        if len(jobs) == 1 and not jobs[0].spec.keyed:
             created_at = await connection.fetchval(intake.INSERT_JOB, *insert_values(jobs[0]))
-            return [_Answer(jobs[0].id, created_at, models.Outcome.CREATED)]
+            if created_at is not None:
+                return [_Answer(jobs[0].id, created_at, models.Outcome.CREATED)]
         releases = [
             None if job.spec.release_key is models.KeyRelease.NEVER else job.spec.release_key.value
             for job in jobs

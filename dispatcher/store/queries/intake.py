@@ -29,20 +29,25 @@ _INSERTED_PARAMETERS = [
 _ENQUEUE_ARRAYS = [f"{parameter}[]" for parameter in _INSERTED_PARAMETERS]
 _ENQUEUE_ARRAYS.insert(_INSERTED_NAMES.index("shard") + 1, "NULL")
 
-# One job without an idempotency key, as ENQUEUE_JOBS would insert it (the same columns; a test
-# holds the two rows equal) in a plain statement: a sequential producer's request waits on this
-# one, and PostgreSQL runs it faster than the contract function for one row (no plpgsql call, no
-# unnest; ``bench/insert_paths.py`` measures both). Without a key nothing can conflict: every
-# outcome but created is ENQUEUE_JOBS's.
-# $1..$10: INSERTED_COLUMNS, one value each (idempotency_key NULL). As built:
+# One job that asks nothing of its key but to keep it, as ENQUEUE_JOBS would insert it (the same
+# columns and idempotency rule; a test holds the two equal) in a plain statement: a sequential
+# producer's request waits on this one, and PostgreSQL runs it faster than the contract function
+# for one row (no plpgsql call, no unnest; ``bench/insert_paths.py`` measures both). No row back:
+# its key names a job already, and ENQUEUE_JOBS answers what that job makes of it.
+# $1..$10: INSERTED_COLUMNS, one value each. As built:
 #   INSERT INTO jobs (id, ..., namespace) VALUES ($1::uuid, ..., $10::text)
-#   RETURNING created_at
+#   ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
+#   DO NOTHING RETURNING created_at
 INSERT_JOB: Final = (
     "INSERT INTO jobs ("
     + ", ".join(_INSERTED_NAMES)
     + ")\nVALUES ("
     + ", ".join(_INSERTED_PARAMETERS)
-    + ")\nRETURNING created_at\n"
+    + ")\n"
+    + """ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
+DO NOTHING
+RETURNING created_at
+"""
 )
 
 # Every other batch, in one round trip, as ``dispatcher_enqueue_v3`` (sql/0024) stores it: a new
