@@ -19,7 +19,7 @@ from dispatcher.node import Node
 from tests.integration.test_flow_pause import sample, submit
 from tests.support.consumers import running
 from tests.support.nodes import client, running_node
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, until
 
 
 @pytest.fixture
@@ -166,6 +166,11 @@ async def test_a_metered_job_the_broker_refused_fires_again_under_the_grant_it_h
             assert await collector.wait_for([job], 10) == set()
             await (await connection.channel()).queue_delete(refusing.name)
             await eventually(lambda: len(collector.deliveries[job]) >= 2, 30)
+
+            async def marked() -> bool:  # the confirm's mark is written after the delivery
+                return (await http.get(f"/v1/jobs/{job}")).json()["state"] != "dispatching"
+
+            await until(marked, 10)
             stored = await http.get(f"/v1/jobs/{job}")
             assert stored.json()["state"] in {"dispatched", "succeeded"}, stored.text  # not parked
     finally:
