@@ -49,6 +49,9 @@ def cut_s(service: str) -> float:
 # The cut node's jobs fire within the bound (or the session) plus this: the failover, the new
 # owner's catch-up, a loaded machine.
 FAILOVER_SLACK_S = 4.0
+# Jobs due this many a second through each cut, and for this long after it heals (the rejoin).
+JOBS_PER_S = 50
+AFTER_CUT_S = 4.0
 
 
 @pytest.fixture
@@ -159,15 +162,21 @@ async def test_a_node_cut_from_one_service_gives_its_shards_away_and_takes_them_
     for name, wall in walls.items():
         await asyncio.to_thread(cluster.start, name, STEWARD, group=wall.gid)
     await asyncio.to_thread(cluster.wait_converged, set(walls))
-    # Small batches, round-robin: each node's shards get jobs due all along (a job due soon
-    # lands on a shard of the node it is submitted to).
-    jobs = await submit_spread(
-        [node.url for node in cluster.live()], 2400, over_s=48, start_in_s=2, batch=25
-    )
-    accepted = {job["id"]: run_at_s(job) for job in jobs}
-    await asyncio.sleep(3)
+    jobs: list[dict[str, Any]] = []
     cuts = []
     for service, name in PHASES:
+        # Before each cut, jobs due through it and a while after, in small batches round-robin:
+        # each node's shards get jobs due all along (a job due soon lands on a shard of the node
+        # it is submitted to). Each cut has jobs of its own however long the ones before took
+        # on a loaded machine (one spread over all four once left the last with none).
+        over_s = cut_s(service) + AFTER_CUT_S
+        jobs += await submit_spread(
+            [node.url for node in cluster.live()],
+            int(JOBS_PER_S * over_s),
+            over_s=over_s,
+            start_in_s=1,
+            batch=25,
+        )
         shards = set(owned_by(cluster, name, next(n for n in walls if n != name)))
         assert shards
         cuts.append(
@@ -175,6 +184,7 @@ async def test_a_node_cut_from_one_service_gives_its_shards_away_and_takes_them_
                 cluster, walls[name], firewall.port_of(ports[service]), Cut(service, name, shards)
             )
         )
+    accepted = {job["id"]: run_at_s(job) for job in jobs}
     ledger = await collector.reckon(accepted, deadline_s=120, quiet_s=1.5)
 
     for cut in cuts:
