@@ -2,9 +2,14 @@
 submitted with the batch API, handled by an SDK consumer with its default settings and outcome
 events on (its own process; lateness taken inside the handler). In the same run a raw receiver
 (bench.receiver) reads every job too: the dispatcher's own lateness. And the CPU each process
-spent per 1 000 jobs: the dispatcher, the consumer, PostgreSQL and RabbitMQ.
+spent per 1 000 jobs: the dispatcher, the consumer, PostgreSQL and RabbitMQ; and what each job
+cost PostgreSQL's storage (``bench.storage``: WAL bytes, records and full-page images, row
+versions per table and how many updates were HOT, the WAL's record types).
 
     .venv/bin/python -m bench.end_to_end [--seconds 60] [--rates 1000 5000] [--runs 3]
+        [--results end_to_end]
+
+``bench.compare`` runs it for two trees in turn and prints each figure's ratio.
 """
 
 from __future__ import annotations
@@ -12,9 +17,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import asyncpg
-
-from bench import harness
+from bench import harness, storage
 from bench.cpu import tree_seconds
 from bench.harness import Services, medians, services_with_node, started, stopped, summary, write
 from bench.lateness import drained, rates_and_runs, received, steady
@@ -43,17 +46,19 @@ async def one_run(
     receiver = started("bench.receiver", svc.amqp_url, ROUTING_KEY, str(at_receiver))
     try:
         processes = roots(svc, node, consumer.pid)
-        wal_from = await wal_lsn(svc.database_url)
+        stored_before = await storage.read(svc.database_url)
         before = {name: tree_seconds(pids) for name, pids in processes.items()}
         accepted = await steady(node.url, rate, seconds, routing_key=ROUTING_KEY)
         await drained(at_handler, len(accepted), deadline_s=180)
         await drained(at_receiver, len(accepted), deadline_s=60)
         await asyncio.sleep(2)  # the last outcome events reach the dispatcher
         spent = {name: tree_seconds(pids) - before[name] for name, pids in processes.items()}
-        wal_bytes = await wal_lsn(svc.database_url, since=wal_from)
+        stored_after = await storage.read(svc.database_url)
     finally:
         stopped(consumer)
         stopped(receiver)
+    stored = storage.cost(stored_before, stored_after, len(accepted), svc.postgres.data / "pg_wal")
+    print("\n".join(f"        {line}" for line in stored.lines()), flush=True)
     handled = received(at_handler)  # lateness at the handler, the first per job
     got = received(at_receiver)
     stats = {f"handler_{k}": v for k, v in summary(list(handled.values())).items()}
@@ -61,23 +66,11 @@ async def one_run(
     stats |= {f"dispatcher_{k}": v for k, v in summary(alone).items()}
     stats["not_handled"] = len(accepted) - len(handled.keys() & accepted.keys())
     stats |= {f"cpu_ms_per_1000_{name}": s * 1e6 / len(accepted) for name, s in spent.items()}
-    stats["wal_bytes_per_job"] = float(wal_bytes) / len(accepted)
+    stats |= stored.figures()
     return stats
 
 
-async def wal_lsn(dsn: str, since: str | None = None) -> str:
-    """PostgreSQL's WAL position now; with ``since``, the bytes written after it instead."""
-    connection = await asyncpg.connect(dsn)
-    try:
-        if since is None:
-            return str(await connection.fetchval("SELECT pg_current_wal_lsn()::text"))
-        query = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)::bigint::text"
-        return str(await connection.fetchval(query, since))
-    finally:
-        await connection.close()
-
-
-async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
+async def main(seconds: float, rates: list[int], runs: int = 3, name: str = "end_to_end") -> None:
     results: dict[str, object] = {"seconds": seconds, "runs": runs, "machine": harness.machine()}
     with services_with_node() as (svc, folder, node):
         for rate in rates:
@@ -102,9 +95,9 @@ async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
                 + f"; WAL {stats['wal_bytes_per_job']:.0f} bytes per job",
                 flush=True,
             )
-    print(f"  written to {write('end_to_end', results)}")
+    print(f"  written to {write(name, results)}")
 
 
 if __name__ == "__main__":
     args = rates_and_runs()
-    harness.run(main(args.seconds, args.rates, args.runs))
+    harness.run(main(args.seconds, args.rates, args.runs, args.results or "end_to_end"))

@@ -105,11 +105,12 @@ async def main(seconds: float, rates: list[int], runs: int = 3) -> None:
 
 
 def rates_and_runs() -> argparse.Namespace:
-    """The command line of a steady-load benchmark: --seconds, --rates, --runs."""
+    """The command line of a steady-load benchmark: --seconds, --rates, --runs, --results."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--results", help="the results file's name under bench/results/")
     return parser.parse_args()
 
 
