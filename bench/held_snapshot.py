@@ -112,15 +112,18 @@ def recurring(shards: Sequence[int], epochs: Sequence[int]) -> Iterator[tuple[st
     """The statements a node runs over and over that walk an index of ``jobs``, with the
     arguments a node owning every shard gives them."""
     now = datetime.now(UTC)
-    window = [shards, now, uuid.UUID(int=0), now + timedelta(seconds=60), 1000]
+    no_rules = ["{}", []]  # what flow rules hold (``not_held``): nothing here
+    window = [shards, now, uuid.UUID(int=0), now + timedelta(seconds=60), 1000, *no_rules]
     yield "load (window)", scheduler.LOAD_DUE, window
     # A sweep every 5 s reads the leases run out since the last one (less the look back); the
     # full look, spaced by its cost, reads them all.
     last_look = now - timedelta(seconds=5 + loader.LEASE_LOOK_BACK_S)
     yield "expired leases (since last look)", scheduler.EXPIRED_LEASES, [shards, 1000, last_look]
     yield "expired leases (full look)", scheduler.EXPIRED_LEASES, [shards, 1000, jobs.EVER]
-    yield "orphaned claims", scheduler.ORPHANED_CLAIMS, [shards, epochs, 1000]
-    yield "overdue stragglers", scheduler.OVERDUE_STRAGGLERS, [shards, 15.0, 1000]
+    # As the only node, which took every shard under the epoch it holds.
+    orphans = [shards, epochs, epochs, "bench", [], 5.0, 1000]
+    yield "orphaned claims", scheduler.ORPHANED_CLAIMS, orphans
+    yield "overdue stragglers", scheduler.OVERDUE_STRAGGLERS, [shards, 15.0, 1000, *no_rules]
     yield "count scheduled", history.COUNT_STATE, ["scheduled", 10]
     yield "count dispatching", history.COUNT_STATE, ["dispatching", 10]
     yield "next due", history.NEXT_DUE, [10]
