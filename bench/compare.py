@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -146,13 +146,14 @@ def show(table: dict[str, dict[str, float]]) -> list[str]:
     return lines
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--base", default="HEAD~1", help="the commit to compare with")
-    parser.add_argument("--seconds", type=float, default=20)
-    parser.add_argument("--rates", type=int, nargs="+", default=[1000, 3000])
-    parser.add_argument("--rounds", type=int, default=1, help="each: BASE HEAD HEAD BASE")
-    args = parser.parse_args()
+def compare(
+    base_rev: str = "HEAD~1",
+    seconds: float = 20,
+    rates: Sequence[int] = (1000, 3000),
+    rounds: int = 1,
+) -> None:
+    """Run both trees in turn and print the table (``make bench`` ends with this)."""
+    args = argparse.Namespace(base=base_rev, seconds=seconds, rates=list(rates), rounds=rounds)
     base: list[dict[str, object]] = []
     head: list[dict[str, object]] = []
     with base_tree(args.base) as base_path:
@@ -173,4 +174,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--base", default="HEAD~1", help="the commit to compare with")
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--rates", type=int, nargs="+", default=[1000, 3000])
+    parser.add_argument("--rounds", type=int, default=1, help="each: BASE HEAD HEAD BASE")
+    args = parser.parse_args()
+    compare(args.base, args.seconds, args.rates, args.rounds)

@@ -6,6 +6,7 @@ from bench import (
     backlog,
     bulk_reads,
     bulk_requeue,
+    compare,
     consumer_throughput,
     end_to_end,
     failover,
@@ -57,3 +58,5 @@ if __name__ == "__main__":
             argparse.Namespace(jobs=1_000_000, clients=64, seconds=60.0, rate=500, runs=3)
         )
     )
+    # Last: the end-to-end figures against the commit before, in this sitting (ratios).
+    compare.compare("HEAD~1", seconds=20, rates=(1000, 3000))
