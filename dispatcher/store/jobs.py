@@ -161,10 +161,10 @@ class JobStore:
         self, connection: asyncpg.pool.PoolConnectionProxy, jobs: Sequence[models.NewJob]
     ) -> list[_Answer]:
         """Every batch through ``ENQUEUE_JOBS``; one job that asks nothing of its key but to
-        keep it through ``INSERT_JOB`` first, the faster statement for one row, and through
-        ``ENQUEUE_JOBS`` only when its key names a job already."""
+        keep it through a plain insert first (``single_insert``), the faster statement for one
+        row, and through ``ENQUEUE_JOBS`` only when its key names a job already."""
         if len(jobs) == 1 and not jobs[0].spec.keyed:
-            created_at = await connection.fetchval(intake.INSERT_JOB, *insert_values(jobs[0]))
+            created_at = await connection.fetchval(single_insert(jobs[0]), *insert_values(jobs[0]))
             if created_at is not None:
                 return [_Answer(jobs[0].id, created_at, models.Outcome.CREATED)]
         releases = [
@@ -530,6 +530,11 @@ _PATHS_IN_ORDER: Final = [_PARAMETER_PATHS[name] for name, _ in intake.INSERTED_
 _PARAMETERS: Final = [operator.attrgetter(path) for path in _PATHS_IN_ORDER]  # one per column
 _ALL_PARAMETERS: Final = operator.attrgetter(*_PATHS_IN_ORDER)  # a job's, in one call
 _HEADERS_PARAMETER: Final = [name for name, _ in intake.INSERTED_COLUMNS].index("headers")
+
+
+def single_insert(job: models.NewJob) -> str:
+    """The plain insert for one job: with ON CONFLICT only when it has a key to conflict on."""
+    return intake.INSERT_JOB if job.spec.idempotency_key is None else intake.INSERT_KEYED_JOB
 
 
 def insert_values(job: models.NewJob) -> list[object]:

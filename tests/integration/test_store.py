@@ -147,13 +147,13 @@ CONFLICT_CASES = [
 
 
 async def test_the_plain_insert_is_the_contract_function_for_one_job(database_url: str) -> None:
-    """INSERT_JOB (a second path, for one job: ``bench/insert_paths.py`` shows its gain) against
-    ENQUEUE_JOBS (``dispatcher_enqueue_v3``, every batch): the same row for the same job, and the
-    same idempotency rule, case by case."""
+    """INSERT_JOB / INSERT_KEYED_JOB (a second path, for one job without or with a key:
+    ``bench/insert_paths.py`` shows its gain) against ENQUEUE_JOBS (``dispatcher_enqueue_v3``,
+    every batch): the same row for the same job, and the same idempotency rule, case by case."""
 
     def insert(path: str, job: models.NewJob) -> tuple[object, ...]:
         if path == "INSERT_JOB":
-            return (intake_sql.INSERT_JOB, *jobs_store.insert_values(job))
+            return (jobs_store.single_insert(job), *jobs_store.insert_values(job))
         arrays = jobs_store.insert_arrays([job])
         return (intake_sql.ENQUEUE_JOBS, *arrays, [None], ["keep"], "test")
 

@@ -32,18 +32,22 @@ _ENQUEUE_ARRAYS.insert(_INSERTED_NAMES.index("shard") + 1, "NULL")
 # One job that asks nothing of its key but to keep it, as ENQUEUE_JOBS would insert it (the same
 # columns and idempotency rule; a test holds the two equal) in a plain statement: a sequential
 # producer's request waits on this one, and PostgreSQL runs it faster than the contract function
-# for one row (no plpgsql call, no unnest; ``bench/insert_paths.py`` measures both). No row back:
-# its key names a job already, and ENQUEUE_JOBS answers what that job makes of it.
+# for one row (no plpgsql call, no unnest; ``bench/insert_paths.py`` measures both).
 # $1..$10: INSERTED_COLUMNS, one value each. As built:
-#   INSERT INTO jobs (id, ..., namespace) VALUES ($1::uuid, ..., $10::text)
-#   ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
-#   DO NOTHING RETURNING created_at
-INSERT_JOB: Final = (
+#   INSERT INTO jobs (id, ..., namespace) VALUES ($1::uuid, ..., $10::text) RETURNING created_at
+# Without a key nothing can conflict: INSERT_JOB has no ON CONFLICT, which would make every
+# insert speculative (a second WAL record a row). With one, INSERT_KEYED_JOB returns no row when
+# the key names a job already, and ENQUEUE_JOBS answers what that job makes of it.
+_INSERT_ROW = (
     "INSERT INTO jobs ("
     + ", ".join(_INSERTED_NAMES)
     + ")\nVALUES ("
     + ", ".join(_INSERTED_PARAMETERS)
     + ")\n"
+)
+INSERT_JOB: Final = _INSERT_ROW + "RETURNING created_at\n"
+INSERT_KEYED_JOB: Final = (
+    _INSERT_ROW
     + """ON CONFLICT ((coalesce(namespace, '')), idempotency_key) WHERE idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING created_at
