@@ -46,6 +46,7 @@ SHOWN = (
     "jobs_hot_upd_per_job",
     "jobs_del_per_job",
     "job_events_ins_per_job",
+    "event_batches_ins_per_job",
 )
 
 
@@ -126,9 +127,10 @@ def ratios(
     table = {}
     base_runs = [figures(result, rate) for result in base]
     head_runs = [figures(result, rate) for result in head]
-    for key in base_runs[0].keys() & head_runs[0].keys():
-        was = statistics.median(run[key] for run in base_runs)
-        now = statistics.median(run[key] for run in head_runs)
+    for key in base_runs[0].keys() | head_runs[0].keys():
+        # A table one side has and the other has not (a storage change): 0 rows a job there.
+        was = statistics.median(run.get(key, 0.0) for run in base_runs)
+        now = statistics.median(run.get(key, 0.0) for run in head_runs)
         table[key] = {"base": was, "head": now, "ratio": now / was if was else float("nan")}
     return table
 

@@ -139,30 +139,24 @@ async def confirm_today(connection: asyncpg.Connection, ids: list[uuid.UUID]) ->
     )
 
 
-async def event_rows(connection: asyncpg.Connection, ids: list[uuid.UUID], outcome: str) -> None:
-    await connection.execute(
-        """
-        INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at,
-                                round, received)
-        SELECT gen_random_uuid(), id, $2, 1, 'bench', 'c1', now(), gen_random_uuid(),
-               nextval('job_events_received')
-        FROM unnest($1::uuid[]) AS id
-        ON CONFLICT (event_id) DO NOTHING
-        """,
-        ids,
-        outcome,
-    )
+# The migrations' event batches (sql/0025), as RECORD_EVENTS writes them: one row a delivery.
+TODAY_EVENTS = """
+INSERT INTO event_batches (job_ms, event_ids, job_ids, outcomes, attempts, consumer_groups,
+                           consumers, errors, ats, rounds, ignored, details)
+SELECT array_agg(DISTINCT dispatcher_id_key(id)), array_agg(gen_random_uuid()), array_agg(id),
+       array_agg($2::text), array_agg(1), array_agg('bench'::text), array_agg('c1'::text),
+       array_agg(NULL::text), array_agg(now()), array_agg(gen_random_uuid()),
+       array_agg(NULL::text), array_agg(NULL::text)
+FROM unnest($1::uuid[]) AS id
+"""
 
 
 async def started_today(connection: asyncpg.Connection, ids: list[uuid.UUID]) -> None:
-    await event_rows(connection, ids, "started")
+    await connection.execute(TODAY_EVENTS, ids, "started")
 
 
 async def final_today(connection: asyncpg.Connection, ids: list[uuid.UUID]) -> None:
-    await connection.execute(
-        "SELECT id FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR NO KEY UPDATE", ids
-    )
-    await event_rows(connection, ids, "succeeded")
+    await connection.execute(TODAY_EVENTS, ids, "succeeded")
     await connection.execute(
         "UPDATE jobs SET state = 'succeeded', updated_at = now() WHERE id = ANY($1::uuid[])", ids
     )
@@ -280,7 +274,7 @@ PENDING_STEPS: tuple[Step, Step, Step, Step, Step] = (
 DESIGNS = (
     Design(
         "today",
-        "the migrations' schema; a row version for claim, confirm and outcome; a row an event",
+        "the migrations' schema; a row version for claim, confirm and outcome; event batches",
         "",
         (insert_today, claim_today, confirm_today, started_today, final_today),
     ),

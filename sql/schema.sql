@@ -41,139 +41,11 @@ END
 $$;
 
 CREATE FUNCTION public.dispatcher_enqueue_v2(job_ids uuid[], job_shards integer[], id_hashes bigint[], routing_keys text[], payloads bytea[], job_headers jsonb[], priorities smallint[], ttls_ms bigint[], idempotency_keys text[], run_ats timestamp with time zone[], namespaces text[], key_releases text[], on_existing text[], notify boolean, actor text) RETURNS TABLE(ordinal integer, id uuid, created_at timestamp with time zone, run_at timestamp with time zone, outcome text)
-    LANGUAGE plpgsql
+    LANGUAGE sql
     AS $$
-#variable_conflict use_column
-DECLARE
-    size constant integer := coalesce(cardinality(job_ids), 0);
-    todo integer[] := ARRAY(SELECT generate_series(1, coalesce(cardinality(job_ids), 0)));
-    ids uuid[] := array_fill(NULL::uuid, ARRAY[size]);
-    created timestamptz[] := array_fill(NULL::timestamptz, ARRAY[size]);
-    due timestamptz[] := array_fill(NULL::timestamptz, ARRAY[size]);
-    outcomes text[] := array_fill(NULL::text, ARRAY[size]);
-    hows constant text[] :=  -- NULL (the whole array or one element): keep
-        ARRAY(SELECT coalesce(on_existing[t], 'keep') FROM generate_series(1, size) AS t);
-    tries integer := 0;
-    r record;
-BEGIN
-    IF EXISTS (SELECT FROM unnest(hows) AS h WHERE h NOT IN ('keep', 'replace', 'extend')) THEN
-        RAISE EXCEPTION 'on_existing is keep, replace or extend' USING ERRCODE = '22023';
-    END IF;
-    WHILE cardinality(todo) > 0 LOOP
-        tries := tries + 1;
-        IF tries > 10 THEN  -- each try follows a key let go of meanwhile: never in practice
-            RAISE EXCEPTION 'idempotency keys kept changing hands' USING ERRCODE = '40001';
-        END IF;
-        FOR r IN
-            WITH inserted AS (
-                INSERT INTO jobs (id, shard, routing_key, payload, headers, priority, ttl_ms,
-                                  idempotency_key, run_at, namespace, key_release)
-                SELECT n.id,
-                       coalesce(n.shard,
-                                (n.id_hash % (SELECT count(*) FROM shard_epochs))::integer),
-                       n.routing_key, n.payload, n.headers, n.priority, n.ttl_ms,
-                       n.idempotency_key,
-                       n.run_at, n.namespace, n.key_release
-                FROM unnest(job_ids, job_shards, id_hashes, routing_keys, payloads, job_headers,
-                            priorities, ttls_ms, idempotency_keys, run_ats, namespaces,
-                            key_releases)
-                     WITH ORDINALITY
-                     AS n(id, shard, id_hash, routing_key, payload, headers, priority, ttl_ms,
-                          idempotency_key, run_at, namespace, key_release, ordinal)
-                WHERE n.ordinal = ANY (todo)
-                ON CONFLICT ((coalesce(namespace, '')), idempotency_key)
-                    WHERE idempotency_key IS NOT NULL
-                DO NOTHING
-                RETURNING jobs.id, jobs.shard, jobs.run_at, jobs.routing_key, jobs.created_at
-            )  -- each row's element, by its id: one hash join, not a search of the array a row
-            SELECT i.*, e.ordinal
-            FROM inserted i JOIN unnest(job_ids) WITH ORDINALITY AS e(id, ordinal) ON e.id = i.id
-        LOOP
-            ids[r.ordinal] := r.id;
-            created[r.ordinal] := r.created_at;
-            due[r.ordinal] := r.run_at;
-            outcomes[r.ordinal] := 'created';
-            IF notify THEN
-                PERFORM dispatcher_notify_due_v1(r.id, r.shard, r.run_at, r.routing_key);
-            END IF;
-        END LOOP;
-        todo := ARRAY(SELECT t FROM unnest(todo) AS t WHERE outcomes[t] IS NULL);
-        -- The pending jobs the others' keys name, changed as asked: locked first in id order,
-        -- as every statement locking several jobs takes them (a claim's, a bulk action's), so
-        -- that two of them waiting for each other's rows cannot deadlock.
-        PERFORM FROM jobs j
-        JOIN unnest(idempotency_keys, namespaces, hows) WITH ORDINALITY
-             AS n(idempotency_key, namespace, how, ordinal)
-          ON j.idempotency_key = n.idempotency_key
-         AND coalesce(j.namespace, '') = coalesce(n.namespace, '')
-        WHERE n.ordinal = ANY (todo) AND n.how IN ('replace', 'extend')
-        ORDER BY j.id
-        FOR UPDATE OF j;
-        FOR r IN
-            WITH changed AS (
-                UPDATE jobs j
-                SET run_at = CASE WHEN n.how = 'extend' THEN greatest(j.run_at, n.run_at)
-                                  ELSE n.run_at END,
-                    payload = CASE WHEN n.how = 'replace' THEN n.payload ELSE j.payload END,
-                    headers = CASE WHEN n.how = 'replace' THEN n.headers ELSE j.headers END,
-                    priority = CASE WHEN n.how = 'replace' THEN n.priority ELSE j.priority END,
-                    ttl_ms = CASE WHEN n.how = 'replace' THEN n.ttl_ms ELSE j.ttl_ms END,
-                    updated_at = now()
-                FROM unnest(routing_keys, payloads, job_headers, priorities, ttls_ms,
-                            idempotency_keys, run_ats, namespaces, hows)
-                     WITH ORDINALITY
-                     AS n(routing_key, payload, headers, priority, ttl_ms, idempotency_key,
-                          run_at, namespace, how, ordinal)
-                WHERE n.ordinal = ANY (todo) AND n.how IN ('replace', 'extend')
-                  AND j.idempotency_key = n.idempotency_key
-                  AND coalesce(j.namespace, '') = coalesce(n.namespace, '')
-                  AND j.state IN ('scheduled', 'waiting') AND j.routing_key = n.routing_key
-                  AND (n.how = 'replace' OR n.run_at > j.run_at)
-                RETURNING n.ordinal,
-                          CASE n.how WHEN 'replace' THEN 'replaced' ELSE 'extended' END AS done,
-                          j.id, j.shard, j.run_at, j.routing_key, j.created_at
-            ), noted AS (
-                INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group,
-                                        consumer, at, detail)
-                SELECT gen_random_uuid(), c.id, c.done, 0, 'dispatcher', actor, now(),
-                       'run_at ' || to_char(c.run_at AT TIME ZONE 'UTC',
-                                            'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
-                FROM changed c
-            )
-            SELECT * FROM changed
-        LOOP
-            ids[r.ordinal] := r.id;
-            created[r.ordinal] := r.created_at;
-            due[r.ordinal] := r.run_at;
-            outcomes[r.ordinal] := r.done;
-            PERFORM dispatcher_notify_due_v1(r.id, r.shard, r.run_at, r.routing_key);
-        END LOOP;
-        todo := ARRAY(SELECT t FROM unnest(todo) AS t WHERE outcomes[t] IS NULL);
-        -- The rest are kept or refused, as the job their key names stands now; a key no job
-        -- holds any more (let go of since the insert) is tried again.
-        FOR r IN
-            SELECT n.ordinal, j.id, j.created_at, j.run_at,
-                   CASE WHEN n.how = 'keep' OR (j.state IN ('scheduled', 'waiting')
-                                                AND j.routing_key = n.routing_key
-                                                AND n.how = 'extend')
-                        THEN 'kept' ELSE 'refused' END AS outcome
-            FROM unnest(routing_keys, idempotency_keys, namespaces, hows)
-                 WITH ORDINALITY AS n(routing_key, idempotency_key, namespace, how, ordinal)
-            JOIN jobs j ON j.idempotency_key = n.idempotency_key
-                       AND coalesce(j.namespace, '') = coalesce(n.namespace, '')
-            WHERE n.ordinal = ANY (todo)
-        LOOP
-            ids[r.ordinal] := r.id;
-            created[r.ordinal] := r.created_at;
-            due[r.ordinal] := r.run_at;
-            outcomes[r.ordinal] := r.outcome;
-        END LOOP;
-        todo := ARRAY(SELECT t FROM unnest(todo) AS t WHERE outcomes[t] IS NULL);
-    END LOOP;
-    RETURN QUERY
-    SELECT t::integer, ids[t], created[t], due[t], outcomes[t]
-    FROM generate_series(1, size) AS t;
-END
+SELECT * FROM dispatcher_enqueue_v3(job_ids, job_shards, id_hashes, routing_keys, payloads,
+                                    job_headers, priorities, ttls_ms, idempotency_keys, run_ats,
+                                    namespaces, key_releases, on_existing, notify, actor)
 $$;
 
 CREATE FUNCTION public.dispatcher_enqueue_v3(job_ids uuid[], job_shards integer[], id_hashes bigint[], routing_keys text[], payloads bytea[], job_headers jsonb[], priorities smallint[], ttls_ms bigint[], idempotency_keys text[], run_ats timestamp with time zone[], namespaces text[], key_releases text[], on_existing text[], notify boolean, actor text) RETURNS TABLE(ordinal integer, id uuid, created_at timestamp with time zone, run_at timestamp with time zone, outcome text)
@@ -280,13 +152,19 @@ BEGIN
                               CASE n.how WHEN 'replace' THEN 'replaced' ELSE 'extended' END
                                   AS done,
                               j.id, j.shard, j.run_at, j.routing_key, j.created_at
-                ), noted AS (
-                    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group,
-                                            consumer, at, detail)
-                    SELECT gen_random_uuid(), c.id, c.done, 0, 'dispatcher', actor, now(),
-                           'run_at ' || to_char(c.run_at AT TIME ZONE 'UTC',
-                                                'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                ), noted AS (  -- one event batch, as every statement's changes
+                    INSERT INTO event_batches (job_keys, event_ids, job_ids, outcomes, attempts,
+                                               consumer_groups, consumers, errors, ats, rounds,
+                                               ignored, details)
+                    SELECT array_agg(DISTINCT dispatcher_id_key(c.id)),
+                           array_agg(gen_random_uuid()), array_agg(c.id), array_agg(c.done),
+                           array_agg(0), array_agg('dispatcher'::text), array_agg(actor),
+                           array_agg(NULL::text), array_agg(now()), array_agg(NULL::uuid),
+                           array_agg(NULL::text),
+                           array_agg('run_at ' || to_char(c.run_at AT TIME ZONE 'UTC',
+                                                          'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
                     FROM changed c
+                    HAVING count(*) > 0
                 ), noticed AS (  -- a changed job's owner may hold its old time in memory
                     SELECT count(dispatcher_notify_due_v1(c.id, c.shard, c.run_at,
                                                           c.routing_key)) AS sent
@@ -491,6 +369,10 @@ CREATE FUNCTION public.dispatcher_held(rk text, ns text, rules jsonb) RETURNS bo
     SELECT coalesce((dispatcher_flow_governing(rk, ns, rules))::boolean, false)
 $$;
 
+CREATE FUNCTION public.dispatcher_id_key(id uuid) RETURNS bigint
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    RETURN ((('x'::text || encode(SUBSTRING(uuid_send(id) FROM 1 FOR 7), 'hex'::text)))::bit(56))::bigint;
+
 CREATE FUNCTION public.dispatcher_notify_due_v1(job_id uuid, job_shard integer, job_run_at timestamp with time zone, job_routing_key text) RETURNS void
     LANGUAGE sql
     AS $$
@@ -628,6 +510,36 @@ ALTER TABLE public.dependency_followups ALTER COLUMN id ADD GENERATED ALWAYS AS 
     CACHE 1
 );
 
+CREATE TABLE public.event_batches (
+    id bigint NOT NULL,
+    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
+    job_keys bigint[] NOT NULL,
+    event_ids uuid[] NOT NULL,
+    job_ids uuid[] NOT NULL,
+    outcomes text[] NOT NULL,
+    attempts integer[] NOT NULL,
+    consumer_groups text[] NOT NULL,
+    consumers text[] NOT NULL,
+    errors text[] NOT NULL,
+    ats timestamp with time zone[] NOT NULL,
+    rounds uuid[] NOT NULL,
+    ignored text[] NOT NULL,
+    details text[] NOT NULL,
+    CONSTRAINT event_batches_aligned CHECK (((cardinality(event_ids) > 0) AND (cardinality(job_ids) = cardinality(event_ids)) AND (cardinality(outcomes) = cardinality(event_ids)) AND (cardinality(attempts) = cardinality(event_ids)) AND (cardinality(consumer_groups) = cardinality(event_ids)) AND (cardinality(consumers) = cardinality(event_ids)) AND (cardinality(errors) = cardinality(event_ids)) AND (cardinality(ats) = cardinality(event_ids)) AND (cardinality(rounds) = cardinality(event_ids)) AND (cardinality(ignored) = cardinality(event_ids)) AND (cardinality(details) = cardinality(event_ids)))),
+    CONSTRAINT event_batches_ignored_known CHECK ((array_remove(ignored, NULL::text) <@ ARRAY['other_round'::text, 'no_round'::text, 'routing_key'::text, 'no_user'::text, 'publisher'::text])),
+    CONSTRAINT event_batches_outcomes_known CHECK ((outcomes <@ ARRAY['started'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'requeued'::text, 'dispatched'::text, 'replaced'::text, 'extended'::text, 'rescheduled'::text, 'cancelled'::text]))
+)
+WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_vacuum_insert_scale_factor='0.02', autovacuum_vacuum_insert_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
+
+ALTER TABLE public.event_batches ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.event_batches_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.flow_buckets (
     key text NOT NULL,
     namespace text,
@@ -686,30 +598,6 @@ CREATE TABLE public.job_dependencies (
     CONSTRAINT job_dependencies_not_self CHECK ((job_id <> prerequisite_id))
 );
 
-CREATE TABLE public.job_events (
-    event_id uuid NOT NULL,
-    job_id uuid NOT NULL,
-    outcome text NOT NULL,
-    attempt integer NOT NULL,
-    consumer_group text NOT NULL,
-    consumer text NOT NULL,
-    error text,
-    at timestamp with time zone NOT NULL,
-    recorded_at timestamp with time zone DEFAULT now() NOT NULL,
-    round uuid,
-    ignored text,
-    received bigint,
-    detail text
-)
-WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
-
-CREATE SEQUENCE public.job_events_received
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1;
-
 CREATE TABLE public.jobs (
     id uuid NOT NULL,
     shard integer NOT NULL,
@@ -736,6 +624,10 @@ CREATE TABLE public.jobs (
     ignored_dropped bigint DEFAULT 0 NOT NULL,
     key_release text,
     released_key text,
+    reported text,
+    reported_error text,
+    ignored_kept integer DEFAULT 0 NOT NULL,
+    CONSTRAINT jobs_reported_final CHECK ((reported = ANY (ARRAY['succeeded'::text, 'dead'::text]))),
     CONSTRAINT jobs_state_known CHECK ((state = ANY (ARRAY['scheduled'::text, 'dispatching'::text, 'dispatched'::text, 'cancelled'::text, 'expired'::text, 'succeeded'::text, 'dead'::text, 'waiting'::text])))
 )
 WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
@@ -800,6 +692,9 @@ ALTER TABLE ONLY public.bulk_actions
 ALTER TABLE ONLY public.dependency_followups
     ADD CONSTRAINT dependency_followups_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.event_batches
+    ADD CONSTRAINT event_batches_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.flow_buckets
     ADD CONSTRAINT flow_buckets_one_per_rule UNIQUE NULLS NOT DISTINCT (key, namespace);
 
@@ -817,15 +712,6 @@ ALTER TABLE ONLY public.job_counts
 
 ALTER TABLE ONLY public.job_dependencies
     ADD CONSTRAINT job_dependencies_pkey PRIMARY KEY (job_id, prerequisite_id);
-
-ALTER TABLE public.job_events
-    ADD CONSTRAINT job_events_ignored_known CHECK ((ignored = ANY (ARRAY['other_round'::text, 'no_round'::text, 'routing_key'::text, 'no_user'::text, 'publisher'::text]))) NOT VALID;
-
-ALTER TABLE public.job_events
-    ADD CONSTRAINT job_events_outcome_known CHECK ((outcome = ANY (ARRAY['started'::text, 'succeeded'::text, 'failed'::text, 'dead'::text, 'requeued'::text, 'dispatched'::text, 'replaced'::text, 'extended'::text, 'rescheduled'::text, 'cancelled'::text]))) NOT VALID;
-
-ALTER TABLE ONLY public.job_events
-    ADD CONSTRAINT job_events_pkey PRIMARY KEY (event_id);
 
 ALTER TABLE public.jobs
     ADD CONSTRAINT jobs_key_release_known CHECK ((key_release = ANY (ARRAY['dispatched'::text, 'finished'::text]))) NOT VALID;
@@ -850,13 +736,13 @@ CREATE INDEX bulk_actions_running ON public.bulk_actions USING btree (created_at
 
 CREATE INDEX dependency_followups_prerequisite ON public.dependency_followups USING btree (prerequisite_id, id);
 
+CREATE INDEX event_batches_job_keys ON public.event_batches USING gin (job_keys);
+
 CREATE INDEX flow_rules_owner ON public.flow_rules USING btree (owner, namespace);
 
 CREATE INDEX flow_slots_rule ON public.flow_slots USING btree (key, namespace);
 
 CREATE INDEX job_dependencies_prerequisite_job ON public.job_dependencies USING btree (prerequisite_id, job_id);
-
-CREATE INDEX job_events_job ON public.job_events USING btree (job_id, at);
 
 CREATE INDEX jobs_due ON public.jobs USING btree (run_at, id) INCLUDE (shard, routing_key, namespace, priority) WHERE (state = 'scheduled'::text);
 

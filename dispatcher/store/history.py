@@ -146,10 +146,24 @@ class HistoryStore:
         return list((await self.history(job_id)).events)
 
     async def delete_finished(self, *, older_than_s: float, batch: int) -> int:
-        """Delete one batch of jobs finished before the retention, with their events."""
+        """Delete one batch of jobs finished before the retention (their events go with their
+        batches: ``delete_spent_batches``)."""
         async with self._db.connection(BACKGROUND_TIMEOUT_S) as connection:
             rows = await connection.fetch(queries.DELETE_FINISHED, older_than_s, batch)
         return len(rows)
+
+    async def delete_spent_batches(
+        self, *, older_than_s: float, batch: int, after: int
+    ) -> tuple[int | None, int]:
+        """Delete the event batches among the next ``batch`` after id ``after`` recorded before
+        the retention whose jobs are all gone; returns the last id looked at (None: no batch
+        after ``after`` is that old) and how many went."""
+        async with self._db.connection(BACKGROUND_TIMEOUT_S) as connection:
+            row = await connection.fetchrow(
+                queries.DELETE_SPENT_BATCHES, older_than_s, batch, after
+            )
+        assert row is not None  # one row: two scalar subqueries
+        return row["last"], row["deleted"]
 
     async def recount(
         self, states: Sequence[str], *, min_age_s: float, spacing: float, top: int

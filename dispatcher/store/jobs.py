@@ -17,7 +17,7 @@ from dispatcher.auth import api_keys
 from dispatcher.flow import rules
 from dispatcher.store import dependencies
 from dispatcher.store.db import Database
-from dispatcher.store.queries import intake, job_reads, scheduler, shared
+from dispatcher.store.queries import intake, job_reads, scheduler
 
 _CURSOR_START = uuid.UUID(int=0)
 # Scheduler statements may legitimately run longer than an API request is allowed to wait.
@@ -436,17 +436,12 @@ class JobStore:
 
     async def mark_dispatched(self, ids: Iterable[uuid.UUID]) -> None:
         """Dispatched, or the final outcome their consumers reported already for this round
-        (two statements in one transaction: see ``scheduler.SETTLE_REPORTED``)."""
+        (see ``scheduler.MARK_DISPATCHED``)."""
         marked = sorted(ids)  # in id order: see ``claim``
         if not marked:
             return
-        async with (
-            self._db.connection(SCHEDULER_TIMEOUT_S) as connection,
-            connection.transaction(),
-        ):
+        async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             await connection.execute(scheduler.MARK_DISPATCHED, marked)
-            await connection.execute(shared.PLAN_EACH_RUN)
-            await connection.execute(scheduler.SETTLE_REPORTED, marked)
 
     async def mark_expired(self, ids: Iterable[uuid.UUID]) -> None:
         await self._update(scheduler.MARK_EXPIRED, list(ids))

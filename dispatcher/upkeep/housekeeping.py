@@ -1,9 +1,13 @@
-"""Housekeeping: deletes jobs finished longer ago than the retention, in small batches, and
-refreshes the job counts that ``/metrics``, ``/v1/stats`` and the console show.
+"""Housekeeping: deletes jobs finished longer ago than the retention, in small batches, then the
+event batches that name only jobs gone, and refreshes the job counts that ``/metrics``,
+``/v1/stats`` and the console show.
 
 Deleting in batches of ``batch`` rows (``FOR UPDATE SKIP LOCKED``, one short transaction each)
 keeps locks short and lets autovacuum reuse the space, so the table stays bounded without a long
-``DELETE``.
+``DELETE``. Event batches are walked in id order (the order recorded) from a cursor this node
+keeps: a batch that still names a job (a pending job's notes, a requeued job's earlier rounds)
+is passed over, and looked at again when the walk starts over, at most once a retention period
+and at least once an hour (``REVISIT_S``).
 
 Counting: every ``stats_interval_s`` each node tries to count, but one node at a time does (an
 advisory lock; the others keep the previous counts), and it stores the counts in ``job_counts``,
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter as Tally
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +38,8 @@ logger = logging.getLogger(__name__)
 # A state is recounted once its count is older than this many times what the count took: its
 # count takes at most a fiftieth of the time between two, at any size of the table.
 COUNT_SPACING = 50.0
+# The longest a batch of events kept for a job still here waits to be looked at again.
+REVISIT_S = 3600.0
 STATES = [state.value for state in models.JobState]
 
 
@@ -100,6 +107,8 @@ class Housekeeper:
         self._interval_s = stats_interval_s
         self._routing_keys = routing_keys
         self.snapshot = Snapshot()
+        self._batches_after = 0  # the event batches' cursor: the last id looked at
+        self._walk_started = time.monotonic()
 
     async def run(self) -> None:
         rounds = supervision.Rounds(
@@ -111,6 +120,7 @@ class Housekeeper:
 
     async def _round(self) -> None:
         await self.purge()
+        await self.purge_events()
         await self.refresh()
 
     async def purge(self) -> int:
@@ -125,6 +135,24 @@ class Housekeeper:
             if deleted < self._batch:
                 return total
             await asyncio.sleep(0)  # let the API and firing in between batches
+
+    async def purge_events(self) -> int:
+        """Delete the event batches recorded before the retention whose jobs are all gone, a
+        batch at a time from the cursor; returns how many."""
+        total = 0
+        while True:
+            last, deleted = await self._store.delete_spent_batches(
+                older_than_s=self._retention_s, batch=self._batch, after=self._batches_after
+            )
+            total += deleted
+            if last is None:  # caught up with the retention
+                revisit_s = min(self._retention_s, REVISIT_S)
+                if time.monotonic() - self._walk_started >= revisit_s:
+                    self._batches_after = 0
+                    self._walk_started = time.monotonic()
+                return total
+            self._batches_after = last
+            await asyncio.sleep(0)
 
     async def refresh(self) -> list[str]:
         """Count what is due if no other node is counting, then take the stored counts; returns

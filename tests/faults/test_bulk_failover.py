@@ -14,6 +14,7 @@ import pytest
 
 from devstack.collector import Collector
 from devstack.node_cluster import Cluster, start_nodes
+from tests.support.stored_events import STORED_EVENTS
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.faults
@@ -74,7 +75,8 @@ async def test_a_bulk_requeue_whose_node_died_is_finished_by_another_once_per_jo
 
             await until(done_by_the_survivor, 60)
             steps = await sql.fetch(
-                "SELECT job_id, count(*) AS n FROM job_events WHERE detail = $1 GROUP BY job_id",
+                f"SELECT job_id, count(*) AS n FROM {STORED_EVENTS}"
+                " WHERE detail = $1 GROUP BY job_id",
                 f"bulk action {action_id}: requeue",
             )
         finally:

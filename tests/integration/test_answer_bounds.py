@@ -13,6 +13,7 @@ import pytest
 
 from dispatcher.node import Node
 from tests.support.nodes import WRITE, client, running_node
+from tests.support.stored_events import plant_events
 
 PAGE_BYTES = 25_000
 PAYLOAD = {"blob": "x" * 10_000}  # about 10 KB a job: three start under the bound
@@ -85,11 +86,11 @@ async def report_attempts(database_url: str, job_id: str, *, attempts: int) -> N
     connection = await asyncpg.connect(database_url)
     try:
         await connection.execute(
-            "INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group,"
-            " consumer, error, at)"
-            " SELECT gen_random_uuid(), $1, 'failed', n, 'billing', 'w1', 'boom',"
-            "        now() + make_interval(secs => n)"
-            " FROM generate_series(1, $2) AS n",
+            plant_events(
+                "SELECT $1::uuid AS job_id, 'failed' AS outcome, n AS attempt,"
+                " 'billing' AS consumer_group, 'w1' AS consumer, 'boom' AS error,"
+                " now() + make_interval(secs => n) AS at FROM generate_series(1, $2) AS n"
+            ),
             uuid.UUID(job_id),
             attempts,
         )

@@ -21,6 +21,7 @@ from devstack.rabbitmq import RabbitServer
 from dispatcher.node import Node
 from tests.support.nodes import client, running_node
 from tests.support.queues import consumers_reach, depth_reaches, wait_for_queue
+from tests.support.stored_events import STORED_EVENTS
 from tests.support.waiting import until
 
 # The outcome depends on the broker's version: run again on RabbitMQ 4.x (make test).
@@ -136,7 +137,7 @@ async def recorded(database_url: str, event_id: str) -> bool:
     connection = await asyncpg.connect(database_url)
     try:
         found = await connection.fetchval(
-            "SELECT count(*) FROM job_events WHERE event_id = $1", uuid.UUID(event_id)
+            f"SELECT count(*) FROM {STORED_EVENTS} WHERE event_id = $1", uuid.UUID(event_id)
         )
     finally:
         await connection.close()

@@ -21,6 +21,7 @@ from consumers_sdk.errors import BulkActionConflict, InvalidBulkAction
 from devstack.collector import Collector
 from dispatcher.node import Node
 from tests.support.nodes import client, running_node
+from tests.support.stored_events import STORED_EVENTS
 from tests.support.waiting import until
 
 ADMIN = "admin-token-0123456789"
@@ -103,7 +104,8 @@ async def finished(http: httpx.AsyncClient, action_id: str, deadline_s: float = 
 async def steps(sql: asyncpg.Connection, detail: str) -> dict[str, list[str]]:
     """Job id -> the outcomes of its history steps whose detail starts with ``detail``."""
     rows = await sql.fetch(
-        "SELECT job_id::text AS id, outcome FROM job_events WHERE starts_with(detail, $1)", detail
+        f"SELECT job_id::text AS id, outcome FROM {STORED_EVENTS} WHERE starts_with(detail, $1)",
+        detail,
     )
     found: dict[str, list[str]] = {}
     for row in rows:

@@ -20,6 +20,7 @@ from consumers_sdk import enqueue as enqueue_module
 from consumers_sdk.enqueue import EnqueuedJob, SchemaTooOld, enqueue, enqueue_sync
 from dispatcher.store.queries import shards as queries
 from tests.support.due_listener import Listener, listening
+from tests.support.stored_events import STORED_EVENTS
 
 SHARDS = 16
 LATER = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
@@ -47,7 +48,8 @@ async def stored(conn: asyncpg.Connection, job_id: object) -> asyncpg.Record:
 
 async def changes(conn: asyncpg.Connection, job_id: object) -> list[tuple[str, str, str]]:
     rows = await conn.fetch(
-        "SELECT outcome, consumer, detail FROM job_events WHERE job_id = $1 ORDER BY at", job_id
+        f"SELECT outcome, consumer, detail FROM {STORED_EVENTS} WHERE job_id = $1 ORDER BY at",
+        job_id,
     )
     return [(row["outcome"], row["consumer"], row["detail"]) for row in rows]
 

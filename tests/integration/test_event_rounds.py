@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 
@@ -18,6 +19,7 @@ from dispatcher.node import Node
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.jobs import JobStore
+from dispatcher.store.queries import scheduler
 from dispatcher.store.shards import ShardStore
 from tests.integration.test_consumer import TIERS
 from tests.support import dispatched
@@ -187,6 +189,61 @@ async def test_a_succeeded_recorded_while_dispatching_becomes_the_state_at_the_c
     assert await dispatched.state_of(database_url, fast.id) == ("succeeded", None)
     assert await dispatched.state_of(database_url, forged.id) == ("dispatched", None)
     assert await dispatched.state_of(database_url, quiet.id) == ("dispatched", None)
+
+
+async def claimed_job(db: Database) -> models.ClaimedJob:
+    jobs = JobStore(db, node_id="n1", lease_s=30)
+    shards = ShardStore(db)
+    await shards.ensure(4)
+    job = models.NewJob(
+        id=ids.JobIds().next(),
+        shard=0,
+        spec=models.JobSpec(
+            routing_key=ROUTING_KEY, payload=b"1", run_at=datetime.now(UTC), headers={}
+        ),
+    )
+    await jobs.insert([job])
+    entry = models.DueEntry.make(job.spec.run_at.timestamp(), job.id, job.shard)
+    [claimed] = (await jobs.claim([entry], await shards.bump([0], "n1"))).jobs
+    return claimed
+
+
+@pytest.mark.parametrize("first", ["recording", "confirm"])
+async def test_a_succeeded_recorded_during_the_confirm_is_the_state_after_both(
+    db: Database, database_url: str, first: str
+) -> None:
+    """The recording of a fast consumer's outcome and the confirm's mark, at once: whichever
+    takes the job's row first, the other waits for it, and the job ends succeeded (the
+    recording's snapshot saw it dispatching either way)."""
+    job = await claimed_job(db)
+    event = dispatched.event(job.id, "succeeded", dispatch_round=job.dispatch_round)
+    history = HistoryStore(db)
+    recording = await asyncpg.connect(database_url)
+    confirming = await asyncpg.connect(database_url)
+    try:
+        recorded, confirmed = recording.transaction(), confirming.transaction()
+        await recorded.start()
+        await confirmed.start()
+        if first == "recording":
+            await history._record(recording, [event], [None])
+            second = asyncio.create_task(confirming.execute(scheduler.MARK_DISPATCHED, [job.id]))
+            await asyncio.sleep(0.5)
+            assert not second.done(), "the confirm waits for the recording's row"
+            await recorded.commit()
+            await second
+            await confirmed.commit()
+        else:
+            await confirming.execute(scheduler.MARK_DISPATCHED, [job.id])
+            second = asyncio.create_task(history._record(recording, [event], [None]))
+            await asyncio.sleep(0.5)
+            assert not second.done(), "the recording waits for the confirm's row"
+            await confirmed.commit()
+            await second
+            await recorded.commit()
+    finally:
+        await recording.close()
+        await confirming.close()
+    assert await dispatched.state_of(database_url, job.id) == ("succeeded", None)
 
 
 async def test_a_claim_gives_a_round_to_a_job_stored_before_rounds_and_a_requeue_renews_it(

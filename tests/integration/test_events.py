@@ -126,7 +126,7 @@ async def test_a_refusing_broker_never_holds_up_handlers_and_events_arrive_later
     assert await queue_depth(amqp_url, WORK) == 0
 
 
-async def test_the_store_records_each_event_once_and_moves_the_job_to_its_final_state(
+async def test_the_history_reads_each_event_once_and_the_job_moves_to_its_final_state(
     database_url: str,
 ) -> None:
     job_id = uuid.uuid4()
@@ -162,7 +162,8 @@ async def test_the_store_records_each_event_once_and_moves_the_job_to_its_final_
         )
         recorded = await store.record([*first, stranger])
         assert [entry.ignored for entry in recorded] == [None, None]  # no such job: not kept
-        assert await store.record(first) == []  # redelivered: recorded once
+        # Redelivered: stored and counted again, read once.
+        assert [entry.ignored for entry in await store.record(first)] == [None, None]
         state, error = await connection.fetchrow(
             "SELECT state, last_error FROM jobs WHERE id = $1", job_id
         )
@@ -173,7 +174,7 @@ async def test_the_store_records_each_event_once_and_moves_the_job_to_its_final_
         await connection.close()
 
 
-async def test_nodes_share_one_events_queue_and_record_each_event_once(
+async def test_nodes_share_one_events_queue_and_the_history_shows_each_event_once(
     database_url: str, amqp_url: str, rabbit_server: RabbitServer
 ) -> None:
     settings = {"database_url": database_url, "amqp_url": amqp_url, "shard_count": 4}
@@ -199,8 +200,9 @@ async def test_nodes_share_one_events_queue_and_record_each_event_once(
                 dispatch_round=known,
             )
         await events.close(10)
+        # A message the SDK sent again (its confirm lost) is counted again.
         await eventually(
-            lambda: first.messaging.events.recorded + second.messaging.events.recorded == 40, 10
+            lambda: first.messaging.events.recorded + second.messaging.events.recorded >= 40, 10
         )
         history = (await http.get(f"/v1/jobs/{job_id}")).json()["history"]
     assert [step["attempt"] for step in history if step["event"] == "failed"] == list(range(1, 41))

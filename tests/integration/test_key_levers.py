@@ -15,6 +15,7 @@ import pytest
 from devstack.collector import Collector
 from dispatcher.node import Node
 from tests.support.nodes import client, jobs_stored, running_node
+from tests.support.stored_events import STORED_EVENTS
 from tests.support.waiting import job_when
 
 NODE = {"node_id": "keys-test", "shard_count": 16}
@@ -270,10 +271,11 @@ MIXED = [
 ]
 
 
-async def test_the_set_based_contract_function_answers_as_v2_does(database_url: str) -> None:
-    """``dispatcher_enqueue_v3`` (a second implementation of v2's contract, set-based) against
-    v2: for a batch of every case, the same outcome for each job, the same job answering it
-    (the submitted one or the one its key names), and the same rows stored, history included."""
+async def test_the_set_based_contract_function_answers_as_v2_did(database_url: str) -> None:
+    """``dispatcher_enqueue_v3`` (a second implementation of v2's contract, set-based), for a
+    batch of every case: the outcome for each job, the job answering it (the submitted one or the
+    one its key names), and the rows stored, history included, as v2's own body (0021) gave them
+    until v2 became a call of v3 (0025); v2 now answers the same through v3."""
     connection = await asyncpg.connect(database_url)
 
     async def run(version: str) -> tuple[list[tuple[int, str, str]], list[tuple[object, ...]]]:
@@ -327,9 +329,9 @@ async def test_the_set_based_contract_function_answers_as_v2_does(database_url: 
                 )
                 for row in await connection.fetch(
                     # a change's detail names the new run_at, compared as the row's own above
-                    "SELECT j.*, (SELECT array_agg(e.outcome || ' ' || split_part(e.detail, ' ', 1)"
-                    " ORDER BY e.at)"
-                    " FROM job_events e WHERE e.job_id = j.id) AS events FROM jobs j"
+                    "SELECT j.*, (SELECT array_agg(job_events.outcome || ' '"
+                    " || split_part(job_events.detail, ' ', 1) ORDER BY job_events.at)"
+                    f" FROM {STORED_EVENTS} WHERE job_events.job_id = j.id) AS events FROM jobs j"
                 )
             ]
             return answers, sorted(stored, key=str)
@@ -353,5 +355,17 @@ async def test_the_set_based_contract_function_answers_as_v2_does(database_url: 
         "refused",
         "created",
         "created",
+    ]
+    assert v3[1] == [
+        ("standing extend-me", "extend-me", b"old", 90, ["extended run_at"]),
+        ("standing keep-me", "keep-me", b"old", 60, None),
+        ("standing let-go", None, b"old", -60, None),
+        ("standing not-earlier", "not-earlier", b"old", 60, None),
+        ("standing replace-me", "replace-me", b"new-4", 30, ["replaced run_at"]),
+        ("standing sent", "sent", b"old", 60, None),
+        ("submitted 0", None, b"new-0", 30, None),
+        ("submitted 1", "fresh", b"new-1", 30, None),
+        ("submitted 10", "fresh-2", b"new-10", 30, None),
+        ("submitted 9", "let-go", b"new-9", 30, None),
     ]
     assert v3 == v2

@@ -123,7 +123,7 @@ async def test_the_queue_tables_are_vacuumed_and_analysed_after_two_percent_chan
     connection: asyncpg.Connection,
 ) -> None:
     rows = await connection.fetch(
-        "SELECT relname, reloptions FROM pg_class WHERE relname IN ('jobs', 'job_events')"
+        "SELECT relname, reloptions FROM pg_class WHERE relname IN ('jobs', 'event_batches')"
     )
     for row in rows:
         options = dict(option.split("=") for option in row["reloptions"])

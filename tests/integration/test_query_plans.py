@@ -14,11 +14,10 @@ from typing import Any
 import asyncpg
 import pytest
 
+from consumers_sdk.ids import JobIds
 from devstack import million
 from devstack.postgres import PostgresServer
 from dispatcher import models
-from dispatcher.store.db import Database
-from dispatcher.store.jobs import JobStore
 from dispatcher.store.queries import bulk_actions, history
 
 # The states in flight, and a rare finished one. The bulk of finished jobs is half the table: any
@@ -130,56 +129,35 @@ async def test_the_consoles_grouped_next_due_reads_the_due_index_only(million_jo
         assert any(n["Node Type"] == "Limit" for n in below), json.dumps(plan, indent=1)
 
 
+# Two events for each of the jobs $1, a batch of 500 each, as consumers' deliveries record them.
 MANY_EVENTS = """
-INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at)
-SELECT gen_random_uuid(), id, 'succeeded', 1, 'g', 'c', now() FROM jobs LIMIT $1
+INSERT INTO event_batches (job_keys, event_ids, job_ids, outcomes, attempts, consumer_groups,
+                           consumers, errors, ats, rounds, ignored, details)
+SELECT array_agg(DISTINCT dispatcher_id_key(id)), array_agg(gen_random_uuid()), array_agg(id),
+       array_agg(outcome), array_agg(1), array_agg('g'::text), array_agg('c'::text),
+       array_agg(NULL::text), array_agg(now()), array_agg(gen_random_uuid()),
+       array_agg(NULL::text), array_agg(NULL::text)
+FROM unnest($1::uuid[]) WITH ORDINALITY AS j(id, n),
+     (VALUES ('started'), ('succeeded')) AS o(outcome)
+GROUP BY o.outcome, (n - 1) / 500
 """
 
 
-async def job_events_scans(dsn: str, pool: Database) -> int:
-    """Whole-table reads of job_events so far, counting the pool's connection's latest."""
-    async with pool.connection(10) as connection:
-        await connection.execute("SELECT pg_stat_force_next_flush()")  # flushed when it idles
-    await asyncio.sleep(0.2)
-    reader = await asyncpg.connect(dsn)
+async def test_a_jobs_history_reads_the_batches_of_its_key_only(million_jobs: str) -> None:
+    """``event_batches_job_keys``: a bitmap of the batches naming the job's key, whatever the
+    number of batches, planned with the value or generic."""
+    clock = iter(range(10**15, 10**16, 20_000))  # UUIDv7 ids, 50 a millisecond
+    made = JobIds(clock_ns=lambda: next(clock))
+    job_ids = [made.next() for _ in range(200_000)]
+    connection = await asyncpg.connect(million_jobs)
     try:
-        scans = await reader.fetchval(
-            "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'job_events'"
-        )
+        await connection.execute(MANY_EVENTS, job_ids)
+        await connection.execute("ANALYZE event_batches")
     finally:
-        await reader.close()
-    return int(scans)
-
-
-async def test_a_confirm_does_not_scan_job_events_after_it_outgrew_its_statistics(
-    database_url: str,
-) -> None:
-    """A new database's first confirms find jobs and no events yet, and PostgreSQL caches a plan
-    that reads all of job_events (cheapest then) for a prepared statement after five runs; the
-    table then grows by two rows a job until autovacuum first analyses it. Each confirm's reading
-    of the outcomes already reported must still start from the job ids, not from the table."""
-    setup = await asyncpg.connect(database_url)
-    try:
-        await million.load(setup, 20_000)
-        await setup.execute("ALTER TABLE job_events SET (autovacuum_enabled = false)")
-    finally:
-        await setup.close()
-    pool = Database(database_url, min_size=1, max_size=1, timeout_s=10)  # one connection's cache
-    await pool.open()
-    try:
-        store = JobStore(pool, node_id="n1", lease_s=30)
-        for _ in range(8):
-            await store.mark_dispatched([uuid.uuid4()])
-        grow = await asyncpg.connect(database_url)
-        try:
-            await grow.execute(MANY_EVENTS, 20_000)
-        finally:
-            await grow.close()
-        before = await job_events_scans(database_url, pool)
-        await store.mark_dispatched([uuid.uuid4()])
-        assert await job_events_scans(database_url, pool) == before
-    finally:
-        await pool.close()
+        await connection.close()
+    for plan in await plans(million_jobs, history.SELECT_JOB_EVENTS, (job_ids[1000], 50)):
+        assert "event_batches" not in seq_scans(plan), json.dumps(plan, indent=1)
+        assert "event_batches_job_keys" in indexes(plan), json.dumps(plan, indent=1)
 
 
 # A bulk action's batch (the sample of its dry run runs the same pick), as the API passes the

@@ -65,3 +65,17 @@ def test_ratios_are_head_over_base_of_each_sides_median() -> None:
     assert table["wal_bytes_per_job"] == {"base": 3650.0, "head": 900.0, "ratio": 900 / 3650}
     assert table["handler_p99"]["ratio"] == 0.012 / 0.025
     assert table["cpu_ms_per_1000_all"]["ratio"] == 1.0
+
+
+def test_a_table_only_one_side_writes_counts_as_no_rows_on_the_other() -> None:
+    base_median = {"wal_bytes_per_job": 3600.0, "job_events_ins_per_job": 2.0}
+    head_median = {"wal_bytes_per_job": 900.0, "event_batches_ins_per_job": 0.004}
+    base: dict[str, object] = {"rate_1000": {"median": base_median}}
+    head: dict[str, object] = {"rate_1000": {"median": head_median}}
+    table = compare.ratios([base], [head], 1000)
+    assert table["job_events_ins_per_job"] == {"base": 2.0, "head": 0.0, "ratio": 0.0}
+    assert table["event_batches_ins_per_job"]["base"] == 0.0
+    assert (
+        table["event_batches_ins_per_job"]["ratio"] != table["event_batches_ins_per_job"]["ratio"]
+    )
+    assert any(line.split()[0] == "job_events_ins_per_job" for line in compare.show(table))

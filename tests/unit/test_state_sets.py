@@ -10,7 +10,7 @@ import pytest
 from consumers_sdk import contract
 from dispatcher import models
 from dispatcher.store import migrate
-from dispatcher.store.queries import history, scheduler
+from dispatcher.store.queries import history
 
 
 def spelled(sql: str, column: str) -> list[set[str]]:
@@ -30,7 +30,7 @@ def test_the_index_retention_reads_holds_the_finished_states() -> None:
     assert spelled(index, "state") == [set(models.FINISHED_STATES)]
 
 
-@pytest.mark.parametrize("sql", [scheduler.SETTLE_REPORTED, history.RECORD_EVENTS])
+@pytest.mark.parametrize("sql", [history.RECORD_EVENTS])
 def test_a_jobs_final_outcomes_are_the_contracts(sql: str) -> None:
     found = spelled(sql, "outcome")
     assert found

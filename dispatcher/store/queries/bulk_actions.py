@@ -2,6 +2,8 @@
 
 from typing import Final
 
+from dispatcher.store.queries.shared import note_events
+
 
 # Whether a job matches a bulk action's filter, its states aside: nine parameters from ``first``
 # on, each NULL to match anything: namespace filter ('' the default one), routing key, routing-key
@@ -81,6 +83,32 @@ _BULK_LOCKED: Final = f"""locked AS (
     FOR UPDATE
 )"""
 
+# The notes each action leaves in its jobs' histories, one event batch a statement ($14 node id,
+# $15 detail): the jobs cancelled, rescheduled (to their new time), and requeued (with the
+# dispatch each requeue replaces).
+_NOTE_CANCELLED: Final = note_events(
+    "changed", job_id="id", outcome="'cancelled'::text", consumer="$14::text", detail="$15::text"
+)
+_NOTE_RESCHEDULED: Final = note_events(
+    "changed",
+    job_id="id",
+    outcome="'rescheduled'::text",
+    consumer="$14::text",
+    detail="""$15::text || ' to '
+           || to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')""",
+)
+_NOTE_REQUEUED: Final = note_events(
+    """(SELECT id, 'dispatched'::text AS outcome, dispatched_at AS at, NULL::text AS detail
+    FROM locked WHERE dispatched_at IS NOT NULL
+    UNION ALL
+    SELECT id, 'requeued', now(), $15::text FROM locked) AS steps""",
+    job_id="id",
+    outcome="outcome",
+    consumer="$14::text",
+    at="at",
+    detail="detail",
+)
+
 # Cancel: as CANCEL_JOB (the 0006 trigger cancels the jobs waiting for them in turn).
 # $1-$13 as _BULK_PICK, $14 node id, $15 detail.
 BULK_CANCEL: Final = f"""
@@ -91,9 +119,7 @@ changed AS (
     FROM locked WHERE j.id = locked.id
     RETURNING j.id
 ), noted AS (
-    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at,
-                            detail)
-    SELECT gen_random_uuid(), id, 'cancelled', 0, 'dispatcher', $14, now(), $15 FROM changed
+    {_NOTE_CANCELLED}
 )
 {_BULK_ANSWER}
 """
@@ -114,11 +140,7 @@ changed AS (
     FROM locked WHERE j.id = locked.id
     RETURNING j.id, j.shard, j.run_at, j.routing_key
 ), noted AS (
-    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at,
-                            detail)
-    SELECT gen_random_uuid(), id, 'rescheduled', 0, 'dispatcher', $14, now(),
-           $15 || ' to ' || to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-    FROM changed
+    {_NOTE_RESCHEDULED}
 )
 SELECT (SELECT count(*) FROM picked) AS seen,
        (SELECT id FROM picked ORDER BY id DESC LIMIT 1) AS last,
@@ -142,16 +164,12 @@ changed AS (
                      ELSE ($16::int[])[1 + get_byte(uuid_send(j.id), 15) % cardinality($16)]
                 END,
         last_error = NULL, dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
-        dispatch_round = gen_random_uuid(), updated_at = now()
+        dispatch_round = gen_random_uuid(), reported = NULL, reported_error = NULL,
+        updated_at = now()
     FROM locked WHERE j.id = locked.id
     RETURNING j.id
 ), noted AS (
-    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at,
-                            detail)
-    SELECT gen_random_uuid(), id, 'dispatched', 0, 'dispatcher', $14, dispatched_at, NULL
-    FROM locked WHERE dispatched_at IS NOT NULL
-    UNION ALL
-    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $14, now(), $15 FROM locked
+    {_NOTE_REQUEUED}
 )
 {_BULK_ANSWER}
 """

@@ -2,44 +2,43 @@
 
 from typing import Final
 
-# Record consumers' events once per event id (they arrive at-least-once), only for jobs that exist
-# here, and move each job to the final state its last new final event names, last in the order
-# received (the batch's order, never the consumer's own "at": it could date one ahead to win). An
-# event is ignored (changing nothing) when, with grants given ($12..$14: DISPATCHER_EVENT_USERS),
-# its message had no user_id (no_user) or its user holds no grant covering the job's namespace
-# and routing key (publisher); when it names another dispatch round than the job's (other_round),
-# none while the job has one (no_round: jobs dispatched before migration 0011 have none and take
-# events without), or another routing key (routing_key). The first $15 ignored events of a job are
-# kept in its history; the others are only counted (jobs.ignored_dropped), so that a flood of
-# forgeries cannot grow a job's history without bound. A job is moved only from 'dispatched' or a
-# final state: one still 'dispatching' takes its consumers' outcome at the confirm
-# (SETTLE_REPORTED). The jobs of final events are locked first, in id order, and judged by their
-# latest version (a confirm or a requeue committed meanwhile is seen), so that no outcome falls
-# between this statement and the confirm's. Returns the events newly recorded or counted, and
-# whether each was ignored, for the metrics.
+from dispatcher.store.queries.shared import events_of, note_events
+
+# Record consumers' events, only for jobs that exist here, as one event batch in the order
+# received, and move each job to the final state its last final event names, last in that order
+# (never the consumer's own "at": it could date one ahead to win). Events arrive at-least-once: a
+# redelivered one is stored again (a job's history reads each event id once; moving a job to the
+# outcome it has changes nothing). An event is ignored (changing nothing) when, with grants given
+# ($12..$14: DISPATCHER_EVENT_USERS), its message had no user_id (no_user) or its user holds no
+# grant covering the job's namespace and routing key (publisher); when it names another dispatch
+# round than the job's (other_round), none while the job has one (no_round: jobs dispatched
+# before migration 0011 have none and take events without), or another routing key
+# (routing_key). The first $15 ignored events of a job are kept in its history
+# (jobs.ignored_kept counts them); the others are only counted (jobs.ignored_dropped), so that a
+# flood of forgeries cannot grow a job's history without bound.
+#
+# A job is moved only from 'dispatched' or a final state, by the update alone: it locks the rows
+# it changes, and a row changed since the statement's snapshot is judged again by its latest
+# version (its state and round). A job still 'dispatching' keeps the outcome in jobs.reported,
+# which the confirm's mark moves it to: whichever of the two writes the row first, the other
+# waits and reads what it wrote, so that no outcome falls between them. Returns the events
+# recorded or counted, and whether each was ignored, for the metrics.
 # $1 event ids, $2 job ids, $3 outcomes, $4 attempts, $5 groups, $6 consumers, $7 errors, $8 times,
 # $9 routing keys, $10 rounds (NULL: none), $11 publishers (the messages' user_id, NULL: none),
 # $12 grant users, $13 grant namespaces (NULL: any), $14 grant prefixes (NULL: any), $15 ignored
 # events kept per job.
-RECORD_EVENTS: Final = """
+RECORD_EVENTS: Final = f"""
 WITH batch AS (
-    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::text[],
-                         $7::text[], $8::timestamptz[], $9::text[], $10::uuid[], $11::text[])
+    -- The first of each event id the batch repeats.
+    SELECT DISTINCT ON (event_id) *
+    FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[], $5::text[], $6::text[],
+                $7::text[], $8::timestamptz[], $9::text[], $10::uuid[], $11::text[])
         WITH ORDINALITY
         AS e(event_id, job_id, outcome, attempt, consumer_group, consumer, error, at,
              routing_key, round, publisher, position)
+    ORDER BY event_id, position
 ), grants AS (
     SELECT * FROM unnest($12::text[], $13::text[], $14::text[]) AS g(publisher, namespace, prefix)
-), locked AS (
-    SELECT id, state, routing_key, dispatch_round, namespace FROM jobs
-    WHERE id IN (SELECT job_id FROM batch WHERE outcome IN ('succeeded', 'dead'))
-    ORDER BY id
-    FOR NO KEY UPDATE
-), current AS (
-    SELECT * FROM locked
-    UNION ALL
-    SELECT id, state, routing_key, dispatch_round, namespace FROM jobs
-    WHERE id IN (SELECT job_id FROM batch) AND id NOT IN (SELECT id FROM locked)
 ), judged AS (
     SELECT b.*,
            CASE
@@ -54,70 +53,81 @@ WITH batch AS (
                WHEN b.round IS NULL AND j.dispatch_round IS NOT NULL THEN 'no_round'
                WHEN b.round IS DISTINCT FROM j.dispatch_round THEN 'other_round'
                WHEN b.routing_key IS DISTINCT FROM j.routing_key THEN 'routing_key'
-           END AS ignored
-    FROM batch b JOIN current j ON j.id = b.job_id
+           END AS ignored,
+           j.state, j.ignored_kept
+    FROM batch b JOIN jobs j ON j.id = b.job_id
 ), ranked AS (
-    -- An ignored event is kept while its job has fewer than $15 (only ignored ones count the
-    -- job's stored events: an index range per ignored event, none per counted one).
     SELECT judged.*,
-           CASE WHEN ignored IS NULL THEN true
-                ELSE row_number() OVER (PARTITION BY job_id, ignored IS NULL ORDER BY position)
-                     + (SELECT count(*) FROM job_events e
-                        WHERE e.job_id = judged.job_id AND e.ignored IS NOT NULL) <= $15
-           END AS kept
+           ignored IS NULL
+           OR row_number() OVER (PARTITION BY job_id, ignored IS NULL ORDER BY position)
+              + ignored_kept <= $15 AS kept
     FROM judged
-), inserted AS (
-    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at,
-                            round, ignored, received)
-    -- nextval after the sort: the batch's order becomes the order received.
-    SELECT event_id, job_id, outcome, attempt, consumer_group, consumer, error, at, round, ignored,
-           nextval('job_events_received')
-    FROM ranked WHERE kept
-    ORDER BY position
-    ON CONFLICT (event_id) DO NOTHING
-    RETURNING event_id, job_id, outcome, error, ignored, received
-), dropped AS (
-    -- Not kept, and not a copy of one kept before (a redelivery is counted once).
-    SELECT event_id, job_id, ignored FROM ranked r
-    WHERE NOT kept AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.event_id = r.event_id)
+), noted AS (
+    {
+    note_events(
+        "(SELECT * FROM ranked WHERE kept ORDER BY position) AS kept",
+        event_id="event_id",
+        job_id="job_id",
+        outcome="outcome",
+        attempt="attempt",
+        group="consumer_group",
+        consumer="consumer",
+        error="error",
+        at="at",
+        round_="round",
+        ignored="ignored",
+    )
+}
 ), final AS (
-    SELECT DISTINCT ON (i.job_id) i.job_id, i.outcome, i.error FROM inserted i
-    JOIN locked ON locked.id = i.job_id
-    WHERE i.ignored IS NULL AND i.outcome IN ('succeeded', 'dead')
-      AND locked.state IN ('dispatched', 'succeeded', 'dead')
-    ORDER BY i.job_id, i.received DESC
+    SELECT DISTINCT ON (job_id) job_id, outcome, error, round FROM ranked
+    WHERE ignored IS NULL AND outcome IN ('succeeded', 'dead')
+      AND state IN ('dispatching', 'dispatched', 'succeeded', 'dead')
+    ORDER BY job_id, position DESC
+), counted AS (
+    SELECT job_id, count(*) FILTER (WHERE kept) AS kept, count(*) FILTER (WHERE NOT kept) AS dropped
+    FROM ranked WHERE ignored IS NOT NULL GROUP BY job_id
 ), changes AS (
-    -- One update a job (a statement cannot change a row twice): its outcome and its count.
-    SELECT coalesce(f.job_id, d.job_id) AS job_id, f.outcome, f.error,
-           coalesce(d.events, 0) AS dropped
-    FROM final f
-    FULL JOIN (SELECT job_id, count(*) AS events FROM dropped GROUP BY job_id) d
-        ON d.job_id = f.job_id
+    -- One update a job (a statement cannot change a row twice): its outcome and its counts.
+    SELECT coalesce(f.job_id, c.job_id) AS job_id, f.outcome, f.error, f.round,
+           coalesce(c.kept, 0) AS kept, coalesce(c.dropped, 0) AS dropped
+    FROM final f FULL JOIN counted c ON c.job_id = f.job_id
 ), moved AS (
-    -- No test of the state here: the scan's snapshot may predate the version locked above.
+    -- The state and round are tested here again: a row changed since the snapshot is judged by
+    -- its latest version.
     UPDATE jobs j
-    SET state = coalesce(c.outcome, j.state),
-        last_error = CASE WHEN c.outcome IS NULL THEN j.last_error ELSE c.error END,
-        lease_until = CASE WHEN c.outcome IS NULL THEN j.lease_until END,
-        dispatched_at = CASE WHEN c.outcome IS NULL THEN j.dispatched_at
-                             ELSE coalesce(j.dispatched_at, now()) END,
-        updated_at = CASE WHEN c.outcome IS NULL THEN j.updated_at ELSE now() END,
+    SET state = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching' THEN j.state
+                     ELSE c.outcome END,
+        last_error = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching' THEN j.last_error
+                          ELSE c.error END,
+        lease_until = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching' THEN j.lease_until
+                      END,
+        dispatched_at = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching'
+                             THEN j.dispatched_at ELSE coalesce(j.dispatched_at, now()) END,
+        updated_at = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching' THEN j.updated_at
+                          ELSE now() END,
+        reported = CASE WHEN c.outcome IS NOT NULL AND j.state = 'dispatching' THEN c.outcome
+                        ELSE j.reported END,
+        reported_error = CASE WHEN c.outcome IS NOT NULL AND j.state = 'dispatching'
+                              THEN c.error ELSE j.reported_error END,
+        ignored_kept = j.ignored_kept + c.kept,
         ignored_dropped = j.ignored_dropped + c.dropped
     FROM changes c
     WHERE j.id = c.job_id
+      AND (c.outcome IS NULL
+           OR (j.state IN ('dispatching', 'dispatched', 'succeeded', 'dead')
+               AND j.dispatch_round IS NOT DISTINCT FROM c.round))
 )
-SELECT event_id, ignored FROM inserted
-UNION ALL
-SELECT event_id, ignored FROM dropped
+SELECT event_id, ignored FROM ranked
 """
 
 # A job's events in the order they happened (by their consumers' clocks), each with how many of
 # the job's ignored events were only counted (the same on every row; with none kept, none were):
 # the steps that frame the rounds (a requeue and the dispatch it replaced) and the $2 newest of
 # the others (the consumers' events, and the dispatcher's changes to a pending job: a key
-# replaced a thousand times shows its last changes), with how many others there are. $1 job id,
-# $2 the most of those shown.
-SELECT_JOB_EVENTS: Final = """
+# replaced a thousand times shows its last changes), with how many others there are. An event
+# stored twice (two nodes recording one delivery at once) is read once. $1 job id, $2 the most of
+# those shown.
+SELECT_JOB_EVENTS: Final = f"""
 SELECT outcome, attempt, consumer_group, consumer, error, at, ignored, detail, ignored_dropped,
        reported
 FROM (
@@ -125,16 +135,18 @@ FROM (
          count(*) FILTER (WHERE outcome NOT IN ('dispatched', 'requeued')) OVER () AS reported,
          row_number() OVER (PARTITION BY outcome IN ('dispatched', 'requeued')
                             ORDER BY at DESC, attempt DESC) AS newest
-  FROM job_events e
-  WHERE job_id = $1
+  FROM (
+      SELECT DISTINCT ON (event_id) * FROM ({events_of("$1::uuid")}) AS stored
+      ORDER BY event_id, batch, position
+  ) AS e
 ) AS history
 WHERE outcome IN ('dispatched', 'requeued') OR newest <= $2
 ORDER BY at, attempt, outcome <> 'started'
 """
 
-# Delete a small batch of jobs finished longer ago than the retention, with their events; locked
-# rows are skipped (a requeue in flight), so no statement holds many locks for long.
-# $1 retention seconds, $2 batch size. Returns the ids deleted.
+# Delete a small batch of jobs finished longer ago than the retention; locked rows are skipped (a
+# requeue in flight), so no statement holds many locks for long. Their events go with their
+# batches (DELETE_SPENT_BATCHES). $1 retention seconds, $2 batch size. Returns the ids deleted.
 DELETE_FINISHED: Final = """
 WITH doomed AS (
     SELECT id FROM jobs
@@ -143,10 +155,28 @@ WITH doomed AS (
     ORDER BY updated_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-), events AS (
-    DELETE FROM job_events e USING doomed WHERE e.job_id = doomed.id
 )
 DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.id
+"""
+
+# Event batches recorded longer ago than the retention whose jobs are all gone; a batch naming a
+# job still here is kept (a pending job's notes, a requeued job's earlier rounds). Looks at the
+# $2 batches after id $3, up to the first recorded since the retention (ids follow the time
+# recorded). Returns the last id looked at (NULL: none was old enough) and how many went.
+# $1 retention seconds, $2 batches, $3 the id to look after.
+DELETE_SPENT_BATCHES: Final = """
+WITH next AS (
+    SELECT id, job_ids, recorded_at < now() - make_interval(secs => $1) AS old
+    FROM event_batches WHERE id > $3 ORDER BY id LIMIT $2
+), looked AS (
+    SELECT id, job_ids FROM next
+    WHERE id < coalesce((SELECT min(id) FROM next WHERE NOT old), 'Infinity'::numeric)
+), spent AS (
+    DELETE FROM event_batches b USING looked l
+    WHERE b.id = l.id AND NOT EXISTS (SELECT FROM jobs j WHERE j.id = ANY (l.job_ids))
+    RETURNING b.id
+)
+SELECT (SELECT max(id) FROM looked) AS last, (SELECT count(*) FROM spent) AS deleted
 """
 
 # Job counts (see dispatcher/upkeep/housekeeping.py): one node at a time counts, under this lock,

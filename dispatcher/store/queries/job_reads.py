@@ -3,6 +3,8 @@ requeue)."""
 
 from typing import Final
 
+from dispatcher.store.queries.shared import note_events
+
 # $1 id, $2 namespace filter, $3 routing-key filter.
 SELECT_JOB: Final = """
 SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
@@ -103,11 +105,23 @@ WHERE id = $1 AND state IN ('scheduled', 'waiting')
 RETURNING *, dispatcher_notify_due_v1(id, shard, run_at, routing_key)
 """
 
+# A requeue's note in the job's history: the dispatch it replaces, and the requeue. $5 node id.
+_NOTE_REQUEUED: Final = note_events(
+    """(SELECT id, 'dispatched'::text AS outcome, dispatched_at AS at FROM old
+    WHERE dispatched_at IS NOT NULL
+    UNION ALL
+    SELECT id, 'requeued', now() FROM old) AS steps""",
+    job_id="id",
+    outcome="outcome",
+    consumer="$5::text",
+    at="at",
+)
+
 # Put a dead job back on the schedule, due now, on a shard this node owns (so it fires from here),
 # as a new dispatch round (events of the earlier ones are ignored from now on). Its history keeps
 # the dispatch being replaced (the row holds only the latest) and notes the requeue.
 # $1 id, $2 namespace filter, $3 routing-key filter, $4 shard, $5 node id.
-REQUEUE_DEAD_JOB: Final = """
+REQUEUE_DEAD_JOB: Final = f"""
 WITH old AS (
     SELECT id, dispatched_at FROM jobs
     WHERE id = $1 AND state = 'dead' AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
@@ -118,15 +132,12 @@ WITH old AS (
 ), requeued AS (
     UPDATE jobs j SET state = 'scheduled', run_at = now(), shard = $4, last_error = NULL,
                       dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
-                      dispatch_round = gen_random_uuid(), updated_at = now()
+                      dispatch_round = gen_random_uuid(), reported = NULL,
+                      reported_error = NULL, updated_at = now()
     FROM old WHERE j.id = old.id
     RETURNING j.*
 ), noted AS (
-    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, at)
-    SELECT gen_random_uuid(), id, 'dispatched', 0, 'dispatcher', $5, dispatched_at
-    FROM old WHERE dispatched_at IS NOT NULL
-    UNION ALL
-    SELECT gen_random_uuid(), id, 'requeued', 0, 'dispatcher', $5, now() FROM old
+    {_NOTE_REQUEUED}
 )
 SELECT * FROM requeued
 """

@@ -5,13 +5,13 @@ import dataclasses
 from typing import Final
 
 from dispatcher import models
-from dispatcher.store.queries.shared import IN_FLIGHT, not_held
+from dispatcher.store.queries.shared import IN_FLIGHT, not_held, note_events
 
 # Park jobs that nothing can publish (firing gave up on them, see ``firing/quarantine.py``):
 # dead with the reason, which their history shows as the dispatcher's verdict; the jobs waiting
 # for them are cancelled by the 0006 trigger, as for any dead job. $1 ids, $2 reasons (same
 # order), $3 node id. Returns the jobs parked.
-PARK_JOBS: Final = """
+PARK_JOBS: Final = f"""
 WITH parked AS (
     UPDATE jobs j
     SET state = 'dead', last_error = p.reason, lease_until = NULL, updated_at = now()
@@ -19,9 +19,16 @@ WITH parked AS (
     WHERE j.id = p.id AND j.state IN ('scheduled', 'dispatching')
     RETURNING j.id, j.routing_key, j.publish_attempts, p.reason
 ), noted AS (
-    INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at)
-    SELECT gen_random_uuid(), id, 'dead', publish_attempts, 'dispatcher', $3, reason, now()
-    FROM parked
+    {
+    note_events(
+        "parked",
+        job_id="id",
+        outcome="'dead'::text",
+        attempt="publish_attempts",
+        consumer="$3::text",
+        error="reason",
+    )
+}
 )
 SELECT id, routing_key FROM parked
 """
@@ -169,34 +176,16 @@ FROM read_at LEFT JOIN claimed ON true
 """
 )
 
-# RabbitMQ confirmed these. $1 ids. SETTLE_REPORTED follows in the same transaction.
+# RabbitMQ confirmed these: dispatched, or the final outcome a fast consumer reported already for
+# this round (jobs.reported, kept by RECORD_EVENTS while the job was dispatching). A recording
+# of its events that wrote the row first is waited for and read. $1 ids.
 MARK_DISPATCHED: Final = f"""
-UPDATE jobs SET state = 'dispatched', dispatched_at = now(), lease_until = NULL, updated_at = now()
+UPDATE jobs
+SET state = coalesce(reported, 'dispatched'),
+    last_error = CASE WHEN reported IS NULL THEN last_error ELSE reported_error END,
+    reported = NULL, reported_error = NULL,
+    dispatched_at = now(), lease_until = NULL, updated_at = now()
 WHERE id = ANY($1::uuid[]) AND {IN_FLIGHT}
-"""
-
-# Events never move a job in 'dispatching', and a fast consumer's may be recorded before the
-# confirm is marked: the jobs MARK_DISPATCHED just marked take the final outcome their consumers
-# reported last for this round, in the order received (RECORD_EVENTS; events recorded before
-# migration 0014 have no order and come first, by their own times). A statement of its own, after
-# MARK_DISPATCHED locked the rows, so that its snapshot holds every event recorded meanwhile
-# (RECORD_EVENTS locks the job of a final event: it either commits before the mark's lock, or
-# waits and finds it dispatched).
-# Planned at each run (PLAN_EACH_RUN): a new database's first confirms find no events, and the
-# generic plan PostgreSQL would cache then reads all of job_events, which grows by two rows a job.
-# $1 ids.
-SETTLE_REPORTED: Final = """
-WITH reported AS (
-    SELECT DISTINCT ON (e.job_id) e.job_id, e.outcome, e.error
-    FROM jobs j
-    JOIN job_events e ON e.job_id = j.id AND e.round = j.dispatch_round
-    WHERE j.id = ANY($1::uuid[]) AND j.state = 'dispatched'
-      AND e.ignored IS NULL AND e.outcome IN ('succeeded', 'dead')
-    ORDER BY e.job_id, e.received DESC NULLS LAST, e.at DESC
-)
-UPDATE jobs j SET state = reported.outcome, last_error = reported.error, updated_at = now()
-FROM reported
-WHERE j.id = reported.job_id AND j.state = 'dispatched'
 """
 
 # Their ttl ran out before they could be published. $1 ids.

@@ -29,3 +29,52 @@ IN_FLIGHT: Final = "CASE state WHEN 'dispatching' THEN true ELSE false END"
 # The transaction's next statements are planned with their values each time they run, never from a
 # plan cached for the prepared statement.
 PLAN_EACH_RUN: Final = "SET LOCAL plan_cache_mode = force_custom_plan"
+
+
+def note_events(
+    source: str,
+    *,
+    job_id: str,
+    outcome: str,
+    consumer: str,
+    event_id: str = "gen_random_uuid()",
+    attempt: str = "0",
+    group: str = "'dispatcher'::text",
+    error: str = "NULL::text",
+    at: str = "now()",
+    round_: str = "NULL::uuid",
+    ignored: str = "NULL::text",
+    detail: str = "NULL::text",
+) -> str:
+    """The INSERT of one event batch (``event_batches``, sql/0025): an event for each row of
+    ``source`` (a FROM item: a CTE's name, or a subquery with its alias), its fields these
+    expressions over the row, in the rows' order. Nothing is inserted when there are none.
+
+    The aggregates read one stream of rows, so the arrays stay aligned; a subquery's ORDER BY
+    gives them their order (a plain aggregate keeps its input's)."""
+    return f"""INSERT INTO event_batches (job_keys, event_ids, job_ids, outcomes, attempts,
+                           consumer_groups, consumers, errors, ats, rounds, ignored, details)
+SELECT array_agg(DISTINCT dispatcher_id_key({job_id})), array_agg({event_id}),
+       array_agg({job_id}), array_agg({outcome}), array_agg({attempt}), array_agg({group}),
+       array_agg({consumer}), array_agg({error}), array_agg({at}), array_agg({round_}),
+       array_agg({ignored}), array_agg({detail})
+FROM {source}
+HAVING count(*) > 0"""
+
+
+# Every stored event, a row each (a FROM item): the batch as ``b``, the event's fields as ``e``,
+# with its position in the batch (the order received is ``b.id``, then ``e.position``).
+EVENT_ENTRIES: Final = """event_batches b
+CROSS JOIN LATERAL unnest(b.event_ids, b.job_ids, b.outcomes, b.attempts, b.consumer_groups,
+                          b.consumers, b.errors, b.ats, b.rounds, b.ignored, b.details)
+    WITH ORDINALITY
+    AS e(event_id, job_id, outcome, attempt, consumer_group, consumer, error, at, round,
+         ignored, detail, position)"""
+
+
+# One job's events (``event_batches_job_keys``): the batch's id, then the event's fields and
+# position. ``job`` is the expression of the job's id.
+def events_of(job: str) -> str:
+    return f"""SELECT b.id AS batch, e.*
+FROM {EVENT_ENTRIES}
+WHERE b.job_keys @> ARRAY[dispatcher_id_key({job})] AND e.job_id = {job}"""

@@ -1,0 +1,158 @@
+"""Migration 0025 moves every stored event into event batches: a million of them, applied by a
+node's migration as an upgrade does it while producers keep enqueueing through the SDK's
+function. Every event arrives with every field, in the order received (those from before 0014,
+which have no order, first by their own times); no job enqueued meanwhile is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+from consumers_sdk.enqueue import enqueue
+from dispatcher.store import migrate
+from dispatcher.store.db import Database
+from dispatcher.store.history import HistoryStore
+from dispatcher.store.queries import migrate as queries
+from tests.fixtures import Databases
+from tests.support.services import PostgresService
+from tests.support.stored_events import STORED_EVENTS
+
+EVENTS = 1_000_000
+JOBS = 50_000
+BEFORE = [m for m in migrate.migration_files() if m.version < "0025"]
+
+# job_events as 0004, 0011, 0014 and 0019 left it, filled: every kind of event, with and
+# without each optional field, several jobs' events interleaved as deliveries record them.
+FILL = """
+INSERT INTO job_events (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at,
+                        recorded_at, round, ignored, received, detail)
+SELECT gen_random_uuid(),
+       jobs.ids[1 + n % $2],
+       (ARRAY['started', 'succeeded', 'failed', 'dead', 'requeued', 'dispatched', 'replaced',
+              'extended', 'rescheduled', 'cancelled'])[1 + n % 10],
+       n % 7, 'group-' || n % 3, 'consumer-' || n % 5,
+       CASE WHEN n % 4 = 0 THEN 'error ' || n END,
+       '2026-01-01'::timestamptz + make_interval(secs => n % 1000),
+       '2026-01-01'::timestamptz + make_interval(secs => n / 1000),
+       CASE WHEN n % 3 > 0 THEN gen_random_uuid() END,
+       (ARRAY[NULL, 'other_round', 'no_round', 'routing_key', 'no_user', 'publisher'])[1 + n % 6],
+       CASE WHEN n > $3 THEN $1 - n END,  -- the first $3 recorded before 0014
+       CASE WHEN n % 10 >= 6 THEN 'detail ' || n END
+FROM generate_series(1, $1) AS n,
+     (SELECT array_agg(gen_random_uuid()) AS ids FROM generate_series(1, $2)) AS jobs
+"""
+# Every event's fields as text, in the order received, before and after.
+DIGEST_BEFORE = """
+SELECT count(*), md5(string_agg(
+    concat_ws('|', event_id, job_id, outcome, attempt, consumer_group, consumer, error, at, round,
+              ignored, detail),
+    ',' ORDER BY received NULLS FIRST, at, event_id))
+FROM job_events
+"""
+DIGEST_AFTER = f"""
+SELECT count(*), md5(string_agg(
+    concat_ws('|', event_id, job_id, outcome, attempt, consumer_group, consumer, error, at, round,
+              ignored, detail),
+    ',' ORDER BY batch, position))
+FROM {STORED_EVENTS}
+"""
+
+
+@pytest.fixture
+def database_at_0024(pg_server: PostgresService, databases: Databases) -> Iterator[str]:
+    name = f"test_{uuid.uuid4().hex}"
+    databases.execute(f'CREATE DATABASE "{name}"')
+    yield pg_server.dsn(name)
+    databases.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def migrate_to_0024(dsn: str, events: int = EVENTS, jobs: int = JOBS) -> None:
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute(queries.CREATE_MIGRATIONS_TABLE)
+        for migration in BEFORE:
+            async with connection.transaction():
+                await connection.execute(migration.sql)
+                await connection.execute(
+                    queries.RECORD_MIGRATION, migration.version, migration.checksum
+                )
+        await connection.execute("INSERT INTO shard_epochs (shard, epoch) VALUES (0, 1), (1, 1)")
+        await connection.execute(FILL, events, jobs, events // 10)
+    finally:
+        await connection.close()
+
+
+async def test_a_million_events_move_into_batches_in_order_while_producers_enqueue(
+    database_at_0024: str,
+) -> None:
+    await migrate_to_0024(database_at_0024)
+    connection = await asyncpg.connect(database_at_0024)
+    producer = await asyncpg.connect(database_at_0024)
+    try:
+        before = await connection.fetchrow(DIGEST_BEFORE)
+        enqueued: list[str] = []
+        migrating = True
+
+        async def produce() -> None:
+            while migrating:
+                job = await enqueue(producer, "orders.expire", {"n": len(enqueued)}, delay=60)
+                enqueued.append(job.id)
+                await asyncio.sleep(0.005)
+
+        producing = asyncio.create_task(produce())
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        applied = await migrate.apply_migrations(database_at_0024)
+        took_s = time.monotonic() - started
+        migrating = False
+        await producing
+        assert applied == [m.version for m in migrate.migration_files()][len(BEFORE) :]
+
+        after = await connection.fetchrow(DIGEST_AFTER)
+        assert tuple(after) == tuple(before)
+        assert after[0] == EVENTS
+        sizes = await connection.fetchval(
+            "SELECT array_agg(DISTINCT cardinality(event_ids)) FROM event_batches"
+        )
+        assert sizes == [1000]
+        assert await connection.fetchval("SELECT to_regclass('job_events')") is None
+        stored = await connection.fetchval(
+            "SELECT count(*) FROM jobs WHERE id = ANY($1::uuid[])", enqueued
+        )
+        assert stored == len(enqueued) > 0, f"{len(enqueued)} enqueued, {stored} stored"
+        print(f"0025 moved {EVENTS} events in {took_s:.1f} s; {len(enqueued)} jobs enqueued")
+    finally:
+        await producer.close()
+        await connection.close()
+
+
+async def test_a_moved_jobs_history_reads_every_one_of_its_events(database_at_0024: str) -> None:
+    """The history reads a moved job's events through the index on milliseconds, all of them."""
+    await migrate_to_0024(database_at_0024, events=100_000, jobs=5_000)
+    connection = await asyncpg.connect(database_at_0024)
+    try:
+        job = await connection.fetchval("SELECT job_id FROM job_events LIMIT 1")
+        expected = await connection.fetch(
+            "SELECT outcome, attempt, consumer_group, consumer, error, at, ignored, detail"
+            " FROM job_events WHERE job_id = $1",
+            job,
+        )
+    finally:
+        await connection.close()
+    await migrate.apply_migrations(database_at_0024)
+    db = Database(database_at_0024, min_size=1, max_size=1, timeout_s=10)
+    await db.open()
+    try:
+        history = await HistoryStore(db).history(job)
+    finally:
+        await db.close()
+    assert len(expected) == 20
+    assert sorted(
+        (e.outcome, e.attempt, e.group, e.consumer, e.error, e.at, e.ignored, e.detail)
+        for e in history.events
+    ) == sorted(tuple(row) for row in expected)
