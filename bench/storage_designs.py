@@ -98,6 +98,15 @@ CREATE TABLE pending (run_at timestamptz NOT NULL, id uuid NOT NULL, shard integ
 CREATE INDEX pending_due ON pending (run_at, id);
 """
 
+# The states few jobs are in (waiting, dead, cancelled, expired) listed apart: a column the
+# success path never changes, so an index on it keeps every update of that path HOT; and the
+# pending entries listed in id order too (listing scheduled jobs without an index on state).
+REST_AND_PENDING_IDS = """
+ALTER TABLE jobs_next ADD COLUMN rest text;
+CREATE INDEX jobs_next_rest ON jobs_next (rest, id) WHERE rest IS NOT NULL;
+CREATE INDEX pending_id ON pending (id);
+"""
+
 INSERT_NEXT = """
 INSERT INTO jobs_next (id, shard, run_at, routing_key, payload)
 SELECT id, 1, now() + interval '1 second', 'bench.e2e', '7'::bytea FROM unnest($1::uuid[]) AS id
@@ -141,7 +150,7 @@ async def confirm_today(connection: asyncpg.Connection, ids: list[uuid.UUID]) ->
 
 # The migrations' event batches (sql/0025), as RECORD_EVENTS writes them: one row a delivery.
 TODAY_EVENTS = """
-INSERT INTO event_batches (job_ms, event_ids, job_ids, outcomes, attempts, consumer_groups,
+INSERT INTO event_batches (job_keys, event_ids, job_ids, outcomes, attempts, consumer_groups,
                            consumers, errors, ats, rounds, ignored, details)
 SELECT array_agg(DISTINCT dispatcher_id_key(id)), array_agg(gen_random_uuid()), array_agg(id),
        array_agg($2::text), array_agg(1), array_agg('bench'::text), array_agg('c1'::text),
@@ -205,6 +214,15 @@ async def claim_batch(connection: asyncpg.Connection, ids: list[uuid.UUID]) -> N
         """,
         ids,
     )
+
+
+async def claim_batch_locking(connection: asyncpg.Connection, ids: list[uuid.UUID]) -> None:
+    """A claim batch that also share-locks its jobs' rows: a cancel or reschedule in flight
+    waits for it (a lock record a job, no row version)."""
+    await connection.execute(
+        "SELECT FROM jobs_next WHERE id = ANY($1::uuid[]) ORDER BY id FOR SHARE", ids
+    )
+    await claim_batch(connection, ids)
 
 
 async def confirm_batch(connection: asyncpg.Connection, ids: list[uuid.UUID]) -> None:
@@ -271,6 +289,9 @@ PENDING_STEPS: tuple[Step, Step, Step, Step, Step] = (
     final_batch(leaves_due=False),
 )
 
+# The chosen design's schema (docs/development/job-storage.md), the refined ones built on it.
+PENDING_MS = JOBS_HOT + PENDING_TABLE + EVENT_BATCHES + EVENTS_BY_JOB_MS + CLAIM_BATCHES
+
 DESIGNS = (
     Design(
         "today",
@@ -293,8 +314,20 @@ DESIGNS = (
     Design(
         "pending+ms",
         "pending-table, and a GIN index on the milliseconds of each batch's job ids",
-        JOBS_HOT + PENDING_TABLE + EVENT_BATCHES + EVENTS_BY_JOB_MS + CLAIM_BATCHES,
+        PENDING_MS,
         PENDING_STEPS,
+    ),
+    Design(
+        "pending+rest",
+        "pending+ms, with the rare states' index and the pending entries' id index",
+        PENDING_MS + REST_AND_PENDING_IDS,
+        PENDING_STEPS,
+    ),
+    Design(
+        "pending+rest+lock",
+        "pending+rest, the claim share-locking its jobs' rows",
+        PENDING_MS + REST_AND_PENDING_IDS,
+        (insert_next_pending, claim_batch_locking, *PENDING_STEPS[2:]),
     ),
     Design(
         "claim-batches",

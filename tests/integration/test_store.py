@@ -20,8 +20,8 @@ from dispatcher.store.db import Database
 from dispatcher.store.jobs import JobStore
 from dispatcher.store.queries import intake as intake_sql
 from dispatcher.store.queries import migrate as migrate_sql
+from dispatcher.store.queries import scheduler, shared
 from dispatcher.store.queries import shards as shards_sql
-from dispatcher.store.queries import shared
 from dispatcher.store.shards import ShardStore
 
 IDS = ids.JobIds()
@@ -329,6 +329,28 @@ async def test_mark_release_and_expire(db: Database, shards: ShardStore) -> None
     assert (await store.get(a.id)).dispatched_at is not None
     assert (await store.get(b.id)).state is models.JobState.SCHEDULED
     assert (await store.get(c.id)).state is models.JobState.EXPIRED
+
+
+async def test_the_mark_commits_without_waiting_for_the_disk_and_only_itself(
+    database_url: str, db: Database, shards: ShardStore
+) -> None:
+    """``MARK_DISPATCHED`` runs with ``synchronous_commit`` off (read at its commit), and the
+    setting ends with its transaction: the connection's next statements wait for the disk."""
+    store = JobStore(db, node_id="n1", lease_s=30)
+    job = new_job()
+    await store.insert([job])
+    await store.claim(due(job), await shards.bump([0], "n1"))
+    connection = await asyncpg.connect(database_url)
+    try:
+        marked = await connection.fetch(
+            scheduler.MARK_DISPATCHED + " RETURNING current_setting('synchronous_commit')",
+            [job.id],
+        )
+        assert [row[0] for row in marked] == ["off"]
+        assert await connection.fetchval("SHOW synchronous_commit") == "on"
+    finally:
+        await connection.close()
+    assert (await store.get(job.id)).state is models.JobState.DISPATCHED
 
 
 async def test_load_due_walks_the_window_in_order_with_a_keyset(db: Database) -> None:

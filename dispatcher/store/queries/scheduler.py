@@ -5,7 +5,7 @@ import dataclasses
 from typing import Final
 
 from dispatcher import models
-from dispatcher.store.queries.shared import IN_FLIGHT, not_held, note_events
+from dispatcher.store.queries.shared import ASYNC_COMMIT, IN_FLIGHT, not_held, note_events
 
 # Park jobs that nothing can publish (firing gave up on them, see ``firing/quarantine.py``):
 # dead with the reason, which their history shows as the dispatcher's verdict; the jobs waiting
@@ -178,14 +178,18 @@ FROM read_at LEFT JOIN claimed ON true
 
 # RabbitMQ confirmed these: dispatched, or the final outcome a fast consumer reported already for
 # this round (jobs.reported, kept by RECORD_EVENTS while the job was dispatching). A recording
-# of its events that wrote the row first is waited for and read. $1 ids.
+# of its events that wrote the row first is waited for and read.
+# Committed without waiting for the WAL to reach the disk (``ASYNC_COMMIT``): a mark lost in a
+# crash of PostgreSQL leaves the job dispatching, and it fires again once its lease runs out.
+# $1 ids.
 MARK_DISPATCHED: Final = f"""
+WITH {ASYNC_COMMIT}
 UPDATE jobs
 SET state = coalesce(reported, 'dispatched'),
     last_error = CASE WHEN reported IS NULL THEN last_error ELSE reported_error END,
     reported = NULL, reported_error = NULL,
     dispatched_at = now(), lease_until = NULL, updated_at = now()
-WHERE id = ANY($1::uuid[]) AND {IN_FLIGHT}
+WHERE id = ANY($1::uuid[]) AND {IN_FLIGHT} AND (SELECT committed FROM async_commit)
 """
 
 # Their ttl ran out before they could be published. $1 ids.

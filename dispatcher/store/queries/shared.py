@@ -26,6 +26,16 @@ def not_held(alias: str, first: int) -> str:
 # after six minutes (bench/held_snapshot.py).
 IN_FLIGHT: Final = "CASE state WHEN 'dispatching' THEN true ELSE false END"
 
+# A CTE (``async_commit``, one row: ``committed`` true) that commits the statement's transaction
+# without waiting for its WAL to reach the disk (``synchronous_commit`` off for this transaction
+# alone: a local setting is read at the commit, then dropped). Only for a write whose loss in a
+# crash of PostgreSQL repeats a job, which at-least-once allows; never for accepting one. The
+# statement must read it (``AND (SELECT committed FROM async_commit)``): a CTE no one reads is
+# not run.
+ASYNC_COMMIT: Final = (
+    "async_commit AS (SELECT set_config('synchronous_commit', 'off', true) = 'off' AS committed)"
+)
+
 # The transaction's next statements are planned with their values each time they run, never from a
 # plan cached for the prepared statement.
 PLAN_EACH_RUN: Final = "SET LOCAL plan_cache_mode = force_custom_plan"
