@@ -140,6 +140,16 @@ def database_url(
     yield from fresh_database(pg_server, pg_template, databases)
 
 
+@pytest.fixture
+def empty_database_url(pg_server: PostgresService, databases: Databases) -> Iterator[str]:
+    """A database no migration has touched (a test migrates it, or an earlier release does)."""
+    name = f"empty_{uuid.uuid4().hex}"
+    databases.execute(f'CREATE DATABASE "{name}"')
+    yield pg_server.dsn(name)
+    if pg_server.is_running():
+        databases.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(scope="module")
 def module_database_url(
     pg_server: PostgresService, pg_template: str, databases: Databases

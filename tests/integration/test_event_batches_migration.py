@@ -7,19 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Iterator
 
 import asyncpg
-import pytest
 
 from consumers_sdk.enqueue import enqueue
 from dispatcher.store import migrate
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
 from dispatcher.store.queries import migrate as queries
-from tests.fixtures import Databases
-from tests.support.services import PostgresService
 from tests.support.stored_events import STORED_EVENTS
 
 EVENTS = 1_000_000
@@ -63,14 +58,6 @@ FROM {STORED_EVENTS}
 """
 
 
-@pytest.fixture
-def database_at_0024(pg_server: PostgresService, databases: Databases) -> Iterator[str]:
-    name = f"test_{uuid.uuid4().hex}"
-    databases.execute(f'CREATE DATABASE "{name}"')
-    yield pg_server.dsn(name)
-    databases.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 async def migrate_to_0024(dsn: str, events: int = EVENTS, jobs: int = JOBS) -> None:
     connection = await asyncpg.connect(dsn)
     try:
@@ -88,11 +75,11 @@ async def migrate_to_0024(dsn: str, events: int = EVENTS, jobs: int = JOBS) -> N
 
 
 async def test_a_million_events_move_into_batches_in_order_while_producers_enqueue(
-    database_at_0024: str,
+    empty_database_url: str,
 ) -> None:
-    await migrate_to_0024(database_at_0024)
-    connection = await asyncpg.connect(database_at_0024)
-    producer = await asyncpg.connect(database_at_0024)
+    await migrate_to_0024(empty_database_url)
+    connection = await asyncpg.connect(empty_database_url)
+    producer = await asyncpg.connect(empty_database_url)
     try:
         before = await connection.fetchrow(DIGEST_BEFORE)
         enqueued: list[str] = []
@@ -107,13 +94,15 @@ async def test_a_million_events_move_into_batches_in_order_while_producers_enque
         producing = asyncio.create_task(produce())
         await asyncio.sleep(0.2)
         started = time.monotonic()
-        applied = await migrate.apply_migrations(database_at_0024)
+        applied = await migrate.apply_migrations(empty_database_url)
         took_s = time.monotonic() - started
         migrating = False
         await producing
         assert applied == [m.version for m in migrate.migration_files()][len(BEFORE) :]
 
         after = await connection.fetchrow(DIGEST_AFTER)
+        assert after is not None
+        assert before is not None
         assert tuple(after) == tuple(before)
         assert after[0] == EVENTS
         sizes = await connection.fetchval(
@@ -131,10 +120,10 @@ async def test_a_million_events_move_into_batches_in_order_while_producers_enque
         await connection.close()
 
 
-async def test_a_moved_jobs_history_reads_every_one_of_its_events(database_at_0024: str) -> None:
+async def test_a_moved_jobs_history_reads_every_one_of_its_events(empty_database_url: str) -> None:
     """The history reads a moved job's events through the index on milliseconds, all of them."""
-    await migrate_to_0024(database_at_0024, events=100_000, jobs=5_000)
-    connection = await asyncpg.connect(database_at_0024)
+    await migrate_to_0024(empty_database_url, events=100_000, jobs=5_000)
+    connection = await asyncpg.connect(empty_database_url)
     try:
         job = await connection.fetchval("SELECT job_id FROM job_events LIMIT 1")
         expected = await connection.fetch(
@@ -144,8 +133,8 @@ async def test_a_moved_jobs_history_reads_every_one_of_its_events(database_at_00
         )
     finally:
         await connection.close()
-    await migrate.apply_migrations(database_at_0024)
-    db = Database(database_at_0024, min_size=1, max_size=1, timeout_s=10)
+    await migrate.apply_migrations(empty_database_url)
+    db = Database(empty_database_url, min_size=1, max_size=1, timeout_s=10)
     await db.open()
     try:
         history = await HistoryStore(db).history(job)

@@ -31,6 +31,7 @@ def test_a_killed_child_reports_the_signal_and_is_no_child_of_the_test(tmp_path:
     assert child.returncode == -signal.SIGKILL
 
 
-def test_a_preloading_environment_is_not_forked() -> None:
+def test_a_preloading_environment_or_other_code_is_not_forked() -> None:
     assert zygote.forkable({"PATH": "/usr/bin"})
     assert not zygote.forkable({"LD_PRELOAD": "libfaketime.so.1"})
+    assert not zygote.forkable({"PYTHONPATH": "/another/release"})

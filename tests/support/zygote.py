@@ -42,7 +42,10 @@ POLL_S = 0.02
 
 
 def forkable(env: Mapping[str, str]) -> bool:
-    return not env.get("LD_PRELOAD")
+    """Not a node whose process must load a library first (faketime), nor one of other code
+    (another release's packages first on its path): the zygote has imported this tree's."""
+    other_code = env.get("PYTHONPATH", os.environ.get("PYTHONPATH")) != os.environ.get("PYTHONPATH")
+    return not env.get("LD_PRELOAD") and not other_code
 
 
 class Forked:
