@@ -107,6 +107,15 @@ CREATE INDEX jobs_next_rest ON jobs_next (rest, id) WHERE rest IS NOT NULL;
 CREATE INDEX pending_id ON pending (id);
 """
 
+# Due entries kept in the job table after all, in an index no update changes (no predicate: every
+# job, fired or not, by its run_at, which only a reschedule moves): no pending row to insert, and
+# the settle still HOT. The loads and the straggler look then test each entry's state on its row.
+DUE_EVERY_JOB = """
+ALTER TABLE jobs_next ADD COLUMN rest text;
+CREATE INDEX jobs_next_rest ON jobs_next (rest, id) WHERE rest IS NOT NULL;
+CREATE INDEX jobs_next_due_all ON jobs_next (run_at, id);
+"""
+
 INSERT_NEXT = """
 INSERT INTO jobs_next (id, shard, run_at, routing_key, payload)
 SELECT id, 1, now() + interval '1 second', 'bench.e2e', '7'::bytea FROM unnest($1::uuid[]) AS id
@@ -328,6 +337,12 @@ DESIGNS = (
         "pending+rest, the claim share-locking its jobs' rows",
         PENDING_MS + REST_AND_PENDING_IDS,
         (insert_next_pending, claim_batch_locking, *PENDING_STEPS[2:]),
+    ),
+    Design(
+        "due-every-job",
+        "pending+rest without the pending table: one due index over every job, no predicate",
+        JOBS_HOT + EVENT_BATCHES + EVENTS_BY_JOB_MS + CLAIM_BATCHES + DUE_EVERY_JOB,
+        (insert_next, *PENDING_STEPS[1:]),
     ),
     Design(
         "claim-batches",

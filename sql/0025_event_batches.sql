@@ -21,15 +21,9 @@ CREATE FUNCTION dispatcher_id_key(id uuid) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN ('x' || encode(substring(uuid_send(id) FROM 1 FOR 7), 'hex'))::bit(56)::bigint;
 
--- jobs.reported, jobs.reported_error: the final outcome (and its error) a consumer reported for
--- the job's round while it was still dispatching; the confirm's mark moves the job to it, and a
--- requeue clears it (a new round). jobs.ignored_kept: the job's ignored events kept in its
--- history (past a bound they are only counted, jobs.ignored_dropped). No default but
--- a constant: adding them rewrites nothing.
-ALTER TABLE jobs ADD COLUMN reported text;
-ALTER TABLE jobs ADD COLUMN reported_error text;
-ALTER TABLE jobs ADD COLUMN ignored_kept integer NOT NULL DEFAULT 0;
-ALTER TABLE jobs ADD CONSTRAINT jobs_reported_final CHECK (reported IN ('succeeded', 'dead'));
+-- No event is recorded into job_events from here on (an older node's recording, a replace through
+-- the old v2 waits, then fails and is retried: nothing recorded meanwhile is left behind).
+LOCK TABLE job_events IN EXCLUSIVE MODE;
 
 CREATE TABLE event_batches (
     id              bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -78,26 +72,6 @@ ALTER TABLE event_batches SET (
     autovacuum_analyze_scale_factor = 0.02,
     autovacuum_analyze_threshold = 1000
 );
-
--- No event is recorded into job_events from here on (an older node's recording, a replace through
--- the old v2 waits, then fails and is retried: nothing recorded meanwhile is left behind).
-LOCK TABLE job_events IN EXCLUSIVE MODE;
-
--- What job_events held that the jobs now keep: the last final outcome reported for the round of
--- a job still dispatching (as the confirm's settle read it), and the ignored events kept.
-UPDATE jobs j SET reported = r.outcome, reported_error = r.error
-FROM (
-    SELECT DISTINCT ON (e.job_id) e.job_id, e.outcome, e.error
-    FROM job_events e JOIN jobs d ON d.id = e.job_id AND e.round = d.dispatch_round
-    WHERE d.state = 'dispatching' AND e.ignored IS NULL AND e.outcome IN ('succeeded', 'dead')
-    ORDER BY e.job_id, e.received DESC NULLS LAST, e.at DESC
-) AS r
-WHERE j.id = r.job_id;
-UPDATE jobs j SET ignored_kept = k.events
-FROM (
-    SELECT job_id, count(*) AS events FROM job_events WHERE ignored IS NOT NULL GROUP BY job_id
-) AS k
-WHERE j.id = k.job_id;
 
 -- The events recorded so far, a thousand to a batch in the order received (those recorded before
 -- migration 0014 have no order and come first, by their own times).
@@ -302,6 +276,33 @@ BEGIN
     ORDER BY a.ordinal;
 END
 $$;
+
+-- What job_events held that the jobs now keep, read before jobs is locked below: the last final
+-- outcome reported for the round of a job still dispatching (as the confirm's settle read it),
+-- and the ignored events kept.
+CREATE TEMPORARY TABLE reported_0025 ON COMMIT DROP AS
+SELECT DISTINCT ON (e.job_id) e.job_id, e.outcome, e.error
+FROM job_events e JOIN jobs d ON d.id = e.job_id AND e.round = d.dispatch_round
+WHERE d.state = 'dispatching' AND e.ignored IS NULL AND e.outcome IN ('succeeded', 'dead')
+ORDER BY e.job_id, e.received DESC NULLS LAST, e.at DESC;
+CREATE TEMPORARY TABLE ignored_0025 ON COMMIT DROP AS
+SELECT job_id, count(*) AS events FROM job_events WHERE ignored IS NOT NULL GROUP BY job_id;
+
+-- jobs.reported, jobs.reported_error: the final outcome (and its error) a consumer reported for
+-- the job's round while it was still dispatching; the confirm's mark moves the job to it, and a
+-- requeue clears it (a new round). jobs.ignored_kept: the job's ignored events kept in its
+-- history (past a bound they are only counted, jobs.ignored_dropped). No default but a
+-- constant, and a check NOT VALID (every row is NULL): nothing is rewritten or scanned. Last in
+-- this migration, so that the lock they take on jobs (producers' inserts wait for it) is held
+-- only to the end of it, not through the copy above.
+ALTER TABLE jobs ADD COLUMN reported text;
+ALTER TABLE jobs ADD COLUMN reported_error text;
+ALTER TABLE jobs ADD COLUMN ignored_kept integer NOT NULL DEFAULT 0;
+ALTER TABLE jobs ADD CONSTRAINT jobs_reported_final CHECK (reported IN ('succeeded', 'dead'))
+    NOT VALID;
+UPDATE jobs j SET reported = r.outcome, reported_error = r.error
+FROM reported_0025 r WHERE j.id = r.job_id;
+UPDATE jobs j SET ignored_kept = k.events FROM ignored_0025 k WHERE j.id = k.job_id;
 
 DROP TABLE job_events;
 DROP SEQUENCE job_events_received;

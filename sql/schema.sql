@@ -627,7 +627,6 @@ CREATE TABLE public.jobs (
     reported text,
     reported_error text,
     ignored_kept integer DEFAULT 0 NOT NULL,
-    CONSTRAINT jobs_reported_final CHECK ((reported = ANY (ARRAY['succeeded'::text, 'dead'::text]))),
     CONSTRAINT jobs_state_known CHECK ((state = ANY (ARRAY['scheduled'::text, 'dispatching'::text, 'dispatched'::text, 'cancelled'::text, 'expired'::text, 'succeeded'::text, 'dead'::text, 'waiting'::text])))
 )
 WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
@@ -718,6 +717,9 @@ ALTER TABLE public.jobs
 
 ALTER TABLE ONLY public.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE public.jobs
+    ADD CONSTRAINT jobs_reported_final CHECK ((reported = ANY (ARRAY['succeeded'::text, 'dead'::text]))) NOT VALID;
 
 ALTER TABLE ONLY public.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (id);
