@@ -27,6 +27,7 @@ from consumers_sdk.ids import JobIds
 from devstack.base import service_root
 from devstack.ports import reserve_port
 from devstack.postgres import QUEUE_SETTINGS, PostgresServer
+from dispatcher.store.queries.shared import note_events
 
 Step = Callable[[asyncpg.Connection, list[uuid.UUID]], Awaitable[None]]
 
@@ -157,16 +158,17 @@ async def confirm_today(connection: asyncpg.Connection, ids: list[uuid.UUID]) ->
     )
 
 
-# The migrations' event batches (sql/0025), as RECORD_EVENTS writes them: one row a delivery.
-TODAY_EVENTS = """
-INSERT INTO event_batches (job_keys, event_ids, job_ids, outcomes, attempts, consumer_groups,
-                           consumers, errors, ats, rounds, ignored, details)
-SELECT array_agg(DISTINCT dispatcher_id_key(id)), array_agg(gen_random_uuid()), array_agg(id),
-       array_agg($2::text), array_agg(1), array_agg('bench'::text), array_agg('c1'::text),
-       array_agg(NULL::text), array_agg(now()), array_agg(gen_random_uuid()),
-       array_agg(NULL::text), array_agg(NULL::text)
-FROM unnest($1::uuid[]) AS id
-"""
+# The migrations' event batches (sql/0025), written as RECORD_EVENTS writes them: a row a
+# delivery. $1 job ids, $2 outcome.
+TODAY_EVENTS = note_events(
+    "unnest($1::uuid[]) AS id",
+    job_id="id",
+    outcome="$2::text",
+    attempt="1",
+    group="'bench'::text",
+    consumer="'c1'::text",
+    round_="gen_random_uuid()",
+)
 
 
 async def started_today(connection: asyncpg.Connection, ids: list[uuid.UUID]) -> None:

@@ -6,8 +6,8 @@ Deleting in batches of ``batch`` rows (``FOR UPDATE SKIP LOCKED``, one short tra
 keeps locks short and lets autovacuum reuse the space, so the table stays bounded without a long
 ``DELETE``. Event batches are walked in id order (the order recorded) from a cursor this node
 keeps: a batch that still names a job (a pending job's notes, a requeued job's earlier rounds)
-is passed over, and looked at again when the walk starts over, at most once a retention period
-and at least once an hour (``REVISIT_S``).
+is passed over, and looked at again when the walk starts over: once an hour (``REVISIT_S``), or
+once a retention period when that is shorter.
 
 Counting: every ``stats_interval_s`` each node tries to count, but one node at a time does (an
 advisory lock; the others keep the previous counts), and it stores the counts in ``job_counts``,
@@ -38,7 +38,8 @@ logger = logging.getLogger(__name__)
 # A state is recounted once its count is older than this many times what the count took: its
 # count takes at most a fiftieth of the time between two, at any size of the table.
 COUNT_SPACING = 50.0
-# The longest a batch of events kept for a job still here waits to be looked at again.
+# How often the walk of event batches starts over (a retention shorter than this: as often as
+# that): the longest a batch kept for a job still here waits to be looked at again.
 REVISIT_S = 3600.0
 STATES = [state.value for state in models.JobState]
 

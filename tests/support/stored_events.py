@@ -16,14 +16,9 @@ STORED_EVENTS: Final = f"""(
 def plant_events(rows: str) -> str:
     """An INSERT of one event batch from ``rows``, a query whose columns are ``job_id``,
     ``outcome``, ``attempt``, ``consumer_group``, ``consumer``, ``error`` and ``at``, as a
-    consumer reports them (no round: as for a job dispatched before rounds)."""
-    return f"""
-INSERT INTO event_batches (job_keys, event_ids, job_ids, outcomes, attempts, consumer_groups,
-                           consumers, errors, ats, rounds, ignored, details)
-SELECT array_agg(DISTINCT dispatcher_id_key(job_id)), array_agg(gen_random_uuid()),
-       array_agg(job_id), array_agg(outcome), array_agg(attempt), array_agg(consumer_group),
-       array_agg(consumer), array_agg(error), array_agg(at), array_agg(NULL::uuid),
-       array_agg(NULL::text), array_agg(NULL::text)
-FROM ({rows}) AS planted
-HAVING count(*) > 0
-"""
+    consumer reports them (no round: as for a job dispatched before rounds), written as the
+    dispatcher writes every batch (``shared.note_rows``)."""
+    return shared.note_rows(
+        "(SELECT gen_random_uuid() AS event_id, planted.*, NULL::uuid AS round,"
+        f" NULL::text AS ignored FROM ({rows}) AS planted) AS planted"
+    )

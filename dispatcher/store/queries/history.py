@@ -2,7 +2,7 @@
 
 from typing import Final
 
-from dispatcher.store.queries.shared import events_of, note_events
+from dispatcher.store.queries.shared import events_of, note_rows
 
 # Record consumers' events, only for jobs that exist here, as one event batch in the order
 # received, and move each job to the final state its last final event names, last in that order
@@ -63,21 +63,7 @@ WITH batch AS (
               + ignored_kept <= $15 AS kept
     FROM judged
 ), noted AS (
-    {
-    note_events(
-        "(SELECT * FROM ranked WHERE kept ORDER BY position) AS kept",
-        event_id="event_id",
-        job_id="job_id",
-        outcome="outcome",
-        attempt="attempt",
-        group="consumer_group",
-        consumer="consumer",
-        error="error",
-        at="at",
-        round_="round",
-        ignored="ignored",
-    )
-}
+    {note_rows("(SELECT * FROM ranked WHERE kept ORDER BY position) AS kept")}
 ), final AS (
     SELECT DISTINCT ON (job_id) job_id, outcome, error, round FROM ranked
     WHERE ignored IS NULL AND outcome IN ('succeeded', 'dead')
@@ -125,8 +111,8 @@ SELECT event_id, ignored FROM ranked
 # the steps that frame the rounds (a requeue and the dispatch it replaced) and the $2 newest of
 # the others (the consumers' events, and the dispatcher's changes to a pending job: a key
 # replaced a thousand times shows its last changes), with how many others there are. An event
-# stored twice (two nodes recording one delivery at once) is read once. $1 job id, $2 the most of
-# those shown.
+# stored twice (a redelivery: RECORD_EVENTS) is read once, the first stored. $1 job id, $2 the
+# most of those shown.
 SELECT_JOB_EVENTS: Final = f"""
 SELECT outcome, attempt, consumer_group, consumer, error, at, ignored, detail, ignored_dropped,
        reported

@@ -72,6 +72,24 @@ FROM {source}
 HAVING count(*) > 0"""
 
 
+def note_rows(source: str) -> str:
+    """``note_events`` of rows that carry an event's fields under ``EVENT_ENTRIES``' names
+    (event_id, job_id, outcome, attempt, consumer_group, consumer, error, at, round, ignored)."""
+    return note_events(
+        source,
+        event_id="event_id",
+        job_id="job_id",
+        outcome="outcome",
+        attempt="attempt",
+        group="consumer_group",
+        consumer="consumer",
+        error="error",
+        at="at",
+        round_="round",
+        ignored="ignored",
+    )
+
+
 # Every stored event, a row each (a FROM item): the batch as ``b``, the event's fields as ``e``,
 # with its position in the batch (the order received is ``b.id``, then ``e.position``).
 EVENT_ENTRIES: Final = """event_batches b
