@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ from devstack.ports import wait_port_free
 from devstack.stack import Urls
 
 READY_S = 120.0  # a loaded two-core machine starts three nodes slowly
+STACKS_S = 1.0  # a node writes its stacks at once; the log is read this long after asking
+STACK_LINES = 200  # a node's threads' stacks, and the lines before them
 STOP_S = 30.0
 
 
@@ -126,7 +129,30 @@ def ready(node: NodeProcess) -> bool:
 
 def wait_ready(node: NodeProcess) -> None:
     if not wait_until(lambda: not alive(node.pid) or ready(node), READY_S) or not ready(node):
-        sys.exit(f"{node.name} is not ready after {READY_S:.0f}s:\n{tail(node.log)}")
+        sys.exit(f"{node.name} is not ready after {READY_S:.0f}s: {not_ready(node)}")
+
+
+def not_ready(node: NodeProcess) -> str:
+    """Why NODE is not ready, for the operator: what /readyz answers, or whether the process
+    has gone. A node still running writes to its log first its threads' stacks (SIGUSR1) and
+    what each of its tasks awaits (SIGUSR2, once its loop runs): the tail shows where it waits."""
+    if not alive(node.pid):
+        state = "the process has exited"
+    else:
+        state = f"the process runs; /readyz: {readyz(node)}"
+        with contextlib.suppress(ProcessLookupError):
+            for asked in (signal.SIGUSR1, signal.SIGUSR2):
+                os.kill(node.pid, asked)
+                time.sleep(STACKS_S)
+    return f"{state}\n{node.log}:\n{tail(node.log, STACK_LINES)}"
+
+
+def readyz(node: NodeProcess) -> str:
+    try:
+        response = httpx.get(f"{node.url}/readyz", timeout=5)
+    except httpx.HTTPError as exc:
+        return f"no answer ({exc!r})"
+    return f"{response.status_code} {response.text[:2000]}"
 
 
 def alive(pid: int) -> bool:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import faulthandler
 import json
 import os
+import signal
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
@@ -310,6 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.setup(settings.log_level, settings.log_format)
     try:
         if args.command == "serve":
+            # `kill -USR1 PID` writes every thread's stack to stderr and the node runs on: where a
+            # node that never gets ready is waiting (devstack asks for it then). SIGUSR2 (what
+            # each task awaits) is ignored until the node's loop answers it.
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
+            signal.signal(signal.SIGUSR2, signal.SIG_IGN)
             from dispatcher import node
 
             _run(node.serve(settings))

@@ -6,6 +6,7 @@ known key out."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from tests.support.nodes import WRITE, client, running_node
 
 ADMIN = "admin-token-0123456789"
 CACHE_S = 0.3
+LONG_CACHE_S = 60.0  # a key is known sooner only by its key notice
 MIB = 1024 * 1024
 
 
@@ -32,16 +34,23 @@ def bearer(token: str) -> dict[str, str]:
     return {**WRITE, "authorization": f"Bearer {token}"}
 
 
-@pytest.fixture
-async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
-    async with running_node(
+def gate_node(
+    database_url: str, amqp_url: str, *, cache_s: float
+) -> contextlib.AbstractAsyncContextManager[Node]:
+    """A node with the admin key, its keys cached CACHE_S."""
+    return running_node(
         database_url=database_url,
         amqp_url=amqp_url,
         node_id="gate",
         shard_count=8,
         api_keys=f"{ADMIN}:admin",
-        api_key_cache_s=CACHE_S,
-    ) as running:
+        api_key_cache_s=cache_s,
+    )
+
+
+@pytest.fixture
+async def node(database_url: str, amqp_url: str) -> AsyncIterator[Node]:
+    async with gate_node(database_url, amqp_url, cache_s=CACHE_S) as running:
         yield running
 
 
@@ -115,9 +124,15 @@ async def test_each_route_bounds_its_body_and_the_413_names_the_limit(node: Node
 
 
 async def test_unknown_tokens_are_refused_from_memory_and_a_new_key_answers_at_once(
-    node: Node,
+    database_url: str, amqp_url: str
 ) -> None:
-    async with client(node) as http:
+    """A new key answers long before the keys' cache time is out (its key notice reloads them),
+    even while unknown tokens flood the node: the bound is a quarter of that time, far from what
+    a loaded machine adds."""
+    async with (
+        gate_node(database_url, amqp_url, cache_s=LONG_CACHE_S) as node,
+        client(node) as http,
+    ):
         for _ in range(10):  # probed: a key created just before a flood got 429 ten times in ten
             _, known = await KeyStore(node.core.db).create(scope=api_keys.Scope.PRODUCER)
             created = time.monotonic()
@@ -128,8 +143,7 @@ async def test_unknown_tokens_are_refused_from_memory_and_a_new_key_answers_at_o
                 asyncio.gather(*strangers), answered_200(http, known, since=created)
             )
             assert {answer.status_code for answer in answers} == {401}
-            assert took_s < 1.0  # its key notice reloads the keys: no cache time to wait out
-    async with client(node) as http:
+            assert took_s < LONG_CACHE_S / 4  # no cache time waited out
         metrics = (await http.get("/metrics", headers=bearer(ADMIN))).text
     assert "lookup_rate" not in metrics
 
@@ -137,7 +151,7 @@ async def test_unknown_tokens_are_refused_from_memory_and_a_new_key_answers_at_o
 async def answered_200(http: httpx.AsyncClient, token: str, *, since: float) -> float:
     """Seconds from ``since`` until ``token`` is answered 200 (asked every 10 ms)."""
     while (await http.get("/v1/jobs", headers=bearer(token))).status_code != 200:
-        assert time.monotonic() - since < 5, "never answered 200"
+        assert time.monotonic() - since < LONG_CACHE_S, "never answered 200"
         await asyncio.sleep(0.01)
     return time.monotonic() - since
 
