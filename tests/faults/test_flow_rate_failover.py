@@ -27,7 +27,7 @@ pytestmark = pytest.mark.faults
 
 RATE = 200
 WINDOW_S = 10.0
-WINDOWS = 3  # before the kill, and as many after it: 60 s measured
+WINDOWS = 2  # before the kill, and as many after it: 40 s measured
 WARM_S = 3.0  # from the first publish (or the last job sent), before the first window
 # Enough overdue jobs to keep the key busy for the whole measure, and more.
 JOBS = int(RATE * (WARM_S + 2 * WINDOWS * WINDOW_S + 15))
