@@ -601,35 +601,40 @@ CREATE TABLE public.job_dependencies (
 CREATE TABLE public.jobs (
     id uuid NOT NULL,
     shard integer NOT NULL,
-    state text DEFAULT 'scheduled'::text NOT NULL,
     routing_key text NOT NULL,
-    payload bytea NOT NULL,
-    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    namespace text,
     priority smallint,
     ttl_ms bigint,
-    idempotency_key text,
-    run_at timestamp with time zone NOT NULL,
+    key_release text,
+    has_dependents boolean DEFAULT false NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    run_at timestamp with time zone NOT NULL,
+    headers jsonb DEFAULT '{}'::jsonb NOT NULL,
+    payload bytea NOT NULL,
+    state text DEFAULT 'scheduled'::text NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     dispatched_at timestamp with time zone,
+    last_error text,
     lease_until timestamp with time zone,
     claim_epoch bigint,
     claimed_by text,
     publish_attempts integer DEFAULT 0 NOT NULL,
-    namespace text,
-    last_error text,
-    waiting_for integer DEFAULT 0 NOT NULL,
-    has_dependents boolean DEFAULT false NOT NULL,
     dispatch_round uuid DEFAULT gen_random_uuid(),
-    ignored_dropped bigint DEFAULT 0 NOT NULL,
-    key_release text,
-    released_key text,
     reported text,
     reported_error text,
+    waiting_for integer DEFAULT 0 NOT NULL,
     ignored_kept integer DEFAULT 0 NOT NULL,
+    ignored_dropped bigint DEFAULT 0 NOT NULL,
+    idempotency_key text,
+    released_key text,
+    rest text GENERATED ALWAYS AS (
+CASE
+    WHEN (state = ANY (ARRAY['waiting'::text, 'dead'::text, 'cancelled'::text, 'expired'::text])) THEN state
+    ELSE NULL::text
+END) STORED,
     CONSTRAINT jobs_state_known CHECK ((state = ANY (ARRAY['scheduled'::text, 'dispatching'::text, 'dispatched'::text, 'cancelled'::text, 'expired'::text, 'succeeded'::text, 'dead'::text, 'waiting'::text])))
 )
-WITH (autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
+WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0.02', autovacuum_vacuum_threshold='1000', autovacuum_analyze_scale_factor='0.02', autovacuum_analyze_threshold='1000');
 
 CREATE TABLE public.schedules (
     id bigint NOT NULL,
@@ -759,6 +764,8 @@ CREATE INDEX jobs_lease_until ON public.jobs USING btree (lease_until) INCLUDE (
 CREATE INDEX jobs_namespace ON public.jobs USING btree (namespace, id) WHERE (namespace IS NOT NULL);
 
 CREATE INDEX jobs_released_key ON public.jobs USING btree (released_key, COALESCE(namespace, ''::text)) WHERE (released_key IS NOT NULL);
+
+CREATE INDEX jobs_rest ON public.jobs USING btree (rest, id) WHERE (rest IS NOT NULL);
 
 CREATE INDEX jobs_state ON public.jobs USING btree (state, id) INCLUDE (namespace, routing_key);
 
