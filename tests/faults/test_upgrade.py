@@ -1,7 +1,7 @@
 """An upgrade under load: a node of an earlier release fires jobs while a producer submits and an
 SDK consumer handles them and reports their outcomes; it is stopped, and a node of this tree
-starts on the same database and applies the migrations in between (0025 moves the stored events
-into batches) while the producer keeps submitting. Every job accepted before, during and after
+starts on the same database and applies the migrations in between (0026 moves the job rows into
+the rebuilt table) while the producer keeps submitting. Every job accepted before, during and after
 the upgrade arrives, none early (duplicates are counted); the outcomes the earlier release
 recorded are still each job's state and history."""
 
@@ -26,9 +26,11 @@ from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.faults
 
-# The main before migration 0025: the release an upgrade moves existing rows from. Moved on when a
-# later migration moves rows again.
-UPGRADE_FROM = "69818ed"
+# The main before migration 0026 (the last that moves existing rows: the job rows into the
+# rebuilt table): the release an upgrade moves them from. Moved on when a later migration moves
+# rows again.
+UPGRADE_FROM = "9682af5"
+MOVING = "0026"
 ROUTING_KEY = "upgrade.work"
 BATCH = 40  # jobs a submit, every SUBMIT_EVERY_S, each due 1-3 s ahead
 SUBMIT_EVERY_S = 0.1
@@ -117,7 +119,7 @@ async def test_an_upgrade_under_load_loses_nothing_and_keeps_the_outcomes(
         async with running(consumer):
             await asyncio.to_thread(old.start)
             try:
-                assert await migrated_to(empty_database_url) < "0025"
+                assert await migrated_to(empty_database_url) < MOVING
                 producing = asyncio.create_task(produce())
                 await asyncio.sleep(BEFORE_S)
                 before = set(accepted)
@@ -127,7 +129,7 @@ async def test_an_upgrade_under_load_loses_nothing_and_keeps_the_outcomes(
                 await asyncio.to_thread(new.start)
                 upgraded_in_s = time.time() - stopped_at
                 serving.append(new)
-                assert await migrated_to(empty_database_url) >= "0025"
+                assert await migrated_to(empty_database_url) >= MOVING
                 await asyncio.sleep(AFTER_S)
                 submitting = False
                 await producing

@@ -131,7 +131,9 @@ async def test_a_million_jobs_move_into_the_rebuilt_table_while_a_producer_write
         )
         assert payloads == {key: str(n) for key, n in replaced.items()}
         # The new table's: fillfactor, the generated rest, the dependencies' key.
-        options = await connection.fetchval("SELECT reloptions FROM pg_class WHERE relname = 'jobs'")
+        options = await connection.fetchval(
+            "SELECT reloptions FROM pg_class WHERE relname = 'jobs'"
+        )
         assert "fillfactor=50" in options
         rests = dict(
             await connection.fetch(
@@ -147,8 +149,7 @@ async def test_a_million_jobs_move_into_the_rebuilt_table_while_a_producer_write
             " (SELECT FROM job_dependencies d WHERE d.job_id = j.id) LIMIT 1"
         )
         await connection.execute(
-            "INSERT INTO job_dependencies (job_id, prerequisite_id, position)"
-            " VALUES ($1, $2, 0)",
+            "INSERT INTO job_dependencies (job_id, prerequisite_id, position) VALUES ($1, $2, 0)",
             orphan,
             LAST_MOVED,
         )
