@@ -91,6 +91,9 @@ class MeterLooks:
         self._busy: dict[RuleId, datetime] = {}  # the busy rules, and their floors
         self._walk_since = BEGINNING  # the next walk for quiet rules starts here
         self._walk_at = 0.0  # (monotonic) the next walk for quiet rules
+        # The earliest job offered since the walk under way began: its snapshot may not have
+        # seen it (an offer comes after the commit), so the walk's end keeps the next one there.
+        self._offered_since: datetime | None = None
         self._rescan_at = 0.0
         # The rules with jobs let go and not yet claimed: those jobs, and when.
         self._pending: dict[RuleId, dict[uuid.UUID, float]] = {}
@@ -134,8 +137,9 @@ class MeterLooks:
             return
         for entry in entries:
             if _may_meter(entry.key, self._keys):
-                at = datetime.fromtimestamp(entry.run_at_s, UTC) - QUIET_MARGIN
-                self._walk_since = max(BEGINNING, min(self._walk_since, at))
+                at = max(BEGINNING, datetime.fromtimestamp(entry.run_at_s, UTC) - QUIET_MARGIN)
+                self._walk_since = min(self._walk_since, at)
+                self._offered_since = min(self._offered_since or at, at)
                 self._walk_at = 0.0
 
     def walk_from(self, now_mono: float) -> datetime | None:
@@ -145,6 +149,7 @@ class MeterLooks:
         self._walk_at = now_mono + QUIET_S
         if len(self._busy) >= len(self._metered):  # every rule busy: none is quiet
             return None
+        self._offered_since = None  # what was offered so far, this walk sees (committed)
         return self._walk_since
 
     @property
@@ -158,8 +163,13 @@ class MeterLooks:
 
     def walked(self, since: datetime, looked_at: datetime, woken: Iterable[int]) -> None:
         """The walk from ``since`` made at ``looked_at`` found jobs of the rules ``woken`` (their
-        places in ``metered``): they are busy, from ``since``."""
+        places in ``metered``): they are busy, from ``since``. A job offered while it was under
+        way keeps the next walk at it, at once."""
         self._walk_since = max(BEGINNING, looked_at - QUIET_MARGIN)
+        if self._offered_since is not None:
+            self._walk_since = min(self._walk_since, self._offered_since)
+            self._walk_at = 0.0
+            self._offered_since = None
         for tag in woken:
             if 0 <= tag < len(self._metered) and _id(self._metered[tag]) not in self._busy:
                 self._busy[_id(self._metered[tag])] = since

@@ -93,6 +93,21 @@ def test_a_job_stored_behind_the_walk_moves_it_back_at_once() -> None:
     assert meter.walk_from(0.04) == behind - timedelta(hours=1) - looks.QUIET_MARGIN
 
 
+def test_a_job_stored_behind_a_walk_under_way_is_walked_to_by_the_next_one_at_once() -> None:
+    """Offered after the walk's query began (its snapshot may not hold the job), the job is not
+    passed over by where that walk ends."""
+    meter = started()
+    meter.walk_from(0.0)
+    meter.walked(BEGINNING, NOW, set())
+    since = meter.walk_from(1.0)
+    behind = NOW - timedelta(hours=1)
+    meter.offered([entry(behind, key="a.deep.key")])  # while that walk's query runs
+    meter.walked(since or BEGINNING, NOW + timedelta(seconds=1), set())
+    assert meter.walk_from(1.01) == behind - looks.QUIET_MARGIN
+    meter.walked(behind, NOW + timedelta(seconds=2), set())
+    assert meter.walk_from(1.2) == NOW + timedelta(seconds=2) - looks.QUIET_MARGIN  # once
+
+
 def test_a_change_of_rules_or_shards_and_the_rescan_start_a_whole_walk() -> None:
     meter = started()
     meter.walk_from(0.0)
