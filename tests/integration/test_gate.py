@@ -133,6 +133,7 @@ async def test_unknown_tokens_are_refused_from_memory_and_a_new_key_answers_at_o
         gate_node(database_url, amqp_url, cache_s=LONG_CACHE_S) as node,
         client(node) as http,
     ):
+        refusals: set[int] = set()
         for _ in range(10):  # probed: a key created just before a flood got 429 ten times in ten
             _, known = await KeyStore(node.core.db).create(scope=api_keys.Scope.PRODUCER)
             created = time.monotonic()
@@ -142,8 +143,12 @@ async def test_unknown_tokens_are_refused_from_memory_and_a_new_key_answers_at_o
             answers, took_s = await asyncio.gather(
                 asyncio.gather(*strangers), answered_200(http, known, since=created)
             )
-            assert {answer.status_code for answer in answers} == {401}
+            # 401, or 503 while the one load of the keys the notice started takes more than
+            # keyring.LOAD_WAIT_S (a loaded machine): never let in, never 429.
+            refusals |= {answer.status_code for answer in answers}
+            assert refusals <= {401, 503}, refusals
             assert took_s < LONG_CACHE_S / 4  # no cache time waited out
+        assert 401 in refusals  # refused from the keys in memory
         metrics = (await http.get("/metrics", headers=bearer(ADMIN))).text
     assert "lookup_rate" not in metrics
 
