@@ -16,7 +16,7 @@ from consumers_sdk.enqueue import enqueue
 from dispatcher.store import migrate
 from dispatcher.store.db import Database
 from dispatcher.store.history import HistoryStore
-from dispatcher.store.queries import migrate as queries
+from tests.support import migrated
 from tests.support.stored_events import STORED_EVENTS
 
 EVENTS = 1_000_000
@@ -66,27 +66,12 @@ FROM {STORED_EVENTS}
 
 
 async def migrate_to_0024(dsn: str) -> None:
-    connection = await asyncpg.connect(dsn)
-    try:
-        await connection.execute(queries.CREATE_MIGRATIONS_TABLE)
-        for migration in BEFORE:
-            async with connection.transaction():
-                await connection.execute(migration.sql)
-                await connection.execute(
-                    queries.RECORD_MIGRATION, migration.version, migration.checksum
-                )
-        await connection.execute("INSERT INTO shard_epochs (shard, epoch) VALUES (0, 1), (1, 1)")
-        # Filled without its indexes, built after (a load's way): a third of the time.
-        await connection.execute(
-            "ALTER TABLE job_events DROP CONSTRAINT job_events_pkey; DROP INDEX job_events_job"
-        )
-        await connection.execute(FILL, EVENTS, JOBS, EVENTS // 10)
-        await connection.execute(
-            "ALTER TABLE job_events ADD PRIMARY KEY (event_id);"
-            " CREATE INDEX job_events_job ON job_events (job_id, at)"
-        )
-    finally:
-        await connection.close()
+    await migrated.migrate_before(
+        dsn,
+        "0025",
+        table="job_events",
+        fill=lambda connection: connection.execute(FILL, EVENTS, JOBS, EVENTS // 10),
+    )
 
 
 async def test_a_million_events_move_into_batches_in_order_while_producers_enqueue(

@@ -16,7 +16,7 @@ import asyncpg
 from consumers_sdk.enqueue import enqueue
 from devstack import million
 from dispatcher.store import migrate
-from dispatcher.store.queries import migrate as queries
+from tests.support import migrated
 
 BEFORE = [m for m in migrate.migration_files() if m.version < "0026"]
 MOVED = million.ROWS
@@ -43,26 +43,11 @@ SELECT id, $1, 0 FROM jobs WHERE state = 'waiting' AND id <> $1 LIMIT 1000
 
 
 async def migrate_to_0025(dsn: str) -> None:
+    await migrated.migrate_before(
+        dsn, "0026", table="jobs", fill=lambda connection: connection.execute(million.LOAD, MOVED)
+    )
     connection = await asyncpg.connect(dsn)
     try:
-        await connection.execute(queries.CREATE_MIGRATIONS_TABLE)
-        for migration in BEFORE:
-            async with connection.transaction():
-                await connection.execute(migration.sql)
-                await connection.execute(
-                    queries.RECORD_MIGRATION, migration.version, migration.checksum
-                )
-        await connection.execute("INSERT INTO shard_epochs (shard, epoch) VALUES (0, 1), (1, 1)")
-        # Filled without its indexes, built after (a load's way): a fraction of the time.
-        indexes = await connection.fetch(
-            "SELECT indexname, indexdef FROM pg_indexes"
-            " WHERE tablename = 'jobs' AND indexname <> 'jobs_pkey'"
-        )
-        for index in indexes:
-            await connection.execute(f'DROP INDEX "{index["indexname"]}"')
-        await connection.execute(million.LOAD, MOVED)
-        for index in indexes:
-            await connection.execute(index["indexdef"])
         await connection.execute(DEPEND, LAST_MOVED)
         await connection.execute("UPDATE jobs SET has_dependents = true WHERE state = 'waiting'")
         await connection.execute("VACUUM ANALYZE jobs")
