@@ -97,9 +97,9 @@ class SyncDispatcherClient:
     def list_page(
         self, *, after: str | None = None, limit: int = 100, **filters: Unpack[calls.JobFilters]
     ) -> records.JobPage:
-        """One page of jobs in creation order, filtered by ``state=``, ``routing_key=`` (or
-        ``routing_key_prefix=``) or ``idempotency_key=`` as ``GET /v1/jobs``; ``next_after`` is the
-        next page's ``after``."""
+        """One page of jobs in creation order (``state="scheduled"``: in due order), filtered by
+        ``state=``, ``routing_key=`` (or ``routing_key_prefix=``) or ``idempotency_key=`` as
+        ``GET /v1/jobs``; ``next_after`` is the next page's ``after``."""
         return self._run(calls.page(after=after, limit=limit, **filters))
 
     def list(

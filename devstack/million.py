@@ -76,15 +76,21 @@ def page_case(
 # of GET /v1/jobs, alone and with a tenant's namespace, as the API passes them to the store.
 LIST_CASES = [
     page_case("every job", "jobs_pkey"),
-    page_case("a state", "jobs_state", state="scheduled"),
-    page_case("a state, a later page", "jobs_state", state="waiting", after=MIDDLE),
-    page_case("a rare state", "jobs_state", state="dead", limit=50),
+    # Scheduled jobs in due order, whatever else filters them; the states no index names
+    # (dispatched, succeeded: the bulk of the table) walk the primary key.
+    page_case("a state", "jobs_due", state="scheduled"),
+    page_case("scheduled, a later page", "jobs_due", state="scheduled", after=MIDDLE),
+    page_case("a state, a later page", "jobs_rest", state="waiting", after=MIDDLE),
+    page_case("a rare state", "jobs_rest", state="dead", limit=50),
+    page_case("in flight", "jobs_lease_until", state="dispatching"),
+    page_case("the bulk of the table", "jobs_pkey", state="succeeded"),
     page_case("a routing key", "jobs_key", routing_key="rk.499"),
-    page_case("state and routing key", "jobs_state", state="dead", routing_key="rk.3"),
+    page_case("state and routing key", "jobs_key", state="dead", routing_key="rk.3"),
+    page_case("scheduled and a routing key", "jobs_due", state="scheduled", routing_key="rk.3"),
     page_case("a new tenant", "jobs_namespace", namespace="late"),
     page_case("a tiny tenant", "jobs_namespace", namespace="small"),
     page_case("default namespace", "jobs_pkey", namespace=""),
-    page_case("tenant and state", "jobs_state", state="scheduled", namespace="late"),
+    page_case("tenant and state", "jobs_due", state="scheduled", namespace="late"),
     page_case("tenant and key", "jobs_key", routing_key="rk.7", namespace="ns-3"),
     case(
         "idempotency key, any namespace",
@@ -102,9 +108,10 @@ LIST_CASES = [
         "ns-9",
         None,
     ),
-    # A routing-key prefix rides the other filters' index (jobs_state carries the routing key), and
+    # A routing-key prefix rides the other filters' index (jobs_due carries the routing key), and
     # alone walks the primary key: a range of jobs_key would be right in byte order (C) only.
-    page_case("a state and a prefix", "jobs_state", state="dead", prefix="rk"),
+    page_case("a state and a prefix", "jobs_due", state="scheduled", prefix="rk"),
+    page_case("a rare state and a prefix", "jobs_rest", state="dead", prefix="rk"),
     page_case("a tenant and a prefix", "jobs_namespace", namespace="late", prefix="rk"),
     page_case("a prefix", "jobs_pkey", prefix="rk"),
     # A key limited to routing-key prefixes: the tenant's index, the prefixes tested on its rows.

@@ -51,8 +51,7 @@ class JobState(StrEnum):
 
 
 # Out of the scheduler's hands (published, settled or never to be): retention deletes such a job
-# once old. ``DELETE_FINISHED`` and the index it reads (sql/0004) spell this set in SQL; a test
-# holds both equal to this one.
+# once old. ``DELETE_FINISHED`` spells this set in SQL; a test holds it equal to this one.
 FINISHED_STATES = frozenset(
     {JobState.DISPATCHED, JobState.SUCCEEDED, JobState.DEAD, JobState.CANCELLED, JobState.EXPIRED}
 )

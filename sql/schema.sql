@@ -753,8 +753,6 @@ CREATE INDEX job_dependencies_prerequisite_job ON public.job_dependencies USING 
 
 CREATE INDEX jobs_due ON public.jobs USING btree (run_at, id) INCLUDE (shard, routing_key, namespace, priority) WHERE (state = 'scheduled'::text);
 
-CREATE INDEX jobs_finished ON public.jobs USING btree (updated_at) WHERE (state = ANY (ARRAY['dispatched'::text, 'succeeded'::text, 'dead'::text, 'cancelled'::text, 'expired'::text]));
-
 CREATE UNIQUE INDEX jobs_idempotency_key_namespace ON public.jobs USING btree (idempotency_key, COALESCE(namespace, ''::text)) WHERE (idempotency_key IS NOT NULL);
 
 CREATE INDEX jobs_key ON public.jobs USING btree (routing_key, id) INCLUDE (state, namespace);
@@ -766,8 +764,6 @@ CREATE INDEX jobs_namespace ON public.jobs USING btree (namespace, id) WHERE (na
 CREATE INDEX jobs_released_key ON public.jobs USING btree (released_key, COALESCE(namespace, ''::text)) WHERE (released_key IS NOT NULL);
 
 CREATE INDEX jobs_rest ON public.jobs USING btree (rest, id) WHERE (rest IS NOT NULL);
-
-CREATE INDEX jobs_state ON public.jobs USING btree (state, id) INCLUDE (namespace, routing_key);
 
 CREATE INDEX schedules_due ON public.schedules USING btree (next_at) WHERE ((NOT paused) AND (next_at IS NOT NULL));
 

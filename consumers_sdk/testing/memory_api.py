@@ -335,10 +335,15 @@ class MemoryAPI:
             return {"jobs": [*holder, *released][:10], "next_after": None}
         after, limit = str(params.get("after", "")), int(str(params.get("limit", 100)))
         prefix = _prefix_words(params)
+        due_order = params.get("state") == "scheduled"  # as the service pages them
+        jobs = sorted(self._jobs.values(), key=lambda job: _place(job, due_order))
+        cursor = self._jobs.get(after)
+        # A cursor the service does not find starts a page of scheduled jobs from the first.
+        start = _place(cursor, due_order) if cursor else ("", "" if due_order else after)
         page = [
             job
-            for job in self._jobs.values()
-            if job["id"] > after
+            for job in jobs
+            if _place(job, due_order) > start
             and params.get("state", job["state"]) == job["state"]
             and params.get("routing_key", job["routing_key"]) == job["routing_key"]
             and (prefix is None or memory_bulk.within(job["routing_key"], prefix))
@@ -572,3 +577,8 @@ class MemoryAPI:
 
     def _resume_bulk(self, call: calls.Call[Any], found: Sequence[str]) -> Document:
         raise _bulk_conflict(self._bulk_action(found[0]))
+
+
+def _place(job: Document, due_order: bool) -> tuple[str, str]:
+    """A job's place in a page: by id, or scheduled jobs by run_at, then id."""
+    return (job["run_at"], job["id"]) if due_order else ("", job["id"])

@@ -199,9 +199,10 @@ async def list_jobs(
         ),
     ] = None,
 ) -> Response:
-    """A page of jobs in creation order; follow ``next_after`` for the next one (a page ends
-    early once its payloads pass ``DISPATCHER_MAX_PAGE_BYTES``: follow it until null). With
-    ``idempotency_key``, the jobs stored under that key (one per namespace) instead."""
+    """A page of jobs in creation order (scheduled ones in due order); follow ``next_after`` for
+    the next one (a page ends early once its payloads pass ``DISPATCHER_MAX_PAGE_BYTES``: follow
+    it until null). With ``idempotency_key``, the jobs stored under that key (one per namespace)
+    instead."""
     words = _prefix_words(routing_key, routing_key_prefix)
     if idempotency_key is not None:
         found = await context.jobs.by_idempotency_key(

@@ -145,12 +145,17 @@ class HistoryStore:
     async def events(self, job_id: uuid.UUID) -> list[models.JobEvent]:
         return list((await self.history(job_id)).events)
 
-    async def delete_finished(self, *, older_than_s: float, batch: int) -> int:
-        """Delete one batch of jobs finished before the retention (their events go with their
-        batches: ``delete_spent_batches``)."""
+    async def delete_finished(
+        self, *, older_than_s: float, batch: int, after: uuid.UUID
+    ) -> tuple[uuid.UUID | None, int]:
+        """Delete the jobs finished before the retention among the next ``batch`` after id
+        ``after`` (their events go with their batches: ``delete_spent_batches``); returns the
+        last id looked at (None: no job after ``after`` was made that long ago) and how many
+        went."""
         async with self._db.connection(BACKGROUND_TIMEOUT_S) as connection:
-            rows = await connection.fetch(queries.DELETE_FINISHED, older_than_s, batch)
-        return len(rows)
+            row = await connection.fetchrow(queries.DELETE_FINISHED, older_than_s, batch, after)
+        assert row is not None  # one row: two scalar subqueries
+        return row["last"], row["deleted"]
 
     async def delete_spent_batches(
         self, *, older_than_s: float, batch: int, after: int
@@ -182,7 +187,12 @@ class HistoryStore:
             due = await connection.fetch(queries.STATES_TO_COUNT, list(states), min_age_s, spacing)
             counted: list[asyncpg.Record] = []
             for row in due:
-                counted += await connection.fetch(queries.COUNT_STATE, row["state"], top)
+                query = (
+                    queries.COUNT_STATE
+                    if row["state"] in queries.INDEXED_STATES
+                    else queries.COUNT_UNINDEXED_STATE
+                )
+                counted += await connection.fetch(query, row["state"], top)
             await connection.executemany(queries.SAVE_COUNT, [tuple(row) for row in counted])
         return [row["state"] for row in counted]
 

@@ -4,15 +4,17 @@ event batches that name only jobs gone, and refreshes the job counts that ``/met
 
 Deleting in batches of ``batch`` rows (``FOR UPDATE SKIP LOCKED``, one short transaction each)
 keeps locks short and lets autovacuum reuse the space, so the table stays bounded without a long
-``DELETE``. Event batches are walked in id order (the order recorded) from a cursor this node
-keeps: a batch that still names a job (a pending job's notes, a requeued job's earlier rounds)
-is passed over, and looked at again when the walk starts over: once an hour (``REVISIT_S``), or
-once a retention period when that is shorter.
+``DELETE``. Jobs and event batches are each walked in id order (the order made) from a cursor this
+node keeps (``Walk``), up to the first made within the retention: a job not finished yet, or a
+batch that still names a job (a pending job's notes, a requeued job's earlier rounds), is passed
+over, and looked at again when the walk starts over: once an hour (``REVISIT_S``), or once a
+retention period when that is shorter.
 
 Counting: every ``stats_interval_s`` each node tries to count, but one node at a time does (an
 advisory lock; the others keep the previous counts), and it stores the counts in ``job_counts``,
 which every node then reads: a few rows, whatever the size of the table. Each state is counted
-on its own, from its range of the ``jobs_state`` index, and again only once its last count is
+on its own, from its range of an index (``history.COUNT_STATE``; dispatched and succeeded jobs,
+which no index names, by reading the table), and again only once its last count is
 older than ``COUNT_SPACING`` times what that count took: the states with few jobs (those in
 flight, a modest backlog) are recounted every round, while the finished jobs, the bulk of the
 table, are recounted less often as they grow (``counted_at_by_state`` in ``/v1/stats`` says
@@ -25,10 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import Counter as Tally
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Generic, TypeVar
 
 from dispatcher import metrics, models, supervision
 from dispatcher.store.history import HistoryStore, StateCount
@@ -38,9 +42,34 @@ logger = logging.getLogger(__name__)
 # A state is recounted once its count is older than this many times what the count took: its
 # count takes at most a fiftieth of the time between two, at any size of the table.
 COUNT_SPACING = 50.0
-# How often the walk of event batches starts over (a retention shorter than this: as often as
-# that): the longest a batch kept for a job still here waits to be looked at again.
+# How often the walks of jobs and of event batches start over (a retention shorter than this: as
+# often as that): the longest a job or batch passed over waits to be looked at again.
 REVISIT_S = 3600.0
+_FIRST_JOB = uuid.UUID(int=0)
+Cursor = TypeVar("Cursor")
+
+
+class Walk(Generic[Cursor]):
+    """A cursor through a table in id order: the last id looked at, back to the start once the
+    walk caught up with the retention and began longer ago than ``REVISIT_S`` (or the
+    retention, when that is shorter), so that a row passed over is looked at again."""
+
+    def __init__(self, start: Cursor) -> None:
+        self._start = start
+        self.after = start
+        self._started = time.monotonic()
+
+    def advance(self, last: Cursor | None, retention_s: float) -> bool:
+        """Move past ``last``; False once caught up (``last`` None): the round's walk ends."""
+        if last is not None:
+            self.after = last
+            return True
+        if time.monotonic() - self._started >= min(retention_s, REVISIT_S):
+            self.after = self._start
+            self._started = time.monotonic()
+        return False
+
+
 STATES = [state.value for state in models.JobState]
 
 
@@ -108,8 +137,8 @@ class Housekeeper:
         self._interval_s = stats_interval_s
         self._routing_keys = routing_keys
         self.snapshot = Snapshot()
-        self._batches_after = 0  # the event batches' cursor: the last id looked at
-        self._walk_started = time.monotonic()
+        self._jobs = Walk(_FIRST_JOB)  # the jobs' cursor
+        self._batches = Walk(0)  # the event batches'
 
     async def run(self) -> None:
         rounds = supervision.Rounds(
@@ -125,15 +154,16 @@ class Housekeeper:
         await self.refresh()
 
     async def purge(self) -> int:
-        """Delete every job finished before the retention, a batch at a time; returns how many."""
+        """Delete the jobs finished before the retention, a batch at a time from the cursor;
+        returns how many."""
         total = 0
         while True:
-            deleted = await self._store.delete_finished(
-                older_than_s=self._retention_s, batch=self._batch
+            last, deleted = await self._store.delete_finished(
+                older_than_s=self._retention_s, batch=self._batch, after=self._jobs.after
             )
             total += deleted
             self._metrics.retention_deleted.inc(deleted)
-            if deleted < self._batch:
+            if not self._jobs.advance(last, self._retention_s):
                 return total
             await asyncio.sleep(0)  # let the API and firing in between batches
 
@@ -143,16 +173,11 @@ class Housekeeper:
         total = 0
         while True:
             last, deleted = await self._store.delete_spent_batches(
-                older_than_s=self._retention_s, batch=self._batch, after=self._batches_after
+                older_than_s=self._retention_s, batch=self._batch, after=self._batches.after
             )
             total += deleted
-            if last is None:  # caught up with the retention
-                revisit_s = min(self._retention_s, REVISIT_S)
-                if time.monotonic() - self._walk_started >= revisit_s:
-                    self._batches_after = 0
-                    self._walk_started = time.monotonic()
+            if not self._batches.advance(last, self._retention_s):
                 return total
-            self._batches_after = last
             await asyncio.sleep(0)
 
     async def refresh(self) -> list[str]:

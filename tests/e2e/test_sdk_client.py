@@ -197,6 +197,16 @@ async def test_listing_by_a_routing_key_prefix_answers_those_words_and_below(sdk
         assert invalid.value.body["fields"][0]["field"] == "routing_key_prefix"
 
 
+async def test_scheduled_jobs_list_in_due_order_every_job_in_creation_order(sdk: Any) -> None:
+    key = f"sdk.due{uuid.uuid4().hex[:12]}"
+    for n in range(5):  # the last made is due first
+        await sdk.schedule(key, {"n": n}, delay=timedelta(minutes=30 - n))
+    due = await everything(sdk.list(routing_key=key, state="scheduled", page_size=2))
+    assert [job.payload["n"] for job in due] == [4, 3, 2, 1, 0]
+    made = await everything(sdk.list(routing_key=key, page_size=2))
+    assert [job.payload["n"] for job in made] == [0, 1, 2, 3, 4]
+
+
 async def test_schedule_many_sends_chunks_and_names_what_the_failed_chunk_left_stored(
     sdk: Any,
 ) -> None:

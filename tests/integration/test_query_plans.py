@@ -104,7 +104,7 @@ async def test_counting_a_state_reads_only_its_range_of_an_index(
 ) -> None:
     for plan in await plans(million_jobs, history.COUNT_STATE, (state, 50)):
         assert seq_scans(plan) == [], json.dumps(plan, indent=1)
-        assert indexes(plan) & {"jobs_state", "jobs_due", "jobs_lease_until"}
+        assert indexes(plan) & {"jobs_rest", "jobs_due", "jobs_lease_until"}
 
 
 async def test_what_every_node_reads_each_round_is_the_counts_table_only(million_jobs: str) -> None:
@@ -165,8 +165,9 @@ async def test_a_jobs_history_reads_the_batches_of_its_key_only(million_jobs: st
 # Each batch is planned with its values (``PLAN_EACH_RUN``); the generic plan reads no table whole.
 BULK_CASES = [
     ("a routing key", "jobs_key", ["scheduled", "waiting"], "rk.3", None, None),
-    ("dead jobs", "jobs_state", ["dead", None], None, None, "timeout"),
-    ("two states, a tenant, a prefix", "jobs_state", ["scheduled", "waiting"], None, "ns-1", None),
+    ("dead jobs", "jobs_rest", ["dead", None], None, None, "timeout"),
+    ("two states, a tenant, a prefix", "jobs_rest", ["scheduled", "waiting"], None, "ns-1", None),
+    ("scheduled jobs from the cursor", "jobs_pkey", ["scheduled", None], None, None, None),
 ]
 
 

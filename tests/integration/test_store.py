@@ -385,6 +385,33 @@ async def test_page_filters_and_follows_the_cursor(db: Database) -> None:
     assert await store.page(state=None, routing_key="other", after=None, limit=3) == ([], False)
 
 
+async def test_scheduled_jobs_page_in_due_order_and_other_states_in_id_order(
+    db: Database,
+) -> None:
+    store = JobStore(db, node_id="n1", lease_s=30)
+    # Made in id order, due in the reverse one: the last made fires first.
+    jobs = [new_job(run_at=NOW + timedelta(hours=1, seconds=-n)) for n in range(5)]
+    await store.insert(jobs)
+    due_first = [job.id for job in reversed(jobs)]
+    for routing_key in (None, "orders.expire"):
+        pages, after, more = [], None, True
+        while more:
+            page, more = await store.page(
+                state=models.JobState.SCHEDULED, routing_key=routing_key, after=after, limit=2
+            )
+            pages += [job.id for job in page]
+            after = page[-1].id
+        assert pages == due_first
+    await store.cancel(jobs[1].id)
+    await store.cancel(jobs[3].id)
+    cancelled, _ = await store.page(
+        state=models.JobState.CANCELLED, routing_key=None, after=None, limit=9
+    )
+    assert [job.id for job in cancelled] == [jobs[1].id, jobs[3].id]
+    every, _ = await store.page(state=None, routing_key=None, after=None, limit=9)
+    assert [job.id for job in every] == [job.id for job in jobs]
+
+
 async def test_a_page_ends_past_its_bytes_of_payloads_and_says_more_follow(db: Database) -> None:
     store = JobStore(db, node_id="n1", lease_s=30)
     jobs = [new_job(payload=b'"' + b"x" * 998 + b'"') for _ in range(5)]  # 1 000 bytes each

@@ -40,8 +40,12 @@ def bulk_match(alias: str, first: int) -> str:
 # in one of the states $3, $4 (NULL: one state only) matching the filter ($5-$13, ``bulk_match``;
 # $6 is its routing key). One branch per index, as in LIST_JOBS (a branch whose test on the
 # parameters alone fails is skipped at run time, in a generic plan too): a routing key walks
-# jobs_key (routing_key, id) from the cursor; otherwise each state its range of jobs_state
-# (state, id): an IN of both states would read and sort every row of both after the cursor.
+# jobs_key (routing_key, id) from the cursor; otherwise waiting and dead jobs their range of
+# jobs_rest (rest, id) each (an IN of both states would read and sort every row of both after the
+# cursor), and scheduled jobs the primary key from the cursor, the state tested on each row: the
+# one index of scheduled jobs is in due order (jobs_due), and reading all of it for each batch
+# would cost a batch what the walk costs the whole action. The test is a CASE, which cannot match
+# jobs_due's predicate.
 _BULK_PICK: Final = f"""
 SELECT id FROM (
   (SELECT id FROM jobs
@@ -50,11 +54,19 @@ SELECT id FROM (
    ORDER BY id LIMIT $2)
   UNION ALL
   (SELECT id FROM jobs
-   WHERE $6::text IS NULL AND state = $3 AND id > $1 AND {bulk_match("", 5)}
+   WHERE $6::text IS NULL AND $3 IN ('waiting', 'dead') AND rest = $3 AND id > $1
+     AND {bulk_match("", 5)}
    ORDER BY id LIMIT $2)
   UNION ALL
   (SELECT id FROM jobs
-   WHERE $6::text IS NULL AND state = $4 AND id > $1 AND {bulk_match("", 5)}
+   WHERE $6::text IS NULL AND $4 IN ('waiting', 'dead') AND rest = $4 AND id > $1
+     AND {bulk_match("", 5)}
+   ORDER BY id LIMIT $2)
+  UNION ALL
+  (SELECT id FROM jobs
+   WHERE $6::text IS NULL AND 'scheduled' IN ($3, $4)
+     AND CASE state WHEN 'scheduled' THEN true ELSE false END AND id > $1
+     AND {bulk_match("", 5)}
    ORDER BY id LIMIT $2)
 ) AS candidates
 ORDER BY id
@@ -174,12 +186,21 @@ changed AS (
 {_BULK_ANSWER}
 """
 
-# A dry run: how many jobs match now, up to $12 (a count past it stops: "at least"), and the
-# first $2 of them in id order (whole rows). BULK_COUNT: $1, $2 states, $3-$11 as bulk_match,
+# A dry run: how many jobs match now, up to $12 (a count past it stops: "at least"), each state
+# from its index (scheduled jobs: jobs_due; waiting and dead ones: jobs_rest), and the first $2 of
+# them in id order (whole rows). BULK_COUNT: $1, $2 states, $3-$11 as bulk_match,
 # $12 the most it counts. BULK_SAMPLE: $1 the zero id, $2 sample size, $3-$13 as _BULK_PICK.
 BULK_COUNT: Final = f"""
 SELECT count(*) AS matched FROM (
-    SELECT FROM jobs WHERE state IN ($1, $2) AND {bulk_match("", 3)} LIMIT $12
+    (SELECT FROM jobs
+     WHERE 'scheduled' IN ($1, $2) AND state = 'scheduled' AND {bulk_match("", 3)} LIMIT $12)
+    UNION ALL
+    (SELECT FROM jobs
+     WHERE $1 IN ('waiting', 'dead') AND rest = $1 AND {bulk_match("", 3)} LIMIT $12)
+    UNION ALL
+    (SELECT FROM jobs
+     WHERE $2 IN ('waiting', 'dead') AND rest = $2 AND {bulk_match("", 3)} LIMIT $12)
+    LIMIT $12
 ) AS capped
 """
 

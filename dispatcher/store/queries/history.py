@@ -130,19 +130,33 @@ WHERE outcome IN ('dispatched', 'requeued') OR newest <= $2
 ORDER BY at, attempt, outcome <> 'started'
 """
 
-# Delete a small batch of jobs finished longer ago than the retention; locked rows are skipped (a
-# requeue in flight), so no statement holds many locks for long. Their events go with their
-# batches (DELETE_SPENT_BATCHES). $1 retention seconds, $2 batch size. Returns the ids deleted.
+# Delete the jobs finished longer ago than the retention among the $2 after id $3, walking the
+# primary key up to the first job created within the retention (ids follow the time a job was
+# made, and a job finishes after it is made: what follows cannot be old enough). The state and the
+# time are tested on each row: no index names them, so that an update of either stays HOT.
+# Locked rows are skipped (a requeue in flight), so no statement holds many locks for long; a job
+# passed over is looked at again when the walk starts over. Their events go with their batches
+# (DELETE_SPENT_BATCHES). Returns the last id looked at (NULL: none after $3 is old enough) and
+# how many went. $1 retention seconds, $2 jobs, $3 the id to look after.
 DELETE_FINISHED: Final = """
-WITH doomed AS (
-    SELECT id FROM jobs
-    WHERE state IN ('dispatched', 'succeeded', 'dead', 'cancelled', 'expired')
-      AND updated_at < now() - make_interval(secs => $1)
-    ORDER BY updated_at
-    LIMIT $2
+WITH next AS (
+    SELECT id, created_at < now() - make_interval(secs => $1) AS old
+    FROM jobs WHERE id > $3 ORDER BY id LIMIT $2
+), looked AS (
+    SELECT id FROM next
+    WHERE id < coalesce((SELECT id FROM next WHERE NOT old ORDER BY id LIMIT 1),
+                        'ffffffff-ffff-ffff-ffff-ffffffffffff')
+), doomed AS (
+    SELECT j.id FROM jobs j
+    WHERE j.id = ANY (ARRAY(SELECT id FROM looked))
+      AND j.state IN ('dispatched', 'succeeded', 'dead', 'cancelled', 'expired')
+      AND j.updated_at < now() - make_interval(secs => $1)
     FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.id
 )
-DELETE FROM jobs j USING doomed WHERE j.id = doomed.id RETURNING j.id
+SELECT (SELECT id FROM looked ORDER BY id DESC LIMIT 1) AS last,
+       (SELECT count(*) FROM gone) AS deleted
 """
 
 # Event batches recorded longer ago than the retention whose jobs are all gone; a batch naming a
@@ -179,25 +193,50 @@ WHERE c.state IS NULL
    OR c.counted_at < now() - make_interval(secs => greatest($2::float8, c.count_s * $3::float8))
 """
 
-# One state's jobs per routing key: the top $2 keys, most jobs first, and the rest summed; when
-# the count started and how long it took (the columns SAVE_COUNT takes, in its order). An
-# index-only scan of the state's range of jobs_state, never of the other states' rows. $1 state.
-COUNT_STATE: Final = """
+
+def _count_of(rows: str) -> str:
+    """One state's jobs per routing key, from ``rows`` (a query of the jobs' routing keys): the
+    top $2 keys, most jobs first, and the rest summed; when the count started and how long it
+    took (the columns SAVE_COUNT takes, in its order). $1 state."""
+    return f"""
 WITH counted AS (
-    SELECT routing_key, count(*) AS jobs FROM jobs WHERE state = $1 GROUP BY routing_key
+    SELECT routing_key, count(*) AS jobs FROM ({rows}) AS of_state GROUP BY routing_key
 ), ranked AS (
     SELECT routing_key, jobs, row_number() OVER (ORDER BY jobs DESC, routing_key) AS rank
     FROM counted
 )
 SELECT $1::text AS state,
-       coalesce(array_agg(routing_key ORDER BY rank) FILTER (WHERE rank <= $2), '{}')
+       coalesce(array_agg(routing_key ORDER BY rank) FILTER (WHERE rank <= $2), '{{}}')
            AS routing_keys,
-       coalesce(array_agg(jobs ORDER BY rank) FILTER (WHERE rank <= $2), '{}') AS jobs,
+       coalesce(array_agg(jobs ORDER BY rank) FILTER (WHERE rank <= $2), '{{}}') AS jobs,
        coalesce(sum(jobs) FILTER (WHERE rank > $2), 0)::bigint AS other_jobs,
        statement_timestamp() AS counted_at,
        extract(epoch FROM clock_timestamp() - statement_timestamp())::float8 AS count_s
 FROM ranked
 """
+
+
+# A state an index holds, from its range of that index alone, never the other states' rows (one
+# branch per state, as in LIST_JOBS): scheduled jobs from jobs_due, dispatching ones from
+# jobs_lease_until (lease_until is set exactly while a job is dispatching), waiting, dead,
+# cancelled and expired ones from jobs_rest. $1 state (one of ``INDEXED_STATES``), $2 keys.
+COUNT_STATE: Final = _count_of("""
+    SELECT routing_key FROM jobs WHERE $1 = 'scheduled' AND state = 'scheduled'
+    UNION ALL
+    SELECT routing_key FROM jobs
+    WHERE $1 = 'dispatching' AND lease_until IS NOT NULL AND state = 'dispatching'
+    UNION ALL
+    SELECT routing_key FROM jobs
+    WHERE $1 IN ('waiting', 'dead', 'cancelled', 'expired') AND rest = $1
+""")
+INDEXED_STATES: Final = frozenset(
+    {"scheduled", "dispatching", "waiting", "dead", "cancelled", "expired"}
+)
+
+# Dispatched or succeeded jobs, the bulk of the table, which no index names (an update of their
+# state stays HOT): the table read whole, which is why such a count is spaced out most
+# (``upkeep/housekeeping.py``). $1 state, $2 keys.
+COUNT_UNINDEXED_STATE: Final = _count_of("SELECT routing_key FROM jobs WHERE state = $1")
 
 # $1 state, $2 routing keys, $3 their jobs, $4 other jobs, $5 counted at, $6 seconds it took.
 SAVE_COUNT: Final = """

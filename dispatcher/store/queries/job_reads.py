@@ -13,65 +13,79 @@ SELECT * FROM jobs WHERE id = $1 AND ($2::text IS NULL OR coalesce(namespace, ''
       WHERE routing_key = w OR starts_with(routing_key, w || '.')))
 """
 
-# A page in id (= creation) order. $1 state or NULL, $2 routing key or NULL, $3 after id, $4 limit,
-# $5 namespace filter, $6 routing-key filter (the words a key's prefixes name; NULL: any), $7 the
-# payload bytes a page may hold (it ends before the job that would start past them; ``found``
-# says how many the filters found, so a page cut short is told from the last one), $8 routing-key
-# prefix (words, as a key's: billing is billing and billing.*; NULL: any), tested as $6 is, with
-# starts_with: no LIKE metacharacter, and correct in any collation, where a range on jobs_key
-# would hold only in byte order (C). It rides the branch of the other filters: jobs_state carries
-# the routing key, so a state's page is still index-only; alone it walks the primary key.
-# One branch per filter, each reading its index (sql/0009): a branch whose test on the parameters
-# alone fails is skipped at run time, so a generic plan of the prepared statement (which the
-# plan cache may choose after five runs) still reads only the index the filter needs; one WHERE
-# of "$1 IS NULL OR state = $1" tests would get a generic plan walking the primary key. Each
-# branch finds ids only (index-only scans where it can): planned as whole rows, a state's page
-# walked the primary key past every older row, because the planner cannot know that the rows of
-# a state (scheduled, say) are the newest.
-LIST_JOBS: Final = """
+# The filters of a page's every branch: $5 namespace, $6 the words a key's prefixes name, $8 a
+# routing-key prefix (see LIST_JOBS).
+_PAGE_FILTERS: Final = """($5::text IS NULL OR coalesce(namespace, '') = $5)
+         AND ($6::text[] IS NULL OR EXISTS (
+             SELECT FROM unnest($6::text[]) AS w
+             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
+         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))"""
+
+# A page of jobs: in id (= creation) order, but scheduled jobs in due order (run_at, id), the
+# order of the one index that holds them. $1 state or NULL, $2 routing key or NULL, $3 after id
+# (for scheduled jobs: after that job's place in due order), $4 limit, $5 namespace filter, $6
+# routing-key filter (the words a key's prefixes name; NULL: any), $7 the payload bytes a page may
+# hold (it ends before the job that would start past them; ``found`` says how many the filters
+# found, so a page cut short is told from the last one), $8 routing-key prefix (words, as a
+# key's: billing is billing and billing.*; NULL: any), tested as $6 is, with starts_with: no LIKE
+# metacharacter, and correct in any collation, where a range on jobs_key would hold only in byte
+# order (C). It rides the branch of the other filters; alone it walks the primary key.
+# One branch per filter, each reading its index (sql/0009, sql/0027): a branch whose test on the
+# parameters alone fails is skipped at run time, so a generic plan of the prepared statement
+# (which the plan cache may choose after five runs) still reads only the index the filter needs;
+# one WHERE of "$1 IS NULL OR state = $1" tests would get a generic plan walking the primary key.
+# Each branch finds ids only (index-only scans where it can): planned as whole rows, a state's
+# page walked the primary key past every older row, because the planner cannot know that the rows
+# of a state (scheduled, say) are the newest. No index names the state of a job dispatched or
+# succeeded (an update of it stays HOT): their pages walk the primary key, the bulk of the table.
+LIST_JOBS: Final = f"""
 SELECT * FROM (
   SELECT *, count(*) OVER () AS found,  -- the page's jobs, and the payload bytes before each
-         sum(octet_length(payload)) OVER (ORDER BY id) - octet_length(payload) AS bytes_before
+         sum(octet_length(payload)) OVER (
+             ORDER BY CASE WHEN $1 = 'scheduled' THEN run_at END, id
+         ) - octet_length(payload) AS bytes_before
   FROM jobs
   WHERE id = ANY (ARRAY(
-      (SELECT id FROM jobs  -- a routing key, and state and namespace if given: jobs_key
-       WHERE routing_key = $2 AND ($1::text IS NULL OR state = $1) AND id > $3
-         AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
-         AND ($6::text[] IS NULL OR EXISTS (
-             SELECT FROM unnest($6::text[]) AS w
-             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
-         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
+      (SELECT id FROM jobs  -- a routing key, and a state but scheduled: jobs_key
+       WHERE routing_key = $2 AND ($1::text IS NULL OR (state = $1 AND $1 <> 'scheduled'))
+         AND id > $3 AND {_PAGE_FILTERS}
        ORDER BY id LIMIT $4)
       UNION ALL
-      (SELECT id FROM jobs  -- a state, and namespace if given: jobs_state
-       WHERE $2::text IS NULL AND state = $1 AND id > $3
-         AND ($5::text IS NULL OR coalesce(namespace, '') = $5)
-         AND ($6::text[] IS NULL OR EXISTS (
-             SELECT FROM unnest($6::text[]) AS w
-             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
-         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
+      (SELECT id FROM jobs  -- scheduled, and a routing key if given: jobs_due, in due order
+       WHERE $1 = 'scheduled' AND state = 'scheduled' AND ($2::text IS NULL OR routing_key = $2)
+         AND (run_at, id) > (coalesce((SELECT c.run_at FROM jobs c WHERE c.id = $3),
+                                      '-infinity'), $3)
+         AND {_PAGE_FILTERS}
+       ORDER BY run_at, id LIMIT $4)
+      UNION ALL
+      (SELECT id FROM jobs  -- waiting, dead, cancelled or expired: jobs_rest
+       WHERE $2::text IS NULL AND $1 IN ('waiting', 'dead', 'cancelled', 'expired')
+         AND rest = $1 AND id > $3 AND {_PAGE_FILTERS}
+       ORDER BY id LIMIT $4)
+      UNION ALL
+      (SELECT id FROM jobs  -- dispatching: jobs_lease_until (set exactly while dispatching)
+       WHERE $2::text IS NULL AND $1 = 'dispatching' AND lease_until IS NOT NULL
+         AND state = 'dispatching' AND id > $3 AND {_PAGE_FILTERS}
+       ORDER BY id LIMIT $4)
+      UNION ALL
+      (SELECT id FROM jobs  -- dispatched or succeeded: the primary key
+       WHERE $2::text IS NULL AND $1 IN ('dispatched', 'succeeded') AND state = $1 AND id > $3
+         AND {_PAGE_FILTERS}
        ORDER BY id LIMIT $4)
       UNION ALL
       (SELECT id FROM jobs  -- a named namespace: jobs_namespace
        WHERE $2::text IS NULL AND $1::text IS NULL AND namespace = nullif($5, '') AND id > $3
-         AND ($6::text[] IS NULL OR EXISTS (
-             SELECT FROM unnest($6::text[]) AS w
-             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
-         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
+         AND {_PAGE_FILTERS}
        ORDER BY id LIMIT $4)
       UNION ALL
       (SELECT id FROM jobs  -- every job, or the default namespace's: the primary key
        WHERE $2::text IS NULL AND $1::text IS NULL AND ($5::text IS NULL OR $5 = '')
-         AND ($5::text IS NULL OR namespace IS NULL) AND id > $3
-         AND ($6::text[] IS NULL OR EXISTS (
-             SELECT FROM unnest($6::text[]) AS w
-             WHERE routing_key = w OR starts_with(routing_key, w || '.')))
-         AND ($8::text IS NULL OR routing_key = $8 OR starts_with(routing_key, $8 || '.'))
+         AND ($5::text IS NULL OR namespace IS NULL) AND id > $3 AND {_PAGE_FILTERS}
        ORDER BY id LIMIT $4)
   ))
 ) AS page
 WHERE bytes_before < $7  -- a page ends past $7 bytes of payloads, after one job at least
-ORDER BY id
+ORDER BY CASE WHEN $1 = 'scheduled' THEN run_at END, id
 """
 
 # Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already. A job

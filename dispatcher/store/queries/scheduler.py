@@ -74,6 +74,7 @@ ORDER BY expired.lease_until
 # settle it (confirmed and marked, or released), and a claim in flight is not published twice.
 # A claim under this node's id made before this process first took the shard is a dead
 # process's. ripe_in_s: how long until it is ripe (0: now).
+# Found through jobs_lease_until (lease_until is set exactly while a job is dispatching).
 # $1 shards held, $2 their epochs, $3 the first epoch this process took each under (same order),
 # $4 this node's id, $5 the other nodes in the cluster, $6 seconds, $7 limit.
 ORPHANED_CLAIMS: Final = """
@@ -86,7 +87,7 @@ SELECT j.id, j.shard, j.run_at, j.routing_key, j.priority,
 FROM jobs j
 JOIN unnest($1::int[], $2::bigint[], $3::bigint[]) AS held(shard, epoch, first_epoch)
   ON j.shard = held.shard
-WHERE j.state = 'dispatching' AND j.claim_epoch < held.epoch
+WHERE j.lease_until IS NOT NULL AND j.state = 'dispatching' AND j.claim_epoch < held.epoch
 ORDER BY j.run_at, j.id
 LIMIT $7
 """
