@@ -167,7 +167,7 @@ BULK_CASES = [
     ("a routing key", "jobs_key", ["scheduled", "waiting"], "rk.3", None, None),
     ("dead jobs", "jobs_rest", ["dead", None], None, None, "timeout"),
     ("two states, a tenant, a prefix", "jobs_rest", ["scheduled", "waiting"], None, "ns-1", None),
-    ("scheduled jobs from the cursor", "jobs_pkey", ["scheduled", None], None, None, None),
+    ("scheduled jobs from the cursor", "jobs_due", ["scheduled", None], None, None, None),
 ]
 
 

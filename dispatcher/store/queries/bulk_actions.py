@@ -42,10 +42,11 @@ def bulk_match(alias: str, first: int) -> str:
 # parameters alone fails is skipped at run time, in a generic plan too): a routing key walks
 # jobs_key (routing_key, id) from the cursor; otherwise waiting and dead jobs their range of
 # jobs_rest (rest, id) each (an IN of both states would read and sort every row of both after the
-# cursor), and scheduled jobs the primary key from the cursor, the state tested on each row: the
-# one index of scheduled jobs is in due order (jobs_due), and reading all of it for each batch
-# would cost a batch what the walk costs the whole action. The test is a CASE, which cannot match
-# jobs_due's predicate.
+# cursor), and scheduled jobs all of jobs_due, the one index of them (in due order: each batch
+# sorts the ids after the cursor; OFFSET 0 keeps the planner from walking the primary key for the
+# order instead, through the finished jobs, the bulk of the table, which it cannot know are
+# older). A batch of scheduled jobs costs an index-only read of every scheduled job the filter
+# matches, never a read of the finished ones.
 _BULK_PICK: Final = f"""
 SELECT id FROM (
   (SELECT id FROM jobs
@@ -63,10 +64,11 @@ SELECT id FROM (
      AND {bulk_match("", 5)}
    ORDER BY id LIMIT $2)
   UNION ALL
-  (SELECT id FROM jobs
-   WHERE $6::text IS NULL AND 'scheduled' IN ($3, $4)
-     AND CASE state WHEN 'scheduled' THEN true ELSE false END AND id > $1
-     AND {bulk_match("", 5)}
+  (SELECT id FROM (
+       SELECT id FROM jobs
+       WHERE $6::text IS NULL AND 'scheduled' IN ($3, $4) AND state = 'scheduled' AND id > $1
+         AND {bulk_match("", 5)}
+       OFFSET 0) AS scheduled
    ORDER BY id LIMIT $2)
 ) AS candidates
 ORDER BY id
