@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -50,6 +51,11 @@ logger = logging.getLogger(__name__)
 
 ZkError: tuple[type[Exception], ...] = (ZookeeperError, KazooTimeoutError)
 Denied: tuple[type[Exception], ...] = (NoAuthError, AuthFailedError)  # among ZkError: first
+
+
+# How long a restart waits for kazoo's new connection loop to run: polls of this many seconds.
+_LOOP_START_POLLS = 500
+_LOOP_START_POLL_S = 0.01
 
 
 class Session(StrEnum):
@@ -194,6 +200,32 @@ class ZkSession:
     async def stop(self) -> None:
         await asyncio.to_thread(self._client.stop)
         await asyncio.to_thread(self._client.close)
+
+    def loop_ended(self) -> bool:
+        """Whether kazoo's connection loop ended without being told to stop: an unexpected error
+        in its thread ends it (after a LOST), and then nothing reconnects this client."""
+        stopped_on_its_own: bool = self._client._connection.connection_stopped.is_set()
+        return stopped_on_its_own and not self._client._stopped.is_set()
+
+    async def restart(self) -> None:
+        """Start the connection loop again after it ended on its own: it connects as after any
+        loss, a new session (CONNECTED is posted), without waiting for ZooKeeper to answer."""
+        # kazoo has no public call for this: ``restart`` would stop and close the session first.
+        await asyncio.to_thread(self._restart)
+
+    def _restart(self) -> None:
+        # The connection's loop alone: the client was never stopped (``stop`` would queue a close
+        # that the new loop would send, ending the session it makes).
+        connection = self._client._connection
+        connection.stop()  # joins the ended thread
+        connection.start()
+        # Until the new loop runs, the old one's end still shows (``loop_ended``): a LOST posted
+        # meanwhile must not start it a second time.
+        stopped = connection.connection_stopped
+        for _ in range(_LOOP_START_POLLS):
+            if not stopped.is_set():
+                return
+            time.sleep(_LOOP_START_POLL_S)
 
     @property
     def session_id(self) -> int | None:

@@ -48,6 +48,9 @@ STANDINGS_TICK_S = 0.5
 # Taking shards retried while PostgreSQL is away.
 BUMP_FIRST_S = 0.2
 BUMP_MAX_S = 5.0
+# Starting kazoo's connection loop again after it ended on an error, retried while that fails.
+RESTART_FIRST_S = 0.5
+RESTART_MAX_S = 10.0
 
 
 class ShardState(StrEnum):
@@ -239,6 +242,7 @@ class ZkOwnership:
                 self._is_leader = False
                 self._reported = _UNKNOWN  # its status znode went with the session
                 self._release(set(self._states))
+                await self._restart_if_ended()
             case zk.SessionChanged(zk.Session.CONNECTED):
                 self._connected = True
                 if not self._joined and not self._stopping:
@@ -253,6 +257,25 @@ class ZkOwnership:
                 await self._apply(assignment)
             case zk.StatusChanged(standings):
                 await self._standings_changed(standings)
+
+    async def _restart_if_ended(self) -> None:
+        """kazoo reconnects after a loss on its own, unless an unexpected error ended its
+        connection thread (seen: an ``OSError`` out of its retry's sleep): then the session is
+        started again here, with pauses while that fails, so the node rejoins either way."""
+        backoff = supervision.Backoff(first_s=RESTART_FIRST_S, max_s=RESTART_MAX_S)
+        while self._zk is not None and not self._stopping and self._zk.loop_ended():
+            logger.warning(
+                "ZooKeeper: kazoo's connection loop ended on an error; starting it again",
+                extra={"action": "zk_restart"},
+            )
+            try:
+                await self._zk.restart()
+            except Exception:
+                delay = backoff.next()
+                logger.exception(
+                    "ZooKeeper: starting the connection again failed; again in %.1fs", delay
+                )
+                await asyncio.sleep(delay)
 
     async def _heartbeat(self) -> None:
         """Prove the session alive; firing is allowed only shortly after a proof."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
@@ -123,6 +124,32 @@ async def test_an_expired_session_stops_firing_drops_shards_and_rejoins(
         assert lost, "the expired node dropped its shards"
         regained = {s: e for s, e in x.epochs().items() if s in old_epochs}
         assert all(regained[s] > old_epochs[s] for s in regained), "regained shards re-fenced"
+
+
+# The error ends kazoo's thread, which pytest reports: that is the fault injected.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+async def test_a_connection_loop_ended_by_an_error_is_started_again_and_the_node_rejoins(
+    zk_hosts: str, database_url: str
+) -> None:
+    async with member("x", zk_hosts, database_url) as x, member("y", zk_hosts, database_url) as y:
+        await eventually(lambda: owned_exactly_once([x, y]), 20)
+        assert x._zk is not None
+        connection = x._zk._client._connection
+        attempt = connection._connect_attempt
+
+        def fail_once(*args: object) -> object:
+            # An error kazoo's connection thread does not catch (libfaketime's sleep once raised
+            # one in its retry), which ends the loop that would reconnect.
+            connection._connect_attempt = attempt
+            raise OSError(22, "Invalid argument")
+
+        connection._connect_attempt = fail_once
+        connection._socket.shutdown(socket.SHUT_RDWR)  # the loop reconnects, and ends
+        await eventually(lambda: not x.can_fire(), 10)
+        await eventually(
+            lambda: owned_exactly_once([x, y]) and bool(x.epochs()) and x.can_fire(), 30
+        )
+        assert not x._zk.loop_ended()
 
 
 async def test_a_new_leader_is_elected_and_assigns(zk_hosts: str, database_url: str) -> None:
