@@ -435,7 +435,7 @@ class JobStore:
         return [models.Parked(row["id"], row["routing_key"]) for row in rows]
 
     async def mark_dispatched(self, ids: Iterable[uuid.UUID]) -> None:
-        """Dispatched, or the final outcome their consumers reported already for this round
+        """Dispatched, those still in flight: a job its consumer settled already stays as it is
         (see ``scheduler.MARK_DISPATCHED``)."""
         marked = sorted(ids)  # in id order: see ``claim``
         if not marked:

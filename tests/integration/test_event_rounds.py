@@ -149,7 +149,7 @@ async def test_a_stale_dead_after_a_requeue_neither_stops_nor_ends_the_new_round
     assert done["last_error"] is None
 
 
-async def test_a_succeeded_recorded_while_dispatching_becomes_the_state_at_the_confirm(
+async def test_a_succeeded_recorded_while_dispatching_settles_the_job_and_the_confirm_keeps_it(
     db: Database, database_url: str
 ) -> None:
     jobs = JobStore(db, node_id="n1", lease_s=30)
@@ -182,8 +182,10 @@ async def test_a_succeeded_recorded_while_dispatching_becomes_the_state_at_the_c
         ]
     )
     assert [entry.ignored for entry in recorded] == [None, "other_round"]
-    for job in (fast, forged):  # an event never moves a job still dispatching
-        assert await dispatched.state_of(database_url, job.id) == ("dispatching", None)
+    # An event of the job's round proves the message left: the job is settled before its
+    # confirm is marked; one of another round changes nothing.
+    assert await dispatched.state_of(database_url, fast.id) == ("succeeded", None)
+    assert await dispatched.state_of(database_url, forged.id) == ("dispatching", None)
 
     await jobs.mark_dispatched([fast.id, forged.id, quiet.id])
     assert await dispatched.state_of(database_url, fast.id) == ("succeeded", None)

@@ -178,7 +178,7 @@ changed AS (
                      ELSE ($16::int[])[1 + get_byte(uuid_send(j.id), 15) % cardinality($16)]
                 END,
         last_error = NULL, dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
-        dispatch_round = gen_random_uuid(), reported = NULL, reported_error = NULL,
+        dispatch_round = gen_random_uuid(),
         updated_at = now()
     FROM locked WHERE j.id = locked.id
     RETURNING j.id

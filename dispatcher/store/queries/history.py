@@ -17,11 +17,11 @@ from dispatcher.store.queries.shared import events_of, note_rows
 # (jobs.ignored_kept counts them); the others are only counted (jobs.ignored_dropped), so that a
 # flood of forgeries cannot grow a job's history without bound.
 #
-# A job is moved only from 'dispatched' or a final state, by the update alone: it locks the rows
-# it changes, and a row changed since the statement's snapshot is judged again by its latest
-# version (its state and round). A job still 'dispatching' keeps the outcome in jobs.reported,
-# which the confirm's mark moves it to: whichever of the two writes the row first, the other
-# waits and reads what it wrote, so that no outcome falls between them. Returns the events
+# A job is moved only from 'dispatching', 'dispatched' or a final state, by the update alone: it
+# locks the rows it changes, and a row changed since the statement's snapshot is judged again by
+# its latest version (its state and round). A job still 'dispatching' (its confirm not marked
+# yet) is settled all the same: an event of its round proves the message went out (the round is
+# only in it), and the confirm's mark then finds nothing in flight to change. Returns the events
 # recorded or counted, and whether each was ignored, for the metrics.
 # $1 event ids, $2 job ids, $3 outcomes, $4 attempts, $5 groups, $6 consumers, $7 errors, $8 times,
 # $9 routing keys, $10 rounds (NULL: none), $11 publishers (the messages' user_id, NULL: none),
@@ -81,20 +81,12 @@ WITH batch AS (
     -- The state and round are tested here again: a row changed since the snapshot is judged by
     -- its latest version.
     UPDATE jobs j
-    SET state = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching' THEN j.state
-                     ELSE c.outcome END,
-        last_error = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching' THEN j.last_error
-                          ELSE c.error END,
-        lease_until = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching' THEN j.lease_until
-                      END,
-        dispatched_at = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching'
-                             THEN j.dispatched_at ELSE coalesce(j.dispatched_at, now()) END,
-        updated_at = CASE WHEN c.outcome IS NULL OR j.state = 'dispatching' THEN j.updated_at
-                          ELSE now() END,
-        reported = CASE WHEN c.outcome IS NOT NULL AND j.state = 'dispatching' THEN c.outcome
-                        ELSE j.reported END,
-        reported_error = CASE WHEN c.outcome IS NOT NULL AND j.state = 'dispatching'
-                              THEN c.error ELSE j.reported_error END,
+    SET state = coalesce(c.outcome, j.state),
+        last_error = CASE WHEN c.outcome IS NULL THEN j.last_error ELSE c.error END,
+        lease_until = CASE WHEN c.outcome IS NULL THEN j.lease_until END,
+        dispatched_at = CASE WHEN c.outcome IS NULL THEN j.dispatched_at
+                             ELSE coalesce(j.dispatched_at, now()) END,
+        updated_at = CASE WHEN c.outcome IS NULL THEN j.updated_at ELSE now() END,
         ignored_kept = j.ignored_kept + c.kept,
         ignored_dropped = j.ignored_dropped + c.dropped
     FROM changes c

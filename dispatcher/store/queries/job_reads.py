@@ -146,8 +146,7 @@ WITH old AS (
 ), requeued AS (
     UPDATE jobs j SET state = 'scheduled', run_at = now(), shard = $4, last_error = NULL,
                       dispatched_at = NULL, lease_until = NULL, claimed_by = NULL,
-                      dispatch_round = gen_random_uuid(), reported = NULL,
-                      reported_error = NULL, updated_at = now()
+                      dispatch_round = gen_random_uuid(), updated_at = now()
     FROM old WHERE j.id = old.id
     RETURNING j.*
 ), noted AS (

@@ -177,19 +177,16 @@ FROM read_at LEFT JOIN claimed ON true
 """
 )
 
-# RabbitMQ confirmed these: dispatched, or the final outcome a fast consumer reported already for
-# this round (jobs.reported, kept by RECORD_EVENTS while the job was dispatching). A recording
-# of its events that wrote the row first is waited for and read.
+# RabbitMQ confirmed these: dispatched. A job its consumer settled already (RECORD_EVENTS settles
+# a job still dispatching) is no longer in flight, and is left as it is; a recording of its
+# events that writes the row meanwhile is waited for and read.
 # Committed without waiting for the WAL to reach the disk (``ASYNC_COMMIT``): a mark lost in a
 # crash of PostgreSQL leaves the job dispatching, and it fires again once its lease runs out.
 # $1 ids.
 MARK_DISPATCHED: Final = f"""
 WITH {ASYNC_COMMIT}
 UPDATE jobs
-SET state = coalesce(reported, 'dispatched'),
-    last_error = CASE WHEN reported IS NULL THEN last_error ELSE reported_error END,
-    reported = NULL, reported_error = NULL,
-    dispatched_at = now(), lease_until = NULL, updated_at = now()
+SET state = 'dispatched', dispatched_at = now(), lease_until = NULL, updated_at = now()
 WHERE id = ANY($1::uuid[]) AND {IN_FLIGHT} AND (SELECT committed FROM async_commit)
 """
 
