@@ -111,7 +111,7 @@ async def test_an_outcome_dated_far_ahead_loses_to_one_received_after_it(
     assert await dispatched.state_of(database_url, job_id) == ("dead", "real")
 
 
-async def test_at_the_confirm_the_outcome_received_last_wins_whatever_its_date(
+async def test_before_the_confirm_the_outcome_received_last_wins_whatever_its_date(
     db: Database, database_url: str
 ) -> None:
     jobs = JobStore(db, node_id="n1", lease_s=30)
@@ -130,7 +130,8 @@ async def test_at_the_confirm_the_outcome_received_last_wins_whatever_its_date(
     )
     later = dispatched.event(job_id, "dead", dispatch_round=claimed.dispatch_round, error="real")
     await history.record([ahead])
-    await history.record([later])
-    assert await dispatched.state_of(database_url, job_id) == ("dispatching", None)
-    await jobs.mark_dispatched([job_id])
+    assert await dispatched.state_of(database_url, job_id) == ("succeeded", None)
+    await history.record([later])  # received last, dated before the other
+    assert await dispatched.state_of(database_url, job_id) == ("dead", "real")
+    await jobs.mark_dispatched([job_id])  # the confirm changes a settled job no more
     assert await dispatched.state_of(database_url, job_id) == ("dead", "real")
