@@ -125,12 +125,10 @@ async def counts(dsn: str, runs: int) -> dict[str, float]:
             each = []
             for _ in range(runs):
                 started = time.perf_counter()
-                query = (
-                    history_sql.COUNT_STATE
-                    if state.value in history_sql.INDEXED_STATES
-                    else history_sql.COUNT_UNINDEXED_STATE
-                )
-                await connection.fetch(query, state.value, 50)
+                if state.value in history_sql.INDEXED_STATES:
+                    await connection.fetch(history_sql.COUNT_STATE, state.value, 50)
+                else:
+                    await connection.fetch(history_sql.COUNT_UNINDEXED_STATES, [state.value], 50)
                 each.append((time.perf_counter() - started) * 1000)
             results[state.value] = median(each)
         each = []

@@ -186,13 +186,14 @@ class HistoryStore:
                 return []
             due = await connection.fetch(queries.STATES_TO_COUNT, list(states), min_age_s, spacing)
             counted: list[asyncpg.Record] = []
+            unindexed: list[str] = []  # counted together: one read of the table for them all
             for row in due:
-                query = (
-                    queries.COUNT_STATE
-                    if row["state"] in queries.INDEXED_STATES
-                    else queries.COUNT_UNINDEXED_STATE
-                )
-                counted += await connection.fetch(query, row["state"], top)
+                if row["state"] in queries.INDEXED_STATES:
+                    counted += await connection.fetch(queries.COUNT_STATE, row["state"], top)
+                else:
+                    unindexed.append(row["state"])
+            if unindexed:
+                counted += await connection.fetch(queries.COUNT_UNINDEXED_STATES, unindexed, top)
             await connection.executemany(queries.SAVE_COUNT, [tuple(row) for row in counted])
         return [row["state"] for row in counted]
 

@@ -14,7 +14,8 @@ Counting: every ``stats_interval_s`` each node tries to count, but one node at a
 advisory lock; the others keep the previous counts), and it stores the counts in ``job_counts``,
 which every node then reads: a few rows, whatever the size of the table. Each state is counted
 on its own, from its range of an index (``history.COUNT_STATE``; dispatched and succeeded jobs,
-which no index names, by reading the table), and again only once its last count is
+which no index names, by reading the table, in one read when both are due), and again only
+once its last count is
 older than ``COUNT_SPACING`` times what that count took: the states with few jobs (those in
 flight, a modest backlog) are recounted every round, while the finished jobs, the bulk of the
 table, are recounted less often as they grow (``counted_at_by_state`` in ``/v1/stats`` says

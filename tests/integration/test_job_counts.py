@@ -84,6 +84,25 @@ async def test_one_node_counts_and_the_others_read_its_counts(
         assert sample("dispatcher_jobs", {"state": "scheduled"}) == 5
 
 
+async def test_the_states_no_index_holds_are_counted_together_each_by_its_own_keys(
+    database_url: str, sql: asyncpg.Connection
+) -> None:
+    await add_jobs(sql, "succeeded", "a.one", 3)
+    await add_jobs(sql, "succeeded", "a.two", 1)
+    await add_jobs(sql, "dispatched", "a.two", 2)
+    await add_jobs(sql, "scheduled", "a.three", 4)  # another state's: not counted here
+    rows = await sql.fetch(queries.COUNT_UNINDEXED_STATES, ["succeeded", "dispatched"], 1)
+    counted = {row["state"]: (row["routing_keys"], row["jobs"], row["other_jobs"]) for row in rows}
+    assert counted == {"dispatched": (["a.two"], [2], 0), "succeeded": (["a.one"], [3], 1)}
+    await sql.execute("DELETE FROM jobs WHERE state = 'dispatched'")
+    [empty] = await sql.fetch(queries.COUNT_UNINDEXED_STATES, ["dispatched"], 1)
+    assert (empty["state"], empty["routing_keys"], empty["other_jobs"]) == ("dispatched", [], 0)
+    async with node_housekeeper(database_url, 60) as housekeeper:  # both, from one statement
+        assert sorted(await housekeeper.refresh()) == sorted(STATES)
+        assert housekeeper.snapshot.by_state["succeeded"] == 4
+        assert housekeeper.snapshot.by_state["dispatched"] == 0
+
+
 async def test_a_state_whose_count_took_long_is_recounted_less_often(
     database_url: str, sql: asyncpg.Connection
 ) -> None:

@@ -186,25 +186,31 @@ WHERE c.state IS NULL
 """
 
 
-def _count_of(rows: str) -> str:
-    """One state's jobs per routing key, from ``rows`` (a query of the jobs' routing keys): the
-    top $2 keys, most jobs first, and the rest summed; when the count started and how long it
-    took (the columns SAVE_COUNT takes, in its order). $1 state."""
+def _count_of(states: str, rows: str) -> str:
+    """Each of ``states`` (an array expression) its jobs per routing key, from ``rows`` (a query
+    of the jobs' states and routing keys): the top $2 keys, most jobs first, and the rest summed;
+    when the count started and how long it took (the columns SAVE_COUNT takes, in its order). A
+    row for every state asked, one without jobs too."""
     return f"""
 WITH counted AS (
-    SELECT routing_key, count(*) AS jobs FROM ({rows}) AS of_state GROUP BY routing_key
+    SELECT state, routing_key, count(*) AS jobs FROM ({rows}) AS of_states
+    GROUP BY state, routing_key
 ), ranked AS (
-    SELECT routing_key, jobs, row_number() OVER (ORDER BY jobs DESC, routing_key) AS rank
+    SELECT state, routing_key, jobs,
+           row_number() OVER (PARTITION BY state ORDER BY jobs DESC, routing_key) AS rank
     FROM counted
 )
-SELECT $1::text AS state,
-       coalesce(array_agg(routing_key ORDER BY rank) FILTER (WHERE rank <= $2), '{{}}')
+SELECT s.state,
+       coalesce(array_agg(r.routing_key ORDER BY r.rank) FILTER (WHERE r.rank <= $2), '{{}}')
            AS routing_keys,
-       coalesce(array_agg(jobs ORDER BY rank) FILTER (WHERE rank <= $2), '{{}}') AS jobs,
-       coalesce(sum(jobs) FILTER (WHERE rank > $2), 0)::bigint AS other_jobs,
+       coalesce(array_agg(r.jobs ORDER BY r.rank) FILTER (WHERE r.rank <= $2), '{{}}') AS jobs,
+       coalesce(sum(r.jobs) FILTER (WHERE r.rank > $2), 0)::bigint AS other_jobs,
        statement_timestamp() AS counted_at,
        extract(epoch FROM clock_timestamp() - statement_timestamp())::float8 AS count_s
-FROM ranked
+FROM unnest({states}) AS s(state)
+LEFT JOIN ranked r ON r.state = s.state
+GROUP BY s.state
+ORDER BY s.state
 """
 
 
@@ -212,23 +218,29 @@ FROM ranked
 # branch per state, as in LIST_JOBS): scheduled jobs from jobs_due, dispatching ones from
 # jobs_lease_until (lease_until is set exactly while a job is dispatching), waiting, dead,
 # cancelled and expired ones from jobs_rest. $1 state (one of ``INDEXED_STATES``), $2 keys.
-COUNT_STATE: Final = _count_of("""
-    SELECT routing_key FROM jobs WHERE $1 = 'scheduled' AND state = 'scheduled'
+COUNT_STATE: Final = _count_of(
+    "ARRAY[$1::text]",
+    """
+    SELECT $1::text AS state, routing_key FROM jobs WHERE $1 = 'scheduled' AND state = 'scheduled'
     UNION ALL
-    SELECT routing_key FROM jobs
+    SELECT $1::text, routing_key FROM jobs
     WHERE $1 = 'dispatching' AND lease_until IS NOT NULL AND state = 'dispatching'
     UNION ALL
-    SELECT routing_key FROM jobs
+    SELECT $1::text, routing_key FROM jobs
     WHERE $1 IN ('waiting', 'dead', 'cancelled', 'expired') AND rest = $1
-""")
+""",
+)
 INDEXED_STATES: Final = frozenset(
     {"scheduled", "dispatching", "waiting", "dead", "cancelled", "expired"}
 )
 
-# Dispatched or succeeded jobs, the bulk of the table, which no index names (an update of their
-# state stays HOT): the table read whole, which is why such a count is spaced out most
-# (``upkeep/housekeeping.py``). $1 state, $2 keys.
-COUNT_UNINDEXED_STATE: Final = _count_of("SELECT routing_key FROM jobs WHERE state = $1")
+# Dispatched and succeeded jobs, the bulk of the table, which no index names (an update of their
+# state stays HOT): the table read whole, once for all the states asked, which is why such a
+# count is spaced out most (``upkeep/housekeeping.py``). $1 states (none of ``INDEXED_STATES``),
+# $2 keys.
+COUNT_UNINDEXED_STATES: Final = _count_of(
+    "$1::text[]", "SELECT state, routing_key FROM jobs WHERE state = ANY($1::text[])"
+)
 
 # $1 state, $2 routing keys, $3 their jobs, $4 other jobs, $5 counted at, $6 seconds it took.
 SAVE_COUNT: Final = """
