@@ -125,3 +125,31 @@ async def test_a_role_without_pg_monitor_is_told_it_cannot_see_when_others_snaps
     assert seen.sees_all_sessions is True
     [report_seen] = [holder for holder in seen.holders if REPORT in holder.name]
     assert report_seen.held_s is not None
+
+
+async def test_a_snapshot_held_in_another_database_is_not_named(
+    database_url: str, empty_database_url: str, report: asyncpg.Connection
+) -> None:
+    """PostgreSQL keeps dead rows of this database's tables for this database's snapshots (and a
+    standby's, which belong to none): a report on another database of the same server holds
+    nothing back here, and naming it would send an operator after the wrong session."""
+    elsewhere = await asyncpg.connect(
+        empty_database_url, server_settings={"application_name": "elsewhere-report"}
+    )
+    store = Database(database_url, min_size=1, max_size=1, timeout_s=5)
+    far = elsewhere.transaction(isolation="repeatable_read")
+    near = report.transaction(isolation="repeatable_read")
+    try:
+        await far.start()
+        await elsewhere.fetchval("SELECT count(*) FROM pg_class")
+        await near.start()
+        await report.fetchval("SELECT count(*) FROM jobs")
+        await store.open()
+        names = [holder.name for holder in (await SnapshotStore(store).look(5)).holders]
+    finally:
+        await store.close()
+        await near.rollback()
+        await far.rollback()
+        await elsewhere.close()
+    assert any(REPORT in name for name in names), names
+    assert not any("elsewhere-report" in name for name in names), names
