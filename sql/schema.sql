@@ -13,6 +13,54 @@ SET xmloption = content;
 SET client_min_messages = warning;
 SET row_security = off;
 
+CREATE FUNCTION public.dispatcher_claim_v1(wanted_ids uuid[], held_shards integer[], held_epochs bigint[], node text, lease_s double precision, entry_run_ats double precision[], fence_s double precision, held_rules jsonb, held_words text[], granted uuid[]) RETURNS TABLE(fenced_at_s double precision, answered_at_s double precision, id uuid, shard integer, routing_key text, payload bytea, run_at timestamp with time zone, idempotency_key text, headers jsonb, priority smallint, ttl_ms bigint, dispatch_round uuid, namespace text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    read_at constant timestamptz := clock_timestamp();
+    fenced integer[];
+BEGIN
+    SELECT coalesce(array_agg(f.shard), '{}') INTO fenced
+    FROM (
+        SELECT se.shard FROM shard_epochs se
+        JOIN unnest(held_shards, held_epochs) AS held(shard, epoch)
+          ON se.shard = held.shard AND se.epoch = held.epoch
+        ORDER BY se.shard
+        FOR SHARE OF se
+    ) AS f;
+    -- Each id looked up by the primary key: the fence is one array, never a relation joined.
+    RETURN QUERY
+    WITH claimed AS (
+        UPDATE jobs j
+        SET state = 'dispatching', lease_until = now() + make_interval(secs => lease_s),
+            claim_epoch = held_epochs[array_position(held_shards, j.shard)], claimed_by = node,
+            publish_attempts = j.publish_attempts + 1, updated_at = now(),
+            dispatch_round = coalesce(j.dispatch_round, gen_random_uuid())
+        FROM unnest(wanted_ids, entry_run_ats) AS wanted(id, run_at_s)
+        WHERE j.id = wanted.id
+          AND j.run_at <= to_timestamp(wanted.run_at_s) + interval '1 millisecond'
+          AND j.run_at <= read_at + make_interval(secs => fence_s)
+          AND j.shard = ANY (fenced)
+          AND CASE j.state
+                WHEN 'scheduled' THEN j.id = ANY (granted)
+                    OR cardinality(held_words) = 0
+                    OR split_part(j.routing_key, '.', 1) <> ALL (held_words)
+                    OR NOT dispatcher_flow_held(j.routing_key, j.namespace, held_rules)
+                WHEN 'dispatching' THEN j.lease_until < now()
+                    OR j.claim_epoch < held_epochs[array_position(held_shards, j.shard)]
+                ELSE false
+              END
+        RETURNING j.id, j.shard, j.routing_key, j.payload, j.run_at, j.idempotency_key,
+                  j.headers, j.priority, j.ttl_ms, j.dispatch_round, j.namespace
+    )
+    SELECT extract(epoch FROM read_at)::float8, extract(epoch FROM clock_timestamp())::float8,
+           c.id, c.shard, c.routing_key, c.payload, c.run_at, c.idempotency_key, c.headers,
+           c.priority, c.ttl_ms, c.dispatch_round, c.namespace
+    FROM (VALUES (1)) AS one(n) LEFT JOIN claimed c ON true;
+END
+$$;
+
 CREATE FUNCTION public.dispatcher_enqueue_v1(job_ids uuid[], job_shards integer[], id_hashes bigint[], routing_keys text[], payloads bytea[], job_headers jsonb[], priorities smallint[], ttls_ms bigint[], idempotency_keys text[], run_ats timestamp with time zone[], namespaces text[], notify boolean) RETURNS TABLE(id uuid, created_at timestamp with time zone, run_at timestamp with time zone)
     LANGUAGE plpgsql
     AS $$
@@ -117,6 +165,18 @@ BEGIN
                 JOIN unnest(job_ids) WITH ORDINALITY AS e(id, ordinal) ON e.id = i.id,
                      noticed;
             ELSIF step = 2 THEN
+                -- The fence (above): the shards of the jobs the keys name, before any is read
+                -- for its change, in shard order as every statement takes them.
+                PERFORM FROM shard_epochs se
+                WHERE se.shard IN (
+                    SELECT j.shard FROM jobs j
+                    JOIN unnest(idempotency_keys, namespaces, hows) WITH ORDINALITY
+                         AS n(idempotency_key, namespace, how, ordinal)
+                      ON j.idempotency_key = n.idempotency_key
+                     AND coalesce(j.namespace, '') = coalesce(n.namespace, '')
+                    WHERE unsettled[n.ordinal] AND n.how IN ('replace', 'extend'))
+                ORDER BY se.shard
+                FOR NO KEY UPDATE OF se;
                 -- The pending jobs the others' keys name, changed as asked: locked first in id
                 -- order, as every statement locking several jobs takes them (a claim's, a bulk
                 -- action's), so that two of them waiting for each other's rows cannot deadlock.

@@ -30,6 +30,9 @@ _WAIT_S: Final = 1.0
 # Ended actions are kept for days: the runners of every node ask each poll, a look a minute will do.
 _REMOVE_EVERY_S: Final = 60.0
 
+# The parameters a batch's pick takes after its cursor and size: the states and the filter.
+_PICK_ARGUMENTS: Final = 11
+
 _STATEMENTS: Final = {
     bulk.Action.CANCEL: bulk_actions.BULK_CANCEL,
     bulk.Action.REQUEUE: bulk_actions.BULK_REQUEUE,
@@ -346,15 +349,21 @@ class BulkActionStore:
                     # plan cache may choose after five batches) walks the primary key instead of
                     # the filter's index.
                     await connection.execute(shared.PLAN_EACH_RUN)
-                    row = await connection.fetchrow(
-                        _STATEMENTS[action.action], cursor, batch, *args
+                    # The batch's jobs, and their shards fenced; then, in a new snapshot, the
+                    # change (``bulk_actions.BULK_FENCE``).
+                    picked = await connection.fetchrow(
+                        bulk_actions.BULK_FENCE, cursor, batch, *args[:_PICK_ARGUMENTS]
                     )
-                    assert row is not None  # aggregates: always one row
-                    done = row["seen"] < batch
+                    assert picked is not None  # aggregates: always one row
+                    row = await connection.fetchrow(
+                        _STATEMENTS[action.action], picked["ids"], picked["shards"], *args
+                    )
+                    assert row is not None
+                    done = picked["seen"] < batch
                     await connection.execute(
                         bulk_actions.ADVANCE_BULK_ACTION,
                         action.id,
-                        row["last"],
+                        picked["last"],
                         row["changed"],
                         done,
                         lease_s,
@@ -365,7 +374,7 @@ class BulkActionStore:
                     " (DISPATCHER_BULK_BATCH_TIMEOUT_S): narrow the filter, or resume it"
                 ) from None
         due_at: datetime | None = row["at"] if action.action is bulk.Action.REQUEUE else None
-        return bulk.Batch(seen=row["seen"], changed=row["changed"], done=done, due_at=due_at)
+        return bulk.Batch(seen=picked["seen"], changed=row["changed"], done=done, due_at=due_at)
 
     async def release(self, action_id: uuid.UUID, *, node_id: str) -> None:
         """Let go of an action this node holds between batches: another node may take it."""

@@ -24,6 +24,9 @@ _CURSOR_START = uuid.UUID(int=0)
 SCHEDULER_TIMEOUT_S = 30.0
 # Before any lease: a look at the leases run out since EVER is a look at all of them.
 EVER: Final = datetime(1, 1, 1, tzinfo=UTC)
+# A change of a pending job fences its shard again when the job moved meanwhile (a requeue): a
+# second time in practice, never a third.
+_FENCE_TRIES: Final = 3
 
 
 def job_from_row(row: asyncpg.Record) -> models.Job:
@@ -240,7 +243,7 @@ class JobStore:
         routing_keys: Sequence[str] | None = None,
     ) -> models.Job:
         """Cancel a scheduled job; JobStateConflict once it is claimed or done."""
-        return await self._transition(job_reads.CANCEL_JOB, job_id, namespace, routing_keys)
+        return await self._fenced_change(job_reads.CANCEL_JOB, job_id, namespace, routing_keys)
 
     async def reschedule(
         self,
@@ -252,7 +255,7 @@ class JobStore:
     ) -> models.Job:
         """New time, payload or priority for a scheduled job; JobStateConflict once it is claimed
         (being published: it will be delivered) or done."""
-        return await self._transition(
+        return await self._fenced_change(
             job_reads.RESCHEDULE_JOB,
             job_id,
             namespace,
@@ -286,11 +289,34 @@ class JobStore:
                 current = await connection.fetchrow(
                     job_reads.SELECT_JOB, job_id, namespace, routing_keys
                 )
-        if row is not None:
-            return job_from_row(row)
-        if current is None:
-            raise errors.JobNotFound()
-        raise errors.JobStateConflict(current["state"])
+        return _changed(row, current if row is None else None)
+
+    async def _fenced_change(
+        self,
+        query: str,
+        job_id: uuid.UUID,
+        namespace: str | None,
+        routing_keys: Sequence[str] | None,
+        *args: object,
+    ) -> models.Job:
+        """``_transition`` of a pending job, behind its shard's fence (``job_reads.FENCE_JOB``):
+        the change reads the job after any claim of the shard under way has committed. A job
+        moved to another shard between the two (a dead one requeued) is fenced again."""
+        current: asyncpg.Record | None = None
+        async with self._db.connection() as connection, connection.transaction():
+            for _ in range(_FENCE_TRIES):
+                shard = await connection.fetchval(job_reads.FENCE_JOB, job_id)
+                row = await connection.fetchrow(
+                    query, job_id, namespace, routing_keys, *args, shard
+                )
+                if row is not None:
+                    break
+                current = await connection.fetchrow(
+                    job_reads.SELECT_JOB, job_id, namespace, routing_keys
+                )
+                if current is None or current["shard"] == shard:
+                    break
+        return _changed(row, current if row is None else None)
 
     async def prerequisites(self, job_id: uuid.UUID) -> list[tuple[uuid.UUID, bool]]:
         """(prerequisite, succeeded) for each job named in this job's ``after``, in order."""
@@ -456,6 +482,16 @@ class JobStore:
             return
         async with self._db.connection(SCHEDULER_TIMEOUT_S) as connection:
             await connection.execute(query, ids, *args)
+
+
+def _changed(row: asyncpg.Record | None, current: asyncpg.Record | None) -> models.Job:
+    """The job a change returned; or why it changed nothing: no such job (for this caller), or
+    the state it is in."""
+    if row is not None:
+        return job_from_row(row)
+    if current is None:
+        raise errors.JobNotFound()
+    raise errors.JobStateConflict(current["state"])
 
 
 class _Answer(NamedTuple):

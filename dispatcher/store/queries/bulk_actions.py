@@ -75,24 +75,41 @@ ORDER BY id
 LIMIT $2
 """
 
-# Each batch statement answers one row: how many jobs it looked at (``seen``: fewer than $2, the
-# last batch), the last id it looked at (the new cursor), how many it changed, and the time of its
-# transaction. Changed jobs are re-tested against the states and the filter as they are locked
-# (a claim, a cancel or a requeue committed meanwhile is seen: such a job is left alone), in id
-# order as every statement locking several jobs takes them. Each changed job gets a history step
-# by 'dispatcher' (consumer: $14, the node) with the detail $15 naming the action.
-_BULK_ANSWER: Final = """
+# A batch is two statements. The first picks the batch's jobs and takes the fence of their shards
+# (sql/0029): their rows of shard_epochs, FOR NO KEY UPDATE, in shard order, so that a claim of
+# those shards under way commits first and none starts until the batch commits. It answers one
+# row: how many jobs it looked at (``seen``: fewer than $2, the last batch), the last id it looked
+# at (the new cursor), the ids, and the shards fenced. $1-$13 as _BULK_PICK.
+BULK_FENCE: Final = f"""
+WITH picked AS ({_BULK_PICK}),
+fenced AS (
+    SELECT se.shard FROM shard_epochs se
+    WHERE se.shard IN (SELECT j.shard FROM jobs j WHERE j.id IN (SELECT id FROM picked))
+    ORDER BY se.shard
+    FOR NO KEY UPDATE OF se
+)
 SELECT (SELECT count(*) FROM picked) AS seen,
        (SELECT id FROM picked ORDER BY id DESC LIMIT 1) AS last,
-       (SELECT count(*) FROM changed) AS changed, now() AS at
+       ARRAY(SELECT id FROM picked) AS ids,
+       ARRAY(SELECT shard FROM fenced) AS shards
 """
 
-# The picked jobs still in the states and matching the filter, locked in id order (re-tested as
-# they are locked: a claim, a cancel or a requeue committed meanwhile is seen).
+# The second, in a snapshot taken once the fence is held, changes the picked jobs ($1) still on a
+# fenced shard ($2), in the states ($3, $4) and matching the filter ($5-$13, ``bulk_match``): each
+# is re-tested as it is locked, in id order as every statement locking several jobs takes them (a
+# claim, a cancel or a requeue committed meanwhile is seen: such a job is left alone). Each
+# changed job gets a history step by 'dispatcher' (consumer: $14, the node) with the detail $15
+# naming the action. It answers one row: how many it changed, and the time of its transaction.
+_BULK_PICKED: Final = "picked AS (SELECT unnest($1::uuid[]) AS id)"
+
+_BULK_ANSWER: Final = """
+SELECT (SELECT count(*) FROM changed) AS changed, now() AS at
+"""
+
 _BULK_LOCKED: Final = f"""locked AS (
     SELECT j.id, j.dispatched_at FROM jobs j
-    WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) AND j.state IN ($3, $4)
-      AND {bulk_match("j.", 5)}
+    WHERE j.id = ANY (ARRAY(SELECT id FROM picked)) AND j.shard = ANY ($2::int[])
+      AND j.state IN ($3, $4) AND {bulk_match("j.", 5)}
     ORDER BY j.id
     FOR UPDATE
 )"""
@@ -124,9 +141,9 @@ _NOTE_REQUEUED: Final = note_events(
 )
 
 # Cancel: as CANCEL_JOB (the 0006 trigger cancels the jobs waiting for them in turn).
-# $1-$13 as _BULK_PICK, $14 node id, $15 detail.
+# $1-$15 as above.
 BULK_CANCEL: Final = f"""
-WITH picked AS ({_BULK_PICK}),
+WITH {_BULK_PICKED},
 {_BULK_LOCKED},
 changed AS (
     UPDATE jobs j SET state = 'cancelled', lease_until = NULL, updated_at = now()
@@ -142,9 +159,9 @@ changed AS (
 # 1970, where the scans of overdue jobs begin). A due notice for each job whose new time falls
 # within $18 seconds from now (inside the window a node may have loaded already); a later one is
 # loaded when its time comes near, and the entry a node holds at the old time claims nothing.
-# $1-$13 as _BULK_PICK, $14 node id, $15 detail (' to <new time>' is added).
+# $1-$15 as above (' to <new time>' is added to the detail).
 BULK_RESCHEDULE: Final = f"""
-WITH picked AS ({_BULK_PICK}),
+WITH {_BULK_PICKED},
 {_BULK_LOCKED},
 changed AS (
     UPDATE jobs j
@@ -156,9 +173,7 @@ changed AS (
 ), noted AS (
     {_NOTE_RESCHEDULED}
 )
-SELECT (SELECT count(*) FROM picked) AS seen,
-       (SELECT id FROM picked ORDER BY id DESC LIMIT 1) AS last,
-       (SELECT count(*) FROM changed) AS changed, now() AS at,
+SELECT (SELECT count(*) FROM changed) AS changed, now() AS at,
        (SELECT count(dispatcher_notify_due_v1(id, shard, run_at, routing_key)) FROM changed
         WHERE run_at <= now() + make_interval(secs => $18)) AS notified
 """
@@ -167,9 +182,9 @@ SELECT (SELECT count(*) FROM picked) AS seen,
 # replaced), each job moved to one of the shards $16 this node owns unless on one already, so
 # that this node's loader walks them with a catch-up cursor (``Loader.catch_up``) at the
 # catch-up pace beside the jobs falling due: no due notice per job. ($16 empty: shards kept.)
-# $1-$13 as _BULK_PICK, $14 node id, $15 detail.
+# $1-$15 as above.
 BULK_REQUEUE: Final = f"""
-WITH picked AS ({_BULK_PICK}),
+WITH {_BULK_PICKED},
 {_BULK_LOCKED},
 changed AS (
     UPDATE jobs j

@@ -88,12 +88,26 @@ WHERE bytes_before < $7  -- a page ends past $7 bytes of payloads, after one job
 ORDER BY CASE WHEN $1 = 'scheduled' THEN run_at END, id
 """
 
+# The fence a change of one pending job takes first, in a statement of its own (sql/0029): its
+# shard's row of shard_epochs, FOR NO KEY UPDATE, so that a claim of the shard under way commits
+# first and the change, reading the job in a new snapshot, sees it claimed; and no claim starts on
+# the shard until the change commits. The job's shard (none: no such job); the change tests the
+# job is still on it ($4 of CANCEL_JOB, $8 of RESCHEDULE_JOB). $1 id.
+FENCE_JOB: Final = """
+WITH fence AS (
+    SELECT se.shard FROM shard_epochs se
+    WHERE se.shard = (SELECT shard FROM jobs WHERE id = $1)
+    FOR NO KEY UPDATE
+)
+SELECT j.shard FROM jobs j WHERE j.id = $1 AND (SELECT count(*) FROM fence) >= 0
+"""
+
 # Only a job still waiting can be cancelled; a claimed one may be in RabbitMQ already. A job
 # waiting for its prerequisites too (the 0006 trigger cancels the jobs waiting for it in turn).
-# $1 id, $2 namespace filter, $3 routing-key filter.
+# $1 id, $2 namespace filter, $3 routing-key filter, $4 the shard fenced (FENCE_JOB).
 CANCEL_JOB: Final = """
 UPDATE jobs SET state = 'cancelled', lease_until = NULL, updated_at = now()
-WHERE id = $1 AND state IN ('scheduled', 'waiting')
+WHERE id = $1 AND state IN ('scheduled', 'waiting') AND shard = $4
   AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
   AND ($3::text[] IS NULL OR EXISTS (
       SELECT FROM unnest($3::text[]) AS w
@@ -106,12 +120,12 @@ RETURNING *
 # owner of its shard may hold it in memory at the old time, where the claim's run_at test makes
 # that entry fire nothing, and must learn the new one.
 # $1 id, $2 namespace filter, $3 routing-key filter, $4 run_at or NULL (keep), $5 payload or
-# NULL (keep), $6 whether to set the priority, $7 the priority.
+# NULL (keep), $6 whether to set the priority, $7 the priority, $8 the shard fenced (FENCE_JOB).
 RESCHEDULE_JOB: Final = """
 UPDATE jobs
 SET run_at = coalesce($4, run_at), payload = coalesce($5, payload),
     priority = CASE WHEN $6 THEN $7::smallint ELSE priority END, updated_at = now()
-WHERE id = $1 AND state IN ('scheduled', 'waiting')
+WHERE id = $1 AND state IN ('scheduled', 'waiting') AND shard = $8
   AND ($2::text IS NULL OR coalesce(namespace, '') = $2)
   AND ($3::text[] IS NULL OR EXISTS (
       SELECT FROM unnest($3::text[]) AS w

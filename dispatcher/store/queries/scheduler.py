@@ -107,19 +107,18 @@ LIMIT $3
 # them after its two clocks, and ``store.jobs`` decodes its rows by position from this tuple.
 CLAIMED_COLUMNS: Final = tuple(field.name for field in dataclasses.fields(models.Claimed))
 
-# Claim due jobs for publishing, fenced: a row is claimed only while the shard's epoch is the one
-# this node holds, and the epoch rows are share-locked so a concurrent takeover (which bumps them)
-# waits for this claim to commit or happens entirely before it.
+# Claim due jobs for publishing, fenced (``dispatcher_claim_v1``, sql/0029): a row is claimed only
+# while the shard's epoch is the one this node holds, and the epoch rows are share-locked, in a
+# statement before the one that reads the jobs, so that a concurrent takeover (which bumps them)
+# or a change of the shard's pending jobs (a cancel, a reschedule, a bulk batch, a replace: each
+# takes them FOR NO KEY UPDATE first) waits for this claim to commit or happens entirely before
+# it, and is then seen.
 # Each id comes with the run_at its heap entry was made for: a job rescheduled later since then is
-# not claimed by the stale entry (the entry of the new time claims it). A reschedule racing with
-# the claim either commits first (the claim re-reads the row and skips it) or waits for the claim
-# and then finds the job dispatching.
-# The plan must look each id up by the primary key whatever the table's statistics: the fence is
-# folded into one array (an InitPlan run once), because as a joined relation the planner looped
-# over it, repeating the lookups once per shard (128k index scans for 500 jobs). The state test
-# is a CASE, not an OR of states, which would match a partial index instead.
-# A job stored before migration 0011 gets its dispatch round here (a re-claim keeps the round:
-# the same dispatch, published again).
+# not claimed by the stale entry (the entry of the new time claims it).
+# The plan looks each id up by the primary key whatever the table's statistics: the fence is one
+# array, never a relation joined (as one, the planner looped over it, repeating the lookups once
+# per shard: 128k index scans for 500 jobs). The state test is a CASE, not an OR of states,
+# which would match a partial index instead.
 # The clock fence: a job is claimed only once PostgreSQL's own clock, read once at the start (the
 # first column), is within $7 seconds of its run_at: a node whose idea of the time is ahead cannot
 # talk it round. The second column reads the clock again as the answer is made: a claimed job is
@@ -127,55 +126,15 @@ CLAIMED_COLUMNS: Final = tuple(field.name for field in dataclasses.fields(models
 # nothing was claimed.
 # $1 ids, $2 shards held (those of the ids), $3 their epochs (same order), $4 node id, $5 lease
 # seconds, $6 the entries' run_at (POSIX seconds, same order as $1), $7 the fence's tolerance
-# (seconds), $8-$9 what flow rules hold (``not_held``): a scheduled job held since its entry
-# was loaded is skipped (and loaded again when released), unless it is one of $10, the ids a
-# flow rule's meter let go; a claim run out is re-fired regardless (it was dispatched once
-# already).
+# (seconds), $8-$9 what flow rules hold (``not_held``'s two parameters): a scheduled job held
+# since its entry was loaded is skipped (and loaded again when released), unless it is one of
+# $10, the ids a flow rule's meter let go; a claim run out is re-fired regardless (it was
+# dispatched once already).
 # Each row: the two clocks, then CLAIMED_COLUMNS.
-CLAIM_JOBS: Final = (
-    """
-WITH read_at AS (
-    SELECT clock_timestamp() AS db_now
-),
-locked AS (
-    SELECT se.shard
-    FROM shard_epochs se
-    JOIN unnest($2::int[], $3::bigint[]) AS held(shard, epoch)
-      ON se.shard = held.shard AND se.epoch = held.epoch
-    FOR SHARE OF se
-),
-fence AS (
-    SELECT coalesce(array_agg(shard), '{}') AS shards FROM locked
-),
-claimed AS (
-    UPDATE jobs j
-    SET state = 'dispatching', lease_until = now() + make_interval(secs => $5),
-        claim_epoch = ($3::bigint[])[array_position($2::int[], j.shard)], claimed_by = $4,
-        publish_attempts = j.publish_attempts + 1, updated_at = now(),
-        dispatch_round = coalesce(j.dispatch_round, gen_random_uuid())
-    FROM unnest($1::uuid[], $6::float8[]) AS wanted(id, run_at_s)
-    WHERE j.id = wanted.id
-      AND j.run_at <= to_timestamp(wanted.run_at_s) + interval '1 millisecond'
-      AND j.run_at <= (SELECT db_now FROM read_at) + make_interval(secs => $7)
-      AND j.shard = ANY((SELECT shards FROM fence)::int[])
-      AND CASE j.state
-            WHEN 'scheduled' THEN j.id = ANY($10::uuid[]) OR """
-    + not_held("j.", 8)
-    + """
-            -- a lease run out, or a claim of an earlier epoch (ORPHANED_CLAIMS)
-            WHEN 'dispatching' THEN j.lease_until < now()
-                OR j.claim_epoch < ($3::bigint[])[array_position($2::int[], j.shard)]
-            ELSE false
-          END
-    RETURNING """
-    + ", ".join(f"j.{column}" for column in CLAIMED_COLUMNS)
-    + """
-)
-SELECT extract(epoch FROM read_at.db_now)::float8, extract(epoch FROM clock_timestamp())::float8,
-       claimed.*
-FROM read_at LEFT JOIN claimed ON true
+CLAIM_JOBS: Final = """
+SELECT * FROM dispatcher_claim_v1($1::uuid[], $2::int[], $3::bigint[], $4::text, $5::float8,
+                                  $6::float8[], $7::float8, $8::jsonb, $9::text[], $10::uuid[])
 """
-)
 
 # RabbitMQ confirmed these: dispatched. A job its consumer settled already (RECORD_EVENTS settles
 # a job still dispatching) is no longer in flight, and is left as it is; a recording of its

@@ -7,7 +7,8 @@ from typing import Final
 # straggler look and the claims: two parameters from ``first`` on are ``rules.HeldKeys``'s rules
 # (jsonb) and first words, both empty when nothing is held. The function is called only for a
 # job whose routing key starts with a rule's first word: the rest cost one comparison against
-# that short array. ``alias`` prefixes the job's columns.
+# that short array. ``alias`` prefixes the job's columns. ``dispatcher_claim_v1`` (sql/0029)
+# makes the same test in its own text: the claims' tests of held keys pin it there.
 def not_held(alias: str, first: int) -> str:
     rules, words = f"${first}", f"${first + 1}"
     return (
