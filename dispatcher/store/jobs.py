@@ -243,7 +243,9 @@ class JobStore:
         routing_keys: Sequence[str] | None = None,
     ) -> models.Job:
         """Cancel a scheduled job; JobStateConflict once it is claimed or done."""
-        return await self._fenced_change(job_reads.CANCEL_JOB, job_id, namespace, routing_keys)
+        return await self._transition(
+            job_reads.CANCEL_JOB, job_id, namespace, routing_keys, fenced=True
+        )
 
     async def reschedule(
         self,
@@ -255,7 +257,7 @@ class JobStore:
     ) -> models.Job:
         """New time, payload or priority for a scheduled job; JobStateConflict once it is claimed
         (being published: it will be delivered) or done."""
-        return await self._fenced_change(
+        return await self._transition(
             job_reads.RESCHEDULE_JOB,
             job_id,
             namespace,
@@ -264,6 +266,7 @@ class JobStore:
             change.payload,
             change.set_priority,
             change.priority,
+            fenced=True,
         )
 
     async def requeue(
@@ -281,40 +284,26 @@ class JobStore:
         namespace: str | None,
         routing_keys: Sequence[str] | None,
         *args: object,
+        fenced: bool = False,
     ) -> models.Job:
-        """Run a state change that returns the row; say why when it changed nothing."""
-        async with self._db.connection() as connection, connection.transaction():
-            row = await connection.fetchrow(query, job_id, namespace, routing_keys, *args)
-            if row is None:
-                current = await connection.fetchrow(
-                    job_reads.SELECT_JOB, job_id, namespace, routing_keys
-                )
-        return _changed(row, current if row is None else None)
-
-    async def _fenced_change(
-        self,
-        query: str,
-        job_id: uuid.UUID,
-        namespace: str | None,
-        routing_keys: Sequence[str] | None,
-        *args: object,
-    ) -> models.Job:
-        """``_transition`` of a pending job, behind its shard's fence (``job_reads.FENCE_JOB``):
-        the change reads the job after any claim of the shard under way has committed. A job
-        moved to another shard between the two (a dead one requeued) is fenced again."""
+        """Run a state change that returns the row; say why when it changed nothing. ``fenced``:
+        a change of a pending job, made behind its shard's fence (``job_reads.FENCE_JOB``, whose
+        shard the query takes last), so that it reads the job after any claim of the shard under
+        way has committed; a job moved to another shard between the two (a dead one requeued)
+        is fenced again."""
         current: asyncpg.Record | None = None
         async with self._db.connection() as connection, connection.transaction():
             for _ in range(_FENCE_TRIES):
-                shard = await connection.fetchval(job_reads.FENCE_JOB, job_id)
+                fence = [await connection.fetchval(job_reads.FENCE_JOB, job_id)] if fenced else []
                 row = await connection.fetchrow(
-                    query, job_id, namespace, routing_keys, *args, shard
+                    query, job_id, namespace, routing_keys, *args, *fence
                 )
                 if row is not None:
                     break
                 current = await connection.fetchrow(
                     job_reads.SELECT_JOB, job_id, namespace, routing_keys
                 )
-                if current is None or current["shard"] == shard:
+                if current is None or not fence or current["shard"] == fence[0]:
                     break
         return _changed(row, current if row is None else None)
 
