@@ -248,6 +248,39 @@ async def test_a_succeeded_recorded_during_the_confirm_is_the_state_after_both(
     assert await dispatched.state_of(database_url, job.id) == ("succeeded", None)
 
 
+async def test_an_outcome_of_its_round_settles_a_job_released_after_its_publish(
+    db: Database, database_url: str
+) -> None:
+    """A publish whose confirm did not come in time is released, and the job scheduled again,
+    though the message may be in the queue: when its consumer reports, the job is settled and
+    no claim fires it a second time."""
+    job = await claimed_job(db)
+    jobs = JobStore(db, node_id="n1", lease_s=30)
+    await jobs.release([job.id])
+    assert await dispatched.state_of(database_url, job.id) == ("scheduled", None)
+    await HistoryStore(db).record(
+        [dispatched.event(job.id, "succeeded", dispatch_round=job.dispatch_round)]
+    )
+    assert await dispatched.state_of(database_url, job.id) == ("succeeded", None)
+    entry = models.DueEntry.make(job.run_at.timestamp(), job.id, job.shard)
+    epochs = await ShardStore(db).bump([job.shard], "n1")
+    assert (await jobs.claim([entry], epochs)).jobs == []
+
+
+async def test_no_event_settles_a_scheduled_job_stored_before_rounds(
+    db: Database, database_url: str
+) -> None:
+    """A job stored before rounds (0011) and never claimed has none to prove its message went
+    out: an event without one leaves it scheduled (after a claim gives it one, its round
+    counts)."""
+    job_id, none = await dispatched.insert_dispatched(
+        database_url, state="scheduled", with_round=False
+    )
+    assert none is None
+    await HistoryStore(db).record([dispatched.event(job_id, "succeeded", dispatch_round=None)])
+    assert await dispatched.state_of(database_url, job_id) == ("scheduled", None)
+
+
 async def test_a_claim_gives_a_round_to_a_job_stored_before_rounds_and_a_requeue_renews_it(
     db: Database, database_url: str
 ) -> None:

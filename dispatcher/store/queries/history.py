@@ -17,12 +17,16 @@ from dispatcher.store.queries.shared import events_of, note_rows
 # (jobs.ignored_kept counts them); the others are only counted (jobs.ignored_dropped), so that a
 # flood of forgeries cannot grow a job's history without bound.
 #
-# A job is moved only from 'dispatching', 'dispatched' or a final state, by the update alone: it
-# locks the rows it changes, and a row changed since the statement's snapshot is judged again by
-# its latest version (its state and round). A job still 'dispatching' (its confirm not marked
-# yet) is settled all the same: an event of its round proves the message went out (the round is
-# only in it), and the confirm's mark then finds nothing in flight to change. Returns the events
-# recorded or counted, and whether each was ignored, for the metrics.
+# A job is moved only from 'scheduled', 'dispatching', 'dispatched' or a final state, by the
+# update alone: it locks the rows it changes, and a row changed since the statement's snapshot is
+# judged again by its latest version (its state and round). An event of the job's round proves
+# the message went out (the round is only in it, and a requeue makes a new one), whatever the
+# row says: a job still 'dispatching' (its confirm not marked yet) is settled, and the confirm's
+# mark then finds nothing in flight to change; so is a job 'scheduled' again because its publish
+# looked failed (no confirm in time: released) though the message reached the queue, which then
+# does not fire a second time (a job stored before rounds, 0011, and never claimed has none: no
+# event settles it while it is scheduled). Returns the events recorded or counted, and whether
+# each was ignored, for the metrics.
 # $1 event ids, $2 job ids, $3 outcomes, $4 attempts, $5 groups, $6 consumers, $7 errors, $8 times,
 # $9 routing keys, $10 rounds (NULL: none), $11 publishers (the messages' user_id, NULL: none),
 # $12 grant users, $13 grant namespaces (NULL: any), $14 grant prefixes (NULL: any), $15 ignored
@@ -67,7 +71,8 @@ WITH batch AS (
 ), final AS (
     SELECT DISTINCT ON (job_id) job_id, outcome, error, round FROM ranked
     WHERE ignored IS NULL AND outcome IN ('succeeded', 'dead')
-      AND state IN ('dispatching', 'dispatched', 'succeeded', 'dead')
+      AND state IN ('scheduled', 'dispatching', 'dispatched', 'succeeded', 'dead')
+      AND (state <> 'scheduled' OR round IS NOT NULL)  -- one that went out has its round
     ORDER BY job_id, position DESC
 ), counted AS (
     SELECT job_id, count(*) FILTER (WHERE kept) AS kept, count(*) FILTER (WHERE NOT kept) AS dropped
@@ -92,7 +97,8 @@ WITH batch AS (
     FROM changes c
     WHERE j.id = c.job_id
       AND (c.outcome IS NULL
-           OR (j.state IN ('dispatching', 'dispatched', 'succeeded', 'dead')
+           OR (j.state IN ('scheduled', 'dispatching', 'dispatched', 'succeeded', 'dead')
+               AND (j.state <> 'scheduled' OR c.round IS NOT NULL)
                AND j.dispatch_round IS NOT DISTINCT FROM c.round))
 )
 SELECT event_id, ignored FROM ranked
