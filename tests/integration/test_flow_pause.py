@@ -186,6 +186,10 @@ def member(database_url: str, amqp_url: str, zk_hosts: str, name: str) -> Any:
     )
 
 
+# Serial: it times the pause's way to the other node against the second the docs promise, which
+# a loaded machine stretches (1.13 s once in the parallel pass, the nodes' ZooKeeper sessions
+# lost beside it).
+@pytest.mark.serial
 async def test_a_pause_made_through_one_node_holds_on_the_other_within_a_second(
     database_url: str, amqp_url: str, zk_hosts: str, collector: Collector
 ) -> None:
