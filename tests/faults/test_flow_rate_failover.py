@@ -29,11 +29,8 @@ RATE = 200
 WINDOW_S = 10.0
 WINDOWS = 2  # before the kill, and as many after it: 40 s measured
 WARM_S = 3.0  # from the first publish (or the last job sent), before the first window
-# Enough overdue jobs to keep the key busy for the whole measure, and more: a third of them are
-# the killed node's, which the others fire only once they hold its shards. With 15 s more than
-# the measure, the survivors' own ran short in the last window (1 792 and 1 778 of 2 000, in two
-# runs of the whole suite); 40 s more leaves each survivor a fifth of its own at the end.
-JOBS = int(RATE * (WARM_S + 2 * WINDOWS * WINDOW_S + 40))
+# Enough overdue jobs to keep the key busy for the whole measure, and more.
+JOBS = int(RATE * (WARM_S + 2 * WINDOWS * WINDOW_S + 15))
 
 
 def per_window(times: list[float], start: float, count: int) -> list[int]:
@@ -48,6 +45,10 @@ def published_at(collector: Collector) -> list[float]:
     return [got[0].properties["timestamp"].timestamp() for got in collector.deliveries.values()]
 
 
+# Serial: it counts what three nodes publish in 10 s windows, which a loaded machine skews. In
+# the parallel pass a window after the kill held 1 713-1 792 of 2 000 in three runs of five (the
+# others within 3%); alone it passed.
+@pytest.mark.serial
 async def test_a_rate_holds_for_three_nodes_together_and_after_one_is_killed(
     cluster: Cluster, collector: Collector
 ) -> None:
