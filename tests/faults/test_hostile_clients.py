@@ -79,8 +79,10 @@ async def slowloris(port: int, stop: asyncio.Event, lifetimes: list[float], sour
     """Open a connection from SOURCE, trickle a request's headers that never end; once the node
     closes it, record how long it lived and start over, until ``stop``."""
     while not stop.is_set():
-        reader, writer = await connect(port, source=source)
+        # Read before the connect: the node's deadline starts once it accepts, which is before
+        # this loop, busy with 300 of these, resumes after the connect.
         opened = time.monotonic()
+        reader, writer = await connect(port, source=source)
         writer.write(b"GET /v1/jobs HTTP/1.1\r\nHost: node\r\n")
         closed = asyncio.create_task(until_closed(reader, DEADLINE_S + SLACK_S))
         with contextlib.suppress(ConnectionError):
@@ -161,8 +163,8 @@ async def test_slowloris_and_big_anonymous_bodies_neither_starve_healthz_nor_del
     assert set(health) == {200}
     assert all(task.done() for task in slow)
     assert len(lifetimes) >= 300
-    # Closed at the deadline, not before (give or take this loop resuming a connect late).
-    assert min(lifetimes) >= DEADLINE_S - 0.5
+    # Closed at the deadline, not before (each lifetime counted from before its connect).
+    assert min(lifetimes) >= DEADLINE_S - 0.1
     for task in bodies:
         answer, sent = task.result()
         assert answer.split(b" ", 2)[1] in (b"401", b"413"), answer[:200]
