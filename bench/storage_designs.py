@@ -242,6 +242,26 @@ async def confirm_batch(connection: asyncpg.Connection, ids: list[uuid.UUID]) ->
     )
 
 
+async def claim_hot(connection: asyncpg.Connection, ids: list[uuid.UUID]) -> None:
+    """A claim batch, and the jobs' rows marked claimed by a HOT update (no index names what it
+    changes): every reader of a job's state reads its row as today."""
+    await claim_batch(connection, ids)
+    await connection.execute(
+        """
+        UPDATE jobs_next SET state = 'dispatching', publish_attempts = publish_attempts + 1,
+            updated_at = now()
+        WHERE id = ANY($1::uuid[])
+        """,
+        ids,
+    )
+
+
+async def confirm_hot(connection: asyncpg.Connection, ids: list[uuid.UUID]) -> None:
+    """The rows marked dispatched (HOT), the claim batch gone."""
+    await confirm_row(connection, ids)
+    await connection.execute("DELETE FROM claim_batches WHERE ids[1] = $1::uuid", ids[0])
+
+
 EVENT_BATCH = """
 INSERT INTO event_batches (event_ids, job_ids, outcomes, attempts, consumers, ats{ms_column})
 SELECT array_agg(gen_random_uuid()), array_agg(id), array_agg($2::text), array_agg(1),
@@ -345,6 +365,19 @@ DESIGNS = (
         "pending+rest without the pending table: one due index over every job, no predicate",
         JOBS_HOT + EVENT_BATCHES + EVENTS_BY_JOB_MS + CLAIM_BATCHES + DUE_EVERY_JOB,
         (insert_next, *PENDING_STEPS[1:]),
+    ),
+    Design(
+        "hot-claims",
+        "due-every-job's indexes; claim, confirm and outcome each a HOT update; a claim batch"
+        " row while in flight",
+        JOBS_HOT + EVENT_BATCHES + EVENTS_BY_JOB_MS + CLAIM_BATCHES + DUE_EVERY_JOB,
+        (insert_next, claim_hot, confirm_hot, started_batch, final_batch(leaves_due=False)),
+    ),
+    Design(
+        "batch-then-hot",
+        "due-every-job's indexes; the claim a batch row, confirm and outcome each a HOT update",
+        JOBS_HOT + EVENT_BATCHES + EVENTS_BY_JOB_MS + CLAIM_BATCHES + DUE_EVERY_JOB,
+        (insert_next, claim_batch, confirm_hot, started_batch, final_batch(leaves_due=False)),
     ),
     Design(
         "claim-batches",
