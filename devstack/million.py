@@ -82,7 +82,8 @@ LIST_CASES = [
     page_case("scheduled, a later page", "jobs_due", state="scheduled", after=MIDDLE),
     page_case("a state, a later page", "jobs_rest", state="waiting", after=MIDDLE),
     page_case("a rare state", "jobs_rest", state="dead", limit=50),
-    page_case("in flight", "jobs_lease_until", state="dispatching"),
+    # In flight: the claims' rows (a few seconds' worth, read whole), each job by its key.
+    page_case("in flight", "jobs_pkey", state="dispatching"),
     page_case("the bulk of the table", "jobs_pkey", state="succeeded"),
     page_case("a routing key", "jobs_key", routing_key="rk.499"),
     page_case("state and routing key", "jobs_key", state="dead", routing_key="rk.3"),
@@ -121,7 +122,21 @@ LIST_CASES = [
 ]
 
 
+# The claims of the jobs in flight, 25 to a claim as the dispatcher makes them (sql/0030).
+CLAIMS = """
+INSERT INTO claims (node, lease_until, ids, shards, epochs)
+SELECT NULL, min(lease_until), array_agg(id ORDER BY id), array_agg(shard ORDER BY id),
+       array_agg(0::bigint)
+FROM (SELECT id, shard, lease_until, (row_number() OVER (ORDER BY id) - 1) / 25 AS claim
+      FROM jobs WHERE state = 'dispatching') AS claimed
+GROUP BY claim
+"""
+
+
 async def load(connection: asyncpg.Connection, rows: int = ROWS) -> None:
-    """Fill the (migrated, empty) jobs table, then vacuum and analyse it as autovacuum would."""
+    """Fill the (migrated, empty) jobs table and the claims of its jobs in flight, then vacuum
+    and analyse them as autovacuum would."""
     await connection.execute(LOAD, rows)
+    await connection.execute(CLAIMS)
     await connection.execute("VACUUM ANALYZE jobs")
+    await connection.execute("VACUUM ANALYZE claims")

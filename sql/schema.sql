@@ -52,7 +52,14 @@ BEGIN
                 ELSE false
               END
         RETURNING j.id, j.shard, j.routing_key, j.payload, j.run_at, j.idempotency_key,
-                  j.headers, j.priority, j.ttl_ms, j.dispatch_round, j.namespace
+                  j.headers, j.priority, j.ttl_ms, j.dispatch_round, j.namespace,
+                  j.lease_until AS leased_to
+    ), recorded AS (  -- run whether or not it is read, as every data-modifying WITH is
+        INSERT INTO claims (node, lease_until, ids, shards, epochs)
+        SELECT dispatcher_claim_v1.node, max(c.leased_to), array_agg(c.id), array_agg(c.shard),
+               array_agg(held_epochs[array_position(held_shards, c.shard)])
+        FROM claimed c
+        HAVING count(*) > 0
     )
     SELECT extract(epoch FROM read_at)::float8, extract(epoch FROM clock_timestamp())::float8,
            c.id, c.shard, c.routing_key, c.payload, c.run_at, c.idempotency_key, c.headers,
@@ -553,6 +560,25 @@ CREATE TABLE public.bulk_actions (
     CONSTRAINT bulk_actions_status_known CHECK ((status = ANY (ARRAY['running'::text, 'stopped'::text, 'done'::text, 'failed'::text])))
 );
 
+CREATE TABLE public.claims (
+    id bigint NOT NULL,
+    made_at timestamp with time zone DEFAULT now() NOT NULL,
+    node text,
+    lease_until timestamp with time zone NOT NULL,
+    ids uuid[] NOT NULL,
+    shards integer[] NOT NULL,
+    epochs bigint[] NOT NULL
+);
+
+ALTER TABLE public.claims ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.claims_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 CREATE TABLE public.dependency_followups (
     id bigint NOT NULL,
     prerequisite_id uuid NOT NULL,
@@ -753,6 +779,9 @@ ALTER TABLE ONLY public.api_keys
 ALTER TABLE ONLY public.bulk_actions
     ADD CONSTRAINT bulk_actions_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.claims
+    ADD CONSTRAINT claims_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY public.dependency_followups
     ADD CONSTRAINT dependency_followups_pkey PRIMARY KEY (id);
 
@@ -801,6 +830,8 @@ CREATE INDEX bulk_actions_ended ON public.bulk_actions USING btree (updated_at) 
 
 CREATE INDEX bulk_actions_running ON public.bulk_actions USING btree (created_at) WHERE (status = 'running'::text);
 
+CREATE INDEX claims_lease_until ON public.claims USING btree (lease_until);
+
 CREATE INDEX dependency_followups_prerequisite ON public.dependency_followups USING btree (prerequisite_id, id);
 
 CREATE INDEX event_batches_job_keys ON public.event_batches USING gin (job_keys);
@@ -816,8 +847,6 @@ CREATE INDEX jobs_due ON public.jobs USING btree (run_at, id) INCLUDE (shard, ro
 CREATE UNIQUE INDEX jobs_idempotency_key_namespace ON public.jobs USING btree (idempotency_key, COALESCE(namespace, ''::text)) WHERE (idempotency_key IS NOT NULL);
 
 CREATE INDEX jobs_key ON public.jobs USING btree (routing_key, id) INCLUDE (state, namespace);
-
-CREATE INDEX jobs_lease_until ON public.jobs USING btree (lease_until) INCLUDE (shard, run_at) WHERE (lease_until IS NOT NULL);
 
 CREATE INDEX jobs_namespace ON public.jobs USING btree (namespace, id) WHERE (namespace IS NOT NULL);
 

@@ -154,7 +154,7 @@ class Loader:
         self._epochs: dict[int, int] = {}  # shard -> the epoch held: older claims are orphans
         # Whether claims of an earlier epoch may remain: only a takeover makes them, and a sweep
         # that found them all (with no takeover meanwhile: ``_takeovers``) ends the looking.
-        # Each look reads the whole 'dispatching' range, which a held snapshot fills.
+        # Each look reads every claim's row, whose dead versions a held snapshot keeps.
         self._orphans_possible = False
         self._takeovers = 0
         self._first_epochs: dict[int, int] = {}  # shard -> the first epoch this process took

@@ -170,6 +170,15 @@ class HistoryStore:
         assert row is not None  # one row: two scalar subqueries
         return row["last"], row["deleted"]
 
+    async def delete_spent_claims(self, *, older_than_s: float, batch: int) -> int:
+        """Delete up to ``batch`` claims made before ``older_than_s`` ago with nothing in flight
+        under them any more; returns how many went."""
+        async with self._db.connection(BACKGROUND_TIMEOUT_S) as connection:
+            deleted: int = await connection.fetchval(
+                queries.DELETE_SPENT_CLAIMS, older_than_s, batch
+            )
+        return deleted
+
     async def recount(
         self, states: Sequence[str], *, min_age_s: float, spacing: float, top: int
     ) -> list[str]:

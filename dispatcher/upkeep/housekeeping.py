@@ -1,6 +1,6 @@
 """Housekeeping: deletes jobs finished longer ago than the retention, in small batches, then the
-event batches that name only jobs gone, and refreshes the job counts that ``/metrics``,
-``/v1/stats`` and the console show.
+event batches that name only jobs gone and the claims with nothing in flight under them, and
+refreshes the job counts that ``/metrics``, ``/v1/stats`` and the console show.
 
 Deleting in batches of ``batch`` rows (``FOR UPDATE SKIP LOCKED``, one short transaction each)
 keeps locks short and lets autovacuum reuse the space, so the table stays bounded without a long
@@ -46,6 +46,10 @@ COUNT_SPACING = 50.0
 # How often the walks of jobs and of event batches start over (a retention shorter than this: as
 # often as that): the longest a job or batch passed over waits to be looked at again.
 REVISIT_S = 3600.0
+# A claim is looked at for deletion once made this long ago: most of its jobs are confirmed or
+# released by then, so it is read once, not every round while they are in flight.
+CLAIM_AGE_S = 5.0
+CLAIMS_PER_DELETE = 1000
 _FIRST_JOB = uuid.UUID(int=0)
 Cursor = TypeVar("Cursor")
 
@@ -152,6 +156,7 @@ class Housekeeper:
     async def _round(self) -> None:
         await self.purge()
         await self.purge_events()
+        await self.purge_claims()
         await self.refresh()
 
     async def purge(self) -> int:
@@ -178,6 +183,18 @@ class Housekeeper:
             )
             total += deleted
             if not self._batches.advance(last, self._retention_s):
+                return total
+            await asyncio.sleep(0)
+
+    async def purge_claims(self) -> int:
+        """Delete the claims with nothing in flight under them; returns how many."""
+        total = 0
+        while True:
+            deleted = await self._store.delete_spent_claims(
+                older_than_s=CLAIM_AGE_S, batch=CLAIMS_PER_DELETE
+            )
+            total += deleted
+            if deleted < CLAIMS_PER_DELETE:
                 return total
             await asyncio.sleep(0)
 

@@ -77,8 +77,16 @@ def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from nodes(child)
 
 
+# Read whole by design: a few seconds' worth of claims, a row each (sql/0030).
+SMALL_TABLES = {"claims"}
+
+
 def seq_scans(plan: dict[str, Any]) -> list[str]:
-    return [n["Relation Name"] for n in nodes(plan) if n["Node Type"] == "Seq Scan"]
+    return [
+        n["Relation Name"]
+        for n in nodes(plan)
+        if n["Node Type"] == "Seq Scan" and n["Relation Name"] not in SMALL_TABLES
+    ]
 
 
 def indexes(plan: dict[str, Any]) -> set[str]:
@@ -104,7 +112,7 @@ async def test_counting_a_state_reads_only_its_range_of_an_index(
 ) -> None:
     for plan in await plans(million_jobs, history.COUNT_STATE, (state, 50)):
         assert seq_scans(plan) == [], json.dumps(plan, indent=1)
-        assert indexes(plan) & {"jobs_rest", "jobs_due", "jobs_lease_until"}
+        assert indexes(plan) & {"jobs_rest", "jobs_due", "jobs_pkey"}
 
 
 async def test_what_every_node_reads_each_round_is_the_counts_table_only(million_jobs: str) -> None:

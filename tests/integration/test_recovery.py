@@ -20,6 +20,7 @@ from dispatcher.flow.rules import NOTHING_HELD, HeldKeys
 from dispatcher.store.db import Database
 from dispatcher.store.jobs import EVER, JobStore
 from dispatcher.store.shards import ShardStore
+from tests.support.claims import CLAIM_BY_HAND
 from tests.support.nodes import running_node
 from tests.support.overdue import insert_overdue
 
@@ -31,14 +32,7 @@ async def claim_as_ghost(database_url: str, ids: list[str], lease_s: float) -> N
     """What a node that died (or lost the shards) leaves: the jobs claimed under its name."""
     connection = await asyncpg.connect(database_url)
     try:
-        await connection.execute(
-            "UPDATE jobs SET state = 'dispatching', claimed_by = 'ghost',"
-            " lease_until = now() + make_interval(secs => $2),"
-            " publish_attempts = publish_attempts + 1"
-            " WHERE id = ANY($1::uuid[])",
-            ids,
-            lease_s,
-        )
+        await connection.execute(CLAIM_BY_HAND, ids, "ghost", lease_s, None, None)
     finally:
         await connection.close()
 
@@ -209,11 +203,7 @@ async def test_the_lease_look_starts_where_the_last_complete_one_did_with_full_l
     first_mark = store.lease_looks_since[-1]
     assert first_mark > EVER
     async with db.connection() as connection:
-        await connection.execute(
-            "UPDATE jobs SET state = 'dispatching', claimed_by = 'ghost',"
-            " lease_until = now() - interval '1 hour' WHERE id = $1",
-            uuid.UUID(slow),
-        )
+        await connection.execute(CLAIM_BY_HAND, [uuid.UUID(slow)], "ghost", -3600.0, None, None)
     assert await loader.sweep() == 0  # before the mark: not read
     assert store.lease_looks_since[-1] > first_mark
     loader._full_lease_look_after = 0.0  # the full look's spacing has passed
@@ -230,14 +220,7 @@ async def test_the_lease_look_starts_where_the_last_complete_one_did_with_full_l
 async def claim_as(db: Database, job_id: str, node: str, *, shard: int, epoch: int) -> None:
     """A claim ``node`` made of the job on ``shard`` under ``epoch``, with a 30 s lease."""
     async with db.connection() as connection:
-        await connection.execute(
-            "UPDATE jobs SET state = 'dispatching', claimed_by = $2, claim_epoch = $3, shard = $4,"
-            " lease_until = now() + interval '30 seconds' WHERE id = $1",
-            uuid.UUID(job_id),
-            node,
-            epoch,
-            shard,
-        )
+        await connection.execute(CLAIM_BY_HAND, [uuid.UUID(job_id)], node, 30.0, epoch, shard)
 
 
 async def test_a_live_previous_owners_claims_wait_for_it_to_settle_them_a_dead_ones_fire_at_once(

@@ -2,7 +2,7 @@
 
 from typing import Final
 
-from dispatcher.store.queries.shared import events_of, note_rows
+from dispatcher.store.queries.shared import events_of, in_flight_under, note_rows
 
 # Record consumers' events, only for jobs that exist here, as one event batch in the order
 # received, and move each job to the final state its last final event names, last in that order
@@ -177,6 +177,29 @@ WITH next AS (
 SELECT (SELECT max(id) FROM looked) AS last, (SELECT count(*) FROM spent) AS deleted
 """
 
+# Claims with nothing in flight under them any more (their jobs confirmed, released, expired,
+# parked or claimed again), made more than $1 seconds ago: $2 at most, oldest first; rows another
+# node is deleting are skipped. A claim is spent within a second or so of being made, unless its
+# jobs wait for the sweep of run-out leases (or a new owner): those are passed over, at most a
+# lease's worth. Returns how many went. $1 seconds, $2 claims.
+DELETE_SPENT_CLAIMS: Final = f"""
+WITH spent AS (
+    SELECT c.id FROM claims c
+    WHERE c.made_at < now() - make_interval(secs => $1)
+      AND NOT EXISTS (
+          SELECT FROM unnest(c.ids) AS claimed(id)
+          JOIN jobs j ON j.id = claimed.id
+          WHERE {in_flight_under("j", "c")}
+      )
+    ORDER BY c.made_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM claims c USING spent WHERE c.id = spent.id RETURNING c.id
+)
+SELECT count(*) FROM gone
+"""
+
 # Job counts (see dispatcher/upkeep/housekeeping.py): one node at a time counts, under this lock,
 # the states whose last count is old enough, and every node reads the result from job_counts.
 # Taken in the counting transaction (released at its end); false while another node counts.
@@ -221,16 +244,18 @@ ORDER BY s.state
 
 
 # A state an index holds, from its range of that index alone, never the other states' rows (one
-# branch per state, as in LIST_JOBS): scheduled jobs from jobs_due, dispatching ones from
-# jobs_lease_until (lease_until is set exactly while a job is dispatching), waiting, dead,
+# branch per state, as in LIST_JOBS): scheduled jobs from jobs_due, dispatching ones from the
+# claims' rows (each job looked up by the primary key: ``in_flight_under``), waiting, dead,
 # cancelled and expired ones from jobs_rest. $1 state (one of ``INDEXED_STATES``), $2 keys.
 COUNT_STATE: Final = _count_of(
     "ARRAY[$1::text]",
-    """
+    f"""
     SELECT $1::text AS state, routing_key FROM jobs WHERE $1 = 'scheduled' AND state = 'scheduled'
     UNION ALL
-    SELECT $1::text, routing_key FROM jobs
-    WHERE $1 = 'dispatching' AND lease_until IS NOT NULL AND state = 'dispatching'
+    SELECT $1::text, j.routing_key FROM claims c
+    CROSS JOIN LATERAL unnest(c.ids) AS claimed(id)
+    JOIN jobs j ON j.id = claimed.id
+    WHERE $1 = 'dispatching' AND {in_flight_under("j", "c")}
     UNION ALL
     SELECT $1::text, routing_key FROM jobs
     WHERE $1 IN ('waiting', 'dead', 'cancelled', 'expired') AND rest = $1

@@ -3,7 +3,7 @@ requeue)."""
 
 from typing import Final
 
-from dispatcher.store.queries.shared import note_events
+from dispatcher.store.queries.shared import in_flight_under, note_events
 
 # $1 id, $2 namespace filter, $3 routing-key filter.
 SELECT_JOB: Final = """
@@ -63,10 +63,12 @@ SELECT * FROM (
          AND rest = $1 AND id > $3 AND {_PAGE_FILTERS}
        ORDER BY id LIMIT $4)
       UNION ALL
-      (SELECT id FROM jobs  -- dispatching: jobs_lease_until (set exactly while dispatching)
-       WHERE $2::text IS NULL AND $1 = 'dispatching' AND lease_until IS NOT NULL
-         AND state = 'dispatching' AND id > $3 AND {_PAGE_FILTERS}
-       ORDER BY id LIMIT $4)
+      (SELECT j.id FROM claims c  -- dispatching: the claims' rows, each job by the primary key
+       CROSS JOIN LATERAL unnest(c.ids) AS claimed(id)
+       JOIN jobs j ON j.id = claimed.id
+       WHERE $2::text IS NULL AND $1 = 'dispatching' AND {in_flight_under("j", "c")}
+         AND j.id > $3 AND {_PAGE_FILTERS}
+       ORDER BY j.id LIMIT $4)
       UNION ALL
       (SELECT id FROM jobs  -- dispatched or succeeded: the primary key
        WHERE $2::text IS NULL AND $1 IN ('dispatched', 'succeeded') AND state = $1 AND id > $3

@@ -5,7 +5,13 @@ import dataclasses
 from typing import Final
 
 from dispatcher import models
-from dispatcher.store.queries.shared import ASYNC_COMMIT, IN_FLIGHT, not_held, note_events
+from dispatcher.store.queries.shared import (
+    ASYNC_COMMIT,
+    IN_FLIGHT,
+    in_flight_under,
+    not_held,
+    note_events,
+)
 
 # Park jobs that nothing can publish (firing gave up on them, see ``firing/quarantine.py``):
 # dead with the reason, which their history shows as the dispatcher's verdict; the jobs waiting
@@ -47,20 +53,23 @@ LIMIT $5
 # Claimed jobs whose publish was never confirmed (crash, outage), their leases run out since $3
 # (PostgreSQL's clock; the beginning of time for a full look), in the order they ran out, after
 # the time of the look (one row at least: the time alone when none did).
-# They are found through jobs_lease_until, in the range of lease ends since $3 only: that range
-# is what bounds the look while a snapshot is held, when the index keeps a dead entry for every
-# job fired since. lease_until is set exactly while a job is dispatching; the state is still
-# tested, row by row (``IN_FLIGHT``), so that no index of states matches instead.
+# They are found through their claims' rows (claims_lease_until, a row a claim), in the range of
+# lease ends since $3 only: that range is what bounds the look while a snapshot is held, when the
+# index keeps a dead entry for every claim made since. Each claim's jobs are looked up by the
+# primary key and kept while still in flight under it (``in_flight_under``).
 # $1 shards, $2 limit, $3 the lower bound.
 EXPIRED_LEASES: Final = f"""
 SELECT now() AS looked_at, expired.id, expired.shard, expired.run_at, expired.routing_key,
        expired.priority
 FROM (VALUES (1)) AS one(n)
 LEFT JOIN LATERAL (
-    SELECT id, shard, run_at, routing_key, priority, lease_until FROM jobs
-    WHERE lease_until >= $3 AND lease_until < now() AND {IN_FLIGHT}
-      AND shard = ANY($1::int[])
-    ORDER BY lease_until
+    SELECT j.id, j.shard, j.run_at, j.routing_key, j.priority, c.lease_until
+    FROM claims c
+    CROSS JOIN LATERAL unnest(c.ids) AS claimed(id)
+    JOIN jobs j ON j.id = claimed.id
+    WHERE c.lease_until >= $3 AND c.lease_until < now() AND {in_flight_under("j", "c")}
+      AND j.shard = ANY($1::int[])
+    ORDER BY c.lease_until
     LIMIT $2
 ) AS expired ON true
 ORDER BY expired.lease_until
@@ -74,20 +83,23 @@ ORDER BY expired.lease_until
 # settle it (confirmed and marked, or released), and a claim in flight is not published twice.
 # A claim under this node's id made before this process first took the shard is a dead
 # process's. ripe_in_s: how long until it is ripe (0: now).
-# Found through jobs_lease_until (lease_until is set exactly while a job is dispatching).
+# Found through the claims' rows (a few seconds' worth: housekeeping deletes those with nothing
+# in flight), each job's epoch read from its claim before its row is looked up.
 # $1 shards held, $2 their epochs, $3 the first epoch this process took each under (same order),
 # $4 this node's id, $5 the other nodes in the cluster, $6 seconds, $7 limit.
-ORPHANED_CLAIMS: Final = """
+ORPHANED_CLAIMS: Final = f"""
 SELECT j.id, j.shard, j.run_at, j.routing_key, j.priority,
        CASE WHEN CASE WHEN j.claimed_by = $4 THEN j.claim_epoch >= held.first_epoch
                       ELSE j.claimed_by = ANY($5::text[]) END
             THEN greatest(0, extract(epoch FROM j.lease_until - now()) - $6)::float8
             ELSE 0::float8
        END AS ripe_in_s
-FROM jobs j
+FROM claims c
+CROSS JOIN LATERAL unnest(c.ids, c.shards, c.epochs) AS claimed(id, shard, epoch)
 JOIN unnest($1::int[], $2::bigint[], $3::bigint[]) AS held(shard, epoch, first_epoch)
-  ON j.shard = held.shard
-WHERE j.lease_until IS NOT NULL AND j.state = 'dispatching' AND j.claim_epoch < held.epoch
+  ON claimed.shard = held.shard AND claimed.epoch < held.epoch
+JOIN jobs j ON j.id = claimed.id
+WHERE {in_flight_under("j", "c")} AND j.claim_epoch < held.epoch
 ORDER BY j.run_at, j.id
 LIMIT $7
 """

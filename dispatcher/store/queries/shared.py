@@ -19,13 +19,24 @@ def not_held(alias: str, first: int) -> str:
 
 
 # The statements that change jobs named by id find them by id (jobs_pkey), and the sweep of
-# leases by their ends (jobs_lease_until); all test the state row by row: ``IN_FLIGHT`` is a
+# leases through their claims' rows (sql/0030); all test the state row by row: ``IN_FLIGHT`` is a
 # CASE, which the planner cannot answer from an index. Written as ``state = 'dispatching'``, it
 # let the planner read the whole 'dispatching' range of jobs_state or of a partial index
 # instead, small in its statistics; but while a snapshot is held (a report, a pg_dump) that range
 # keeps a dead entry for every job fired since, and the confirm's mark read 10 000 buffers a call
 # after six minutes (bench/held_snapshot.py).
 IN_FLIGHT: Final = "CASE state WHEN 'dispatching' THEN true ELSE false END"
+
+
+# Whether a claim's job is still in flight under it (sql/0030): its row dispatching with the
+# claim's lease and node. A confirm, a release, an expiry or a park clears the row's lease, and a
+# later claim of the job gives it another: then it is not. ``job`` and ``claim`` are the aliases.
+def in_flight_under(job: str, claim: str) -> str:
+    return (
+        f"({job}.state = 'dispatching' AND {job}.lease_until = {claim}.lease_until"
+        f" AND {job}.claimed_by IS NOT DISTINCT FROM {claim}.node)"
+    )
+
 
 # A CTE (``async_commit``, one row: ``committed`` true) that commits the statement's transaction
 # without waiting for its WAL to reach the disk (``synchronous_commit`` off for this transaction
